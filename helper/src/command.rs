@@ -1,0 +1,182 @@
+//! The last steps, in the command's own process: new session, working
+//! directory, limits, capabilities, no_new_privs, Landlock, seccomp, exec.
+//!
+//! Runs in a fork of the sandbox's pid 1, which is single-threaded, so
+//! allocating here is fine. Order matters: capabilities are dropped before
+//! Landlock (which needs no_new_privs) and seccomp comes last, so that nothing
+//! after it needs a syscall the filter refuses — except `execve`.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+
+use caps::CapSet;
+use landlock::{
+    AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope, ABI,
+};
+use nix::sys::resource::{setrlimit, Resource};
+use nix::sys::signal::{SigSet, SigmaskHow};
+
+use portcullis_helper::report::{Applied, Record, Step};
+use portcullis_helper::spec::{RlimitKind, SpawnSpec};
+use seccompiler::BpfProgram;
+
+use crate::{Fail, Prepared};
+
+fn errno(e: nix::Error) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+/// Become the command. Returns only the failure; the caller reports it.
+pub fn run(spec: &SpawnSpec, prep: &Prepared, report: &OwnedFd) -> Fail {
+    match setup(spec, prep, report) {
+        Ok(never) => match never {},
+        Err(f) => f,
+    }
+}
+
+enum Never {}
+
+fn setup(spec: &SpawnSpec, prep: &Prepared, report: &OwnedFd) -> Result<Never, Fail> {
+    nix::unistd::setsid().map_err(|e| Fail::io(Step::NewSession, errno(e)))?;
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
+        .map_err(|e| Fail::io(Step::NewSession, errno(e)))?;
+    let cwd = CString::new(spec.cwd.clone()).map_err(|_| Fail::errno(Step::Chdir, libc::EINVAL))?;
+    nix::unistd::chdir(cwd.as_c_str()).map_err(|e| Fail::io(Step::Chdir, errno(e)))?;
+
+    for r in &spec.rlimits {
+        let res = match r.resource {
+            RlimitKind::Nproc => Resource::RLIMIT_NPROC,
+            RlimitKind::As => Resource::RLIMIT_AS,
+            RlimitKind::Core => Resource::RLIMIT_CORE,
+            RlimitKind::Nofile => Resource::RLIMIT_NOFILE,
+        };
+        setrlimit(res, r.value, r.value).map_err(|e| Fail::io(Step::Rlimits, errno(e)))?;
+    }
+
+    drop_caps().map_err(|e| Fail::io(Step::DropCaps, e))?;
+    nix::sys::prctl::set_no_new_privs().map_err(|e| Fail::io(Step::NoNewPrivs, errno(e)))?;
+
+    let mut applied = Applied {
+        readonly_mounts: !(cfg!(debug_assertions) && spec.test_switches.skip_readonly),
+        ..Applied::default()
+    };
+    if !(cfg!(debug_assertions) && spec.test_switches.skip_landlock) {
+        landlock(spec, &mut applied)?;
+    } else {
+        applied.landlock_abi = crate::sys::landlock_abi();
+    }
+
+    crate::sys::close_range_from(3, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::CloseFds, e))?;
+    applied.seccomp = true;
+    seccomp(&prep.filter)?;
+    crate::report(report, Record::Applied(applied));
+    Err(exec(prep))
+}
+
+/// Clear the bounding set first (it needs CAP_SETPCAP, still effective),
+/// then ambient and inheritable, then permitted and effective. Without this a
+/// uid-0 command would get every capability back at exec (bubblewrap#287).
+fn drop_caps() -> io::Result<()> {
+    let to_io = |e: caps::errors::CapsError| io::Error::other(e.to_string());
+    caps::clear(None, CapSet::Bounding).map_err(to_io)?;
+    caps::clear(None, CapSet::Ambient).map_err(to_io)?;
+    caps::clear(None, CapSet::Inheritable).map_err(to_io)?;
+    caps::clear(None, CapSet::Effective).map_err(to_io)?;
+    caps::clear(None, CapSet::Permitted).map_err(to_io)?;
+    Ok(())
+}
+
+fn abi_of(v: u32) -> ABI {
+    match v {
+        0 => ABI::Unsupported,
+        1 => ABI::V1,
+        2 => ABI::V2,
+        3 => ABI::V3,
+        4 => ABI::V4,
+        5 => ABI::V5,
+        6 => ABI::V6,
+        _ => ABI::V7,
+    }
+}
+
+/// The write rights Landlock handles. `Truncate` is left to the read-only
+/// mount (handling it slows open-heavy commands by about a fifth) and
+/// `IoctlDev` to seccomp.
+fn write_access(abi: ABI) -> landlock::BitFlags<AccessFs> {
+    AccessFs::from_write(abi) & !(AccessFs::Truncate | AccessFs::IoctlDev)
+}
+
+fn landlock(spec: &SpawnSpec, applied: &mut Applied) -> Result<(), Fail> {
+    let raw_abi = crate::sys::landlock_abi();
+    applied.landlock_abi = raw_abi;
+    let ll = &spec.landlock;
+    if raw_abi == 0 {
+        if ll.required {
+            return Err(Fail::errno(Step::Landlock, libc::EOPNOTSUPP));
+        }
+        return Ok(());
+    }
+    let abi = abi_of(raw_abi);
+    let access = write_access(abi);
+    // The landlock crate's errors carry no errno; EINVAL names the class.
+    let fail = |_: &dyn std::fmt::Display| Fail::errno(Step::Landlock, libc::EINVAL);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(access)
+        .map_err(|e| fail(&e))?;
+    if ll.deny_tcp && raw_abi >= 4 {
+        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(|e| fail(&e))?;
+    }
+    if ll.scope && raw_abi >= 6 {
+        ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal).map_err(|e| fail(&e))?;
+    }
+    let mut created = ruleset.create().map_err(|e| fail(&e))?;
+    for p in &ll.writable {
+        let path = std::ffi::OsStr::from_bytes(p);
+        // Unlike landlock's path_beneath_rules, a path that cannot be opened
+        // is an error, not a silently dropped rule.
+        let fd = PathFd::new(path).map_err(|_| Fail::errno(Step::Landlock, libc::ENOENT))?;
+        created = created.add_rule(PathBeneath::new(fd, access)).map_err(|e| fail(&e))?;
+    }
+    let status = created.restrict_self().map_err(|e| fail(&e))?;
+    applied.landlock_full = status.ruleset == RulesetStatus::FullyEnforced;
+    applied.landlock_partial = status.ruleset == RulesetStatus::PartiallyEnforced;
+    if ll.required && status.ruleset == RulesetStatus::NotEnforced {
+        return Err(Fail::errno(Step::Landlock, libc::EOPNOTSUPP));
+    }
+    Ok(())
+}
+
+fn seccomp(filter: &BpfProgram) -> Result<(), Fail> {
+    seccompiler::apply_filter(filter).map_err(|e| match e {
+        seccompiler::Error::Seccomp(io) => Fail::io(Step::Seccomp, io),
+        _ => Fail::errno(Step::Seccomp, libc::EINVAL),
+    })
+}
+
+/// Exec `argv[0]`, searching the spec's `PATH` when it holds no `/`, like
+/// execvp: EACCES from one candidate is remembered, ENOENT moves on.
+fn exec(prep: &Prepared) -> Fail {
+    let argv: Vec<*const libc::c_char> =
+        prep.argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let envp: Vec<*const libc::c_char> =
+        prep.envp.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let mut last = io::Error::from_raw_os_error(libc::ENOENT);
+    let mut saw_eacces = false;
+    for cand in &prep.candidates {
+        let e = crate::sys::execve(cand, &argv, &envp);
+        match e.raw_os_error() {
+            Some(libc::EACCES) => saw_eacces = true,
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => {}
+            _ => return Fail::io(Step::Exec, e),
+        }
+        last = e;
+    }
+    if saw_eacces {
+        last = io::Error::from_raw_os_error(libc::EACCES);
+    }
+    Fail::io(Step::Exec, last)
+}

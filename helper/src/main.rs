@@ -1,0 +1,411 @@
+//! `portcullis-helper`: builds one sandbox and runs one command in it.
+//!
+//! The library starts this binary with an empty environment and four fds:
+//! the spec on fd 3 (a memfd), the report pipe on fd 4, the lifeline on fd 5
+//! and, when a per-command cgroup exists, its directory on fd 6. Three
+//! processes take part:
+//!
+//! * the **outer helper** (this process, in the caller's namespaces) reads and
+//!   checks the spec, compiles the seccomp filter, then `clone3`s
+//! * **pid 1** of the sandbox — in new user, mount, pid, ipc, uts (and net)
+//!   namespaces, born inside the cgroup — and writes its uid/gid maps. Pid 1
+//!   builds the root, pivots into it, becomes non-dumpable and forks
+//! * the **command**, which drops every privilege and execs.
+//!
+//! Pid 1 reaps, forwards signals and exits with the command's status; its
+//! exit makes the kernel kill everything left in the pid namespace. The
+//! outer helper forwards signals to pid 1, kills it when the lifeline closes,
+//! and exits with its status.
+//!
+//! The helper is single-threaded and must stay so: `clone3` with
+//! `CLONE_NEWUSER` fails in a multithreaded process, and the fork-style
+//! `clone3` here is sound only without other threads. It allocates freely,
+//! which is fine for the same reason.
+//!
+//! What this does not protect against: kernel bugs reachable through the
+//! syscalls the filter allows, and side channels. See docs/threat-model.md.
+
+mod chan;
+mod command;
+mod mounts;
+mod sys;
+
+use std::ffi::CString;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use portcullis_helper::report::{Record, Step, NO_DETAIL};
+use portcullis_helper::spec::{MountOp, Network, SpawnSpec, SPEC_VERSION};
+use portcullis_helper::{filter, CGROUP_FD, LIFELINE_FD, REPORT_FD, SPEC_FD};
+
+/// Exit code when the wrapper itself fails (GNU convention, as `env`/`timeout`).
+const EXIT_SETUP: i32 = 125;
+
+/// A failed step: what the helper sends back.
+#[derive(Debug)]
+pub struct Fail {
+    step: Step,
+    errno: i32,
+    detail: u32,
+}
+
+impl Fail {
+    fn io(step: Step, e: io::Error) -> Fail {
+        Fail { step, errno: e.raw_os_error().unwrap_or(libc::EIO), detail: NO_DETAIL }
+    }
+    fn errno(step: Step, errno: i32) -> Fail {
+        Fail { step, errno, detail: NO_DETAIL }
+    }
+    fn detail(mut self, i: usize) -> Fail {
+        self.detail = u32::try_from(i).unwrap_or(NO_DETAIL);
+        self
+    }
+    /// The exit code that goes with the failure (126/127 for exec, like a shell).
+    fn exit_code(&self) -> i32 {
+        match (self.step, self.errno) {
+            (Step::Exec, libc::ENOENT) => 127,
+            (Step::Exec, _) => 126,
+            _ => EXIT_SETUP,
+        }
+    }
+}
+
+/// Write one record; a failed write cannot be reported anywhere else.
+pub fn report(fd: &OwnedFd, r: Record) {
+    let _ = nix::unistd::write(fd, &r.encode());
+}
+
+/// Everything prepared before the first clone.
+pub struct Prepared {
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    /// Absolute candidates for argv[0] (a PATH search done up front).
+    candidates: Vec<CString>,
+    filter: seccompiler::BpfProgram,
+}
+
+/// The signals forwarded to the command. SIGCHLD is handled, not forwarded.
+const FORWARDED: &[Signal] = &[
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGWINCH,
+    Signal::SIGCONT,
+    Signal::SIGALRM,
+];
+
+fn handled_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in FORWARDED {
+        set.add(*s);
+    }
+    set.add(Signal::SIGCHLD);
+    set
+}
+
+fn main() {
+    // Refuse to run without the protocol fds (someone started the helper by
+    // hand): adopting a closed fd as owned would be unsound.
+    for fd in [SPEC_FD, REPORT_FD, LIFELINE_FD] {
+        if !sys::fd_is_open(fd) {
+            eprintln!("portcullis-helper: fd {fd} is not open; this program is started by the portcullis library");
+            sys::exit_now(EXIT_SETUP);
+        }
+    }
+    // SAFETY: fd 4 is the report pipe the library passed; nothing else in
+    // this process owns it.
+    let report_fd = unsafe { sys::adopt(REPORT_FD) };
+    let code = match outer(&report_fd) {
+        Ok(code) => code,
+        Err(f) => {
+            let code = f.exit_code();
+            report(&report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
+            code
+        }
+    };
+    sys::exit_now(code)
+}
+
+fn errno(e: nix::Error) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+fn read_spec() -> Result<SpawnSpec, Fail> {
+    // SAFETY: fd 3 is the spec memfd the library passed; nothing else owns it.
+    let fd = unsafe { sys::adopt(SPEC_FD) };
+    let mut buf = Vec::new();
+    std::fs::File::from(fd).read_to_end(&mut buf).map_err(|e| Fail::io(Step::ReadSpec, e))?;
+    let spec: SpawnSpec = serde_json::from_slice(&buf).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
+    if spec.version != SPEC_VERSION || spec.argv.is_empty() {
+        return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));
+    }
+    if !cfg!(debug_assertions) && spec.test_switches.any() {
+        // A release helper never weakens a layer on request.
+        return Err(Fail::errno(Step::ReadSpec, libc::EPERM));
+    }
+    Ok(spec)
+}
+
+fn prepare(spec: &SpawnSpec) -> Result<Prepared, Fail> {
+    let c = |b: &Vec<u8>| CString::new(b.clone()).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL));
+    let argv = spec.argv.iter().map(c).collect::<Result<Vec<_>, _>>()?;
+    let envp = spec.env.iter().map(c).collect::<Result<Vec<_>, _>>()?;
+    let arg0 = &spec.argv[0];
+    let candidates = if arg0.contains(&b'/') {
+        vec![c(arg0)?]
+    } else {
+        let path = spec.env.iter().find_map(|e| e.strip_prefix(b"PATH=")).unwrap_or(b"/usr/local/bin:/usr/bin:/bin");
+        path.split(|b| *b == b':')
+            .map(|d| if d.is_empty() { &b"."[..] } else { d })
+            .map(|d| c(&[d, b"/", arg0].concat()))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let filter = filter::compile().map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?;
+    Ok(Prepared { argv, envp, candidates, filter })
+}
+
+fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
+    // Keep 0-2 and the protocol fds; anything else inherited is closed, and
+    // the protocol fds become close-on-exec so the command never sees them.
+    sys::close_range_from(CGROUP_FD as u32 + 1, 0).map_err(|e| Fail::io(Step::Sanitize, e))?;
+    sys::close_range_from(SPEC_FD as u32, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::Sanitize, e))?;
+    let spec = read_spec()?;
+    let prep = prepare(&spec)?;
+    // SAFETY: fd 5 is the lifeline the library passed; nothing else owns it.
+    let lifeline = unsafe { sys::adopt(LIFELINE_FD) };
+    let cgroup = if spec.cgroup {
+        // SAFETY: fd 6 is the cgroup directory the library passed.
+        Some(unsafe { sys::adopt(CGROUP_FD) })
+    } else {
+        None
+    };
+
+    // Block the signals we handle; the command unblocks them before exec.
+    let set = handled_signals();
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None)
+        .map_err(|e| Fail::io(Step::Sanitize, errno(e)))?;
+    let (chan_outer, chan_pid1) = chan::pair().map_err(|e| Fail::io(Step::Clone, e))?;
+
+    if spec.identity.outside_uid != nix::unistd::getuid().as_raw() {
+        // A root caller: drop host root's supplementary groups, which no
+        // mapping could hide (setgroups is denied inside).
+        nix::unistd::setgroups(&[]).map_err(|e| Fail::io(Step::DenySetgroups, errno(e)))?;
+    }
+
+    // The network namespace is not made by clone3: the outer helper makes it
+    // on the other core while pid 1 builds the root (see `parallel_netns`).
+    let flags =
+        (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
+    let (pid, pidfd) =
+        match sys::clone3(flags, cgroup.as_ref().map(|c| c.as_fd())).map_err(|e| Fail::io(Step::Clone, e))? {
+            sys::Forked::Child => {
+                drop(chan_outer);
+                drop(lifeline);
+                drop(cgroup);
+                let f = match pid1(&spec, &prep, chan_pid1, report_fd) {
+                    Ok(never) => match never {},
+                    Err(f) => f,
+                };
+                report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
+                sys::exit_now(f.exit_code());
+            }
+            sys::Forked::Parent { pid, pidfd } => (pid, pidfd),
+        };
+    drop(chan_pid1);
+    drop(cgroup);
+    if let Err(f) = start_pid1(pid, &spec, &chan_outer) {
+        let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+        let _ = waitpid(Pid::from_raw(pid), None);
+        return Err(f);
+    }
+    drop(chan_outer);
+    supervise(pid, pidfd.as_fd(), &lifeline, &set)
+}
+
+/// Write pid 1's maps; for a root caller make the idmapped trees through
+/// pid 1's own user namespace (host side, where only host root may idmap);
+/// send them; then make the network namespace and send it too.
+fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &OwnedFd) -> Result<(), Fail> {
+    write_maps(pid, spec)?;
+    let userns =
+        std::fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from).map_err(|e| Fail::io(Step::Clone, e))?;
+    let trees = if spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })) {
+        mounts::idmapped_trees(spec, userns.as_fd())?
+    } else {
+        Vec::new()
+    };
+    let raw: Vec<i32> = trees.iter().flatten().map(|t| t.as_raw_fd()).collect();
+    chan::send(chan_outer, b'm', &raw).map_err(|e| Fail::io(Step::Idmap, e))?;
+    drop(trees);
+    if spec.network == Network::None {
+        let netns = parallel_netns(&userns)?;
+        chan::send(chan_outer, b'n', &[netns.as_raw_fd()]).map_err(|e| Fail::io(Step::NetNamespace, e))?;
+    }
+    Ok(())
+}
+
+/// Join pid 1's user namespace (we own it, so we hold every capability
+/// there) and make the network namespace with loopback up. This takes about
+/// half a millisecond, which now overlaps with pid 1 building the root.
+/// Afterwards the outer helper only supervises, so leaving the host user
+/// namespace costs it nothing.
+fn parallel_netns(userns: &OwnedFd) -> Result<OwnedFd, Fail> {
+    nix::sched::setns(userns, nix::sched::CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| Fail::io(Step::NetNamespace, errno(e)))?;
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| Fail::io(Step::NetNamespace, errno(e)))?;
+    sys::loopback_up().map_err(|e| Fail::io(Step::NetNamespace, e))?;
+    std::fs::File::open("/proc/thread-self/ns/net").map(OwnedFd::from).map_err(|e| Fail::io(Step::NetNamespace, e))
+}
+
+fn write_maps(pid: libc::pid_t, spec: &SpawnSpec) -> Result<(), Fail> {
+    let base = format!("/proc/{pid}");
+    let id = &spec.identity;
+    std::fs::write(format!("{base}/uid_map"), format!("{} {} 1\n", id.inside_uid, id.outside_uid))
+        .map_err(|e| Fail::io(Step::MapUid, e))?;
+    match std::fs::write(format!("{base}/setgroups"), "deny") {
+        Ok(()) => {}
+        // Kernels before 3.19 have no setgroups file.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Fail::io(Step::DenySetgroups, e)),
+    }
+    std::fs::write(format!("{base}/gid_map"), format!("{} {} 1\n", id.inside_gid, id.outside_gid))
+        .map_err(|e| Fail::io(Step::MapGid, e))?;
+    Ok(())
+}
+
+/// The outer helper's loop: forward signals to pid 1, kill it when the
+/// lifeline closes, and exit with its status once it is gone.
+fn supervise(pid: libc::pid_t, pidfd: BorrowedFd<'_>, lifeline: &OwnedFd, set: &SigSet) -> Result<i32, Fail> {
+    let sfd = SignalFd::with_flags(set, SfdFlags::SFD_CLOEXEC).map_err(|e| Fail::io(Step::Clone, errno(e)))?;
+    let mut lifeline_open = true;
+    loop {
+        let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN), PollFd::new(pidfd, PollFlags::POLLIN)];
+        if lifeline_open {
+            fds.push(PollFd::new(lifeline.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(Fail::io(Step::Clone, errno(e))),
+        }
+        let ready = |i: usize| fds.get(i).and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
+        let (sig_ready, child_ready, life_ready) = (ready(0), ready(1), ready(2));
+        drop(fds);
+        if sig_ready {
+            if let Ok(Some(info)) = sfd.read_signal() {
+                let signo = info.ssi_signo as i32;
+                if signo != libc::SIGCHLD {
+                    let _ = sys::pidfd_send_signal(pidfd, signo);
+                }
+            }
+        }
+        if life_ready {
+            // The library is gone or wants the sandbox dead.
+            lifeline_open = false;
+            let _ = sys::pidfd_send_signal(pidfd, libc::SIGKILL);
+        }
+        if child_ready {
+            match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(_, code)) => return Ok(code),
+                Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
+                Ok(_) => {}
+                Err(nix::Error::EINTR) => {}
+                Err(e) => return Err(Fail::io(Step::Clone, errno(e))),
+            }
+        }
+    }
+}
+
+enum Never {}
+
+/// Pid 1 of the sandbox.
+fn pid1(spec: &SpawnSpec, prep: &Prepared, chan: OwnedFd, report_fd: &OwnedFd) -> Result<Never, Fail> {
+    // The outer helper is single-threaded, so the parent-death signal is tied
+    // to the right thread; waiting for its first message afterwards closes
+    // the race with a parent that died before the prctl (EOF, not a message).
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
+    let trees = match chan::recv(&chan) {
+        Ok(Some((b'm', fds))) => fds,
+        _ => sys::exit_now(EXIT_SETUP),
+    };
+    // Become the mapped ids. A clone keeps its parent's host ids; for a root
+    // caller those (host root) are unmapped here, so switch to the inside
+    // ids, which map to `nobody`. Capabilities in this namespace stay.
+    let id = &spec.identity;
+    let (gid, uid) = (nix::unistd::Gid::from_raw(id.inside_gid), nix::unistd::Uid::from_raw(id.inside_uid));
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| Fail::io(Step::MapGid, errno(e)))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| Fail::io(Step::MapUid, errno(e)))?;
+
+    // The idmapped trees arrive in plan order, one per `idmap` bind.
+    let mut trees = trees.into_iter();
+    let premade: Vec<Option<OwnedFd>> = spec
+        .mounts
+        .iter()
+        .map(|m| if matches!(m, MountOp::Bind { idmap: true, .. }) { trees.next() } else { None })
+        .collect();
+    let sources = mounts::open_sources(spec, premade)?;
+    mounts::build_root(spec, &sources)?;
+    drop(sources);
+    nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, errno(e)))?;
+    if spec.network == Network::None {
+        let netns = match chan::recv(&chan) {
+            Ok(Some((b'n', mut fds))) if fds.len() == 1 => fds.remove(0),
+            _ => return Err(Fail::errno(Step::JoinNetwork, libc::EPIPE)),
+        };
+        nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(|e| Fail::io(Step::JoinNetwork, errno(e)))?;
+    }
+    drop(chan);
+    nix::sys::prctl::set_dumpable(false).map_err(|e| Fail::io(Step::NonDumpable, errno(e)))?;
+    let _ = nix::sys::prctl::set_name(c"portcullis-init");
+
+    // SAFETY: pid 1 is single-threaded (a fresh clone of the single-threaded
+    // outer helper), so the child may do anything after fork.
+    let child = match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, errno(e)))? {
+        nix::unistd::ForkResult::Child => {
+            let f = command::run(spec, prep, report_fd);
+            report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
+            sys::exit_now(f.exit_code());
+        }
+        nix::unistd::ForkResult::Parent { child } => child,
+    };
+    sys::exit_now(reap(child, report_fd))
+}
+
+/// Reap every child; when the command ends, report and return its status.
+fn reap(child: Pid, report_fd: &OwnedFd) -> i32 {
+    let set = handled_signals();
+    loop {
+        let sig = match set.wait() {
+            Ok(s) => s,
+            Err(_) => continue,
+        };
+        if sig != Signal::SIGCHLD {
+            let _ = nix::sys::signal::kill(child, sig);
+            continue;
+        }
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(p, code)) if p == child => {
+                    report(report_fd, Record::Exited(code));
+                    return code;
+                }
+                Ok(WaitStatus::Signaled(p, s, _)) if p == child => {
+                    report(report_fd, Record::Signaled(s as i32));
+                    return 128 + s as i32;
+                }
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+}

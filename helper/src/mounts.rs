@@ -1,0 +1,465 @@
+//! The mount plan: a fresh tmpfs root, binds by fd, read-only carve-outs,
+//! masks, a private /proc and /dev, then `pivot_root`.
+//!
+//! Every bind source is opened once with `RESOLVE_NO_SYMLINKS`, and every
+//! destination is walked component by component with `O_NOFOLLOW` from the
+//! new root, so a symlink planted in the workspace can neither redirect a
+//! source nor a mount point. Mount points are created only on the sandbox's
+//! own root tmpfs; a missing mount point inside a user's tree is an error —
+//! the helper never leaves a stub file behind (a common complaint about
+//! peers). Binds are made with `open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)`, and
+//! `mount_setattr(AT_RECURSIVE)` makes the whole cloned tree read-only, so
+//! submounts cannot stay writable by accident (bubblewrap has to remount each
+//! one by hand).
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
+
+use portcullis_helper::spec::{MountOp, SpawnSpec};
+
+use crate::sys;
+use crate::Fail;
+use portcullis_helper::report::Step;
+
+/// A bind source: a path the helper opened, or a detached mount tree the
+/// outer helper already cloned (and idmapped) on the host side.
+pub enum Source {
+    /// An `O_PATH` fd of the source path.
+    Path(OwnedFd),
+    /// A detached mount, flags already set.
+    Tree(OwnedFd),
+}
+
+/// Bind sources opened before the new root exists, indexed like the plan.
+pub struct Sources(Vec<Option<Source>>);
+
+fn cstr(b: &[u8]) -> io::Result<CString> {
+    CString::new(b).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn errno(e: nix::Error) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+/// Open a host path without following any symlink on the way: the library
+/// resolved it, so a link here means it was swapped since.
+fn open_source(src: &[u8]) -> io::Result<OwnedFd> {
+    let p = cstr(src)?;
+    sys::openat2(
+        libc::AT_FDCWD,
+        &p,
+        libc::O_PATH | libc::O_CLOEXEC,
+        sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS,
+    )
+}
+
+/// Open every bind source not prepared already. Runs in the new mount
+/// namespace, before anything is mounted, so the fds refer to the host's
+/// real paths.
+pub fn open_sources(spec: &SpawnSpec, mut premade: Vec<Option<OwnedFd>>) -> Result<Sources, Fail> {
+    let mut out = Vec::with_capacity(spec.mounts.len());
+    for (i, op) in spec.mounts.iter().enumerate() {
+        out.push(match op {
+            MountOp::Bind { src, .. } => match premade.get_mut(i).and_then(Option::take) {
+                Some(tree) => Some(Source::Tree(tree)),
+                None => Some(Source::Path(open_source(src).map_err(|e| Fail::io(Step::OpenSources, e).detail(i))?)),
+            },
+            _ => None,
+        });
+    }
+    Ok(Sources(out))
+}
+
+/// Root callers: clone each `idmap` bind on the host side and idmap it
+/// through `userns`, whose map sends host root to the command's host id.
+/// Must run in the caller's mount namespace, with host root's
+/// CAP_SYS_ADMIN (only the filesystem's owner namespace may idmap).
+pub fn idmapped_trees(spec: &SpawnSpec, userns: BorrowedFd<'_>) -> Result<Vec<Option<OwnedFd>>, Fail> {
+    let mut out = Vec::with_capacity(spec.mounts.len());
+    for (i, op) in spec.mounts.iter().enumerate() {
+        out.push(match op {
+            MountOp::Bind { src, writable, idmap: true, .. } => {
+                let tree = (|| {
+                    let fd = open_source(src)?;
+                    let tree = sys::open_tree(
+                        fd.as_fd(),
+                        c"",
+                        sys::OPEN_TREE_CLONE | sys::OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as u32 | sys::AT_RECURSIVE,
+                    )?;
+                    let mut set = sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV;
+                    let skip_readonly = cfg!(debug_assertions) && spec.test_switches.skip_readonly;
+                    if !*writable && !skip_readonly {
+                        set |= sys::MOUNT_ATTR_RDONLY;
+                    }
+                    sys::mount_setattr_idmap(tree.as_fd(), false, set, userns)?;
+                    sys::mount_setattr(tree.as_fd(), true, set, 0)?;
+                    Ok::<_, io::Error>(tree)
+                })()
+                .map_err(|e| Fail::io(Step::Idmap, e).detail(i))?;
+                Some(tree)
+            }
+            _ => None,
+        });
+    }
+    Ok(out)
+}
+
+/// The sandbox's root while it is being built.
+struct Root {
+    fd: OwnedFd,
+    /// Devices of the tmpfs mounts the helper made (root, /tmp, /dev/shm):
+    /// the only places where a missing mount point may be created.
+    own_devs: Vec<u64>,
+    skip_readonly: bool,
+    /// Template mount with an empty unreadable dir `d` and file `f`.
+    mask: Option<OwnedFd>,
+}
+
+fn is_dir(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let st = fstat(fd).map_err(errno)?;
+    Ok(SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR)
+}
+
+fn is_device(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let st = fstat(fd).map_err(errno)?;
+    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    Ok(kind == SFlag::S_IFCHR || kind == SFlag::S_IFBLK)
+}
+
+fn is_symlink(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let st = fstat(fd).map_err(errno)?;
+    Ok(SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK)
+}
+
+fn components(path: &[u8]) -> io::Result<Vec<&[u8]>> {
+    if !path.starts_with(b"/") {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let parts: Vec<&[u8]> = path.split(|b| *b == b'/').filter(|c| !c.is_empty()).collect();
+    if parts.iter().any(|c| *c == b"." || *c == b"..") {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(parts)
+}
+
+fn open_path(dir: BorrowedFd<'_>, name: &[u8], extra: OFlag) -> io::Result<OwnedFd> {
+    let c = cstr(name)?;
+    openat(dir, c.as_c_str(), OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | extra, Mode::empty())
+        .map_err(errno)
+}
+
+impl Root {
+    fn on_root_tmpfs(&self, fd: BorrowedFd<'_>) -> io::Result<bool> {
+        Ok(self.own_devs.contains(&fstat(fd).map_err(errno)?.st_dev))
+    }
+
+    /// Walk to `path` without following links. A missing component is
+    /// created (a directory, or for the last one a directory or an empty
+    /// file) only when its parent is on the sandbox's own root tmpfs.
+    fn walk(&self, path: &[u8], create: Option<bool>) -> io::Result<OwnedFd> {
+        let parts = components(path)?;
+        let mut cur = open_path(self.fd.as_fd(), b".", OFlag::O_DIRECTORY)?;
+        for (i, name) in parts.iter().enumerate() {
+            let last = i + 1 == parts.len();
+            let want_dir = !last || create != Some(false);
+            let extra = if last { OFlag::empty() } else { OFlag::O_DIRECTORY };
+            let next = match open_path(cur.as_fd(), name, extra) {
+                Ok(fd) => fd,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create.is_some() => {
+                    if !self.on_root_tmpfs(cur.as_fd())? {
+                        // Never create a mount point in the user's tree.
+                        return Err(e);
+                    }
+                    let c = cstr(name)?;
+                    if want_dir {
+                        mkdirat(cur.as_fd(), c.as_c_str(), Mode::from_bits_truncate(0o755)).map_err(errno)?;
+                    } else {
+                        let f = openat(
+                            cur.as_fd(),
+                            c.as_c_str(),
+                            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+                            Mode::from_bits_truncate(0o644),
+                        )
+                        .map_err(errno)?;
+                        drop(f);
+                    }
+                    open_path(cur.as_fd(), name, extra)?
+                }
+                Err(e) => return Err(e),
+            };
+            if last && is_symlink(next.as_fd())? {
+                return Err(io::Error::from_raw_os_error(libc::ELOOP));
+            }
+            cur = next;
+        }
+        Ok(cur)
+    }
+
+    /// Clone the tree at `src` and attach it at `dst`, read-only unless
+    /// `writable`.
+    fn bind_fd(&self, src: BorrowedFd<'_>, dst: BorrowedFd<'_>, writable: bool) -> io::Result<()> {
+        let tree = sys::open_tree(
+            src,
+            c"",
+            sys::OPEN_TREE_CLONE | sys::OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as u32 | sys::AT_RECURSIVE,
+        )?;
+        // nodev everywhere except on the device nodes the plan binds into
+        // /dev on purpose (null, zero, tty, ...): those must stay usable.
+        let mut set = sys::MOUNT_ATTR_NOSUID;
+        if !is_device(src)? {
+            set |= sys::MOUNT_ATTR_NODEV;
+        }
+        if !writable && !self.skip_readonly {
+            set |= sys::MOUNT_ATTR_RDONLY;
+        }
+        sys::mount_setattr(tree.as_fd(), true, set, 0)?;
+        sys::move_mount(tree.as_fd(), dst)
+    }
+
+    fn fresh_fs(&self, fstype: &CStr, opts: &[(&CStr, &CStr)], attrs: u64) -> io::Result<OwnedFd> {
+        let ctx = sys::fsopen(fstype)?;
+        for (k, v) in opts {
+            sys::fsconfig_set(ctx.as_fd(), k, v)?;
+        }
+        sys::fs_create_mount(ctx.as_fd(), attrs)
+    }
+
+    fn mask(&self, dst: BorrowedFd<'_>) -> io::Result<()> {
+        let tmpl = self.mask.as_ref().ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let name: &CStr = if is_dir(dst)? { c"d" } else { c"f" };
+        let tree = sys::open_tree(tmpl.as_fd(), name, sys::OPEN_TREE_CLONE | sys::OPEN_TREE_CLOEXEC)?;
+        sys::mount_setattr(
+            tree.as_fd(),
+            false,
+            sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC,
+            0,
+        )?;
+        sys::move_mount(tree.as_fd(), dst)
+    }
+
+    fn readonly_again(&self, dst: BorrowedFd<'_>) -> io::Result<()> {
+        if self.skip_readonly {
+            return Ok(());
+        }
+        self.bind_fd(dst, dst, false)
+    }
+
+    fn apply(&mut self, op: &MountOp, src: Option<&Source>) -> io::Result<()> {
+        match op {
+            MountOp::Bind { dst, writable, .. } => match src {
+                Some(Source::Path(src)) => {
+                    let target = self.walk(dst, Some(is_dir(src.as_fd())?))?;
+                    self.bind_fd(src.as_fd(), target.as_fd(), *writable)
+                }
+                Some(Source::Tree(tree)) => {
+                    let target = self.walk(dst, Some(is_dir(tree.as_fd())?))?;
+                    sys::move_mount(tree.as_fd(), target.as_fd())
+                }
+                None => Err(io::Error::from_raw_os_error(libc::EBADF)),
+            },
+            MountOp::Tmpfs { dst, mode, size } => {
+                let target = self.walk(dst, Some(true))?;
+                let mode = cstr(format!("{mode:o}").as_bytes())?;
+                let size = cstr(size.to_string().as_bytes())?;
+                let m = self.fresh_fs(
+                    c"tmpfs",
+                    &[(c"mode", &mode), (c"size", &size)],
+                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+                )?;
+                self.own_devs.push(fstat(m.as_fd()).map_err(errno)?.st_dev);
+                sys::move_mount(m.as_fd(), target.as_fd())
+            }
+            MountOp::Proc { dst } => {
+                let target = self.walk(dst, Some(true))?;
+                let m = self.fresh_fs(
+                    c"proc",
+                    &[],
+                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC,
+                )?;
+                sys::move_mount(m.as_fd(), target.as_fd())?;
+                let proc_root = open_path(self.fd.as_fd(), &dst[1..], OFlag::O_DIRECTORY)?;
+                // Kernel knobs stay read-only: a root caller's uid 0 would
+                // otherwise pass the mode checks of /proc/sys files.
+                for name in PROC_READONLY {
+                    if let Ok(fd) = open_path(proc_root.as_fd(), name.as_bytes(), OFlag::empty()) {
+                        if !self.skip_readonly {
+                            self.bind_fd(fd.as_fd(), fd.as_fd(), false)?;
+                        }
+                    }
+                }
+                for name in PROC_MASKED {
+                    if let Ok(fd) = open_path(proc_root.as_fd(), name.as_bytes(), OFlag::empty()) {
+                        self.mask(fd.as_fd())?;
+                    }
+                }
+                Ok(())
+            }
+            MountOp::Devpts { dst } => {
+                let target = self.walk(dst, Some(true))?;
+                let m = self.fresh_fs(
+                    c"devpts",
+                    &[(c"ptmxmode", c"0666"), (c"mode", c"0620")],
+                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
+                )?;
+                sys::move_mount(m.as_fd(), target.as_fd())
+            }
+            MountOp::Symlink { target, dst } => {
+                let parts = components(dst)?;
+                let (name, parent) = parts.split_last().ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+                let mut parent_path = Vec::new();
+                for p in parent {
+                    parent_path.push(b'/');
+                    parent_path.extend_from_slice(p);
+                }
+                if parent_path.is_empty() {
+                    parent_path.push(b'/');
+                }
+                let dir = if parent.is_empty() {
+                    open_path(self.fd.as_fd(), b".", OFlag::O_DIRECTORY)?
+                } else {
+                    self.walk(&parent_path, Some(true))?
+                };
+                if !self.on_root_tmpfs(dir.as_fd())? {
+                    return Err(io::Error::from_raw_os_error(libc::EXDEV));
+                }
+                // An O_PATH fd cannot be used with symlinkat; reopen the dir.
+                let c_name = cstr(name)?;
+                let c_target = cstr(target)?;
+                let dirfd =
+                    openat(dir.as_fd(), c".", OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
+                        .map_err(errno)?;
+                nix::unistd::symlinkat(c_target.as_c_str(), dirfd.as_fd(), c_name.as_c_str()).map_err(errno)
+            }
+            MountOp::ReadOnly { dst } => {
+                let target = self.walk(dst, None)?;
+                self.readonly_again(target.as_fd())
+            }
+            MountOp::Mask { dst } => {
+                let target = self.walk(dst, None)?;
+                self.mask(target.as_fd())
+            }
+        }
+    }
+}
+
+/// /proc entries that stay read-only (the kernel knobs).
+const PROC_READONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
+/// /proc entries hidden behind an empty mask (information leaks).
+const PROC_MASKED: &[&str] = &[
+    "kcore",
+    "keys",
+    "key-users",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "acpi",
+    "scsi",
+    "kallsyms",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+    "config.gz",
+];
+
+/// The directory (on the host, in our private mount namespace) the new root
+/// is attached to while it is built. Nothing is created there.
+const ATTACH_POINTS: &[&CStr] = &[c"/tmp", c"/mnt", c"/"];
+
+/// Build the whole sandbox root and pivot into it.
+pub fn build_root(spec: &SpawnSpec, sources: &Sources) -> Result<(), Fail> {
+    let skip_readonly = cfg!(debug_assertions) && spec.test_switches.skip_readonly;
+    // Nothing we mount may propagate back to the host.
+    nix::mount::mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| Fail::io(Step::MakePrivate, errno(e)))?;
+
+    let mut root = mount_root(skip_readonly).map_err(|e| Fail::io(Step::MountRoot, e))?;
+    for (i, op) in spec.mounts.iter().enumerate() {
+        root.apply(op, sources.0.get(i).and_then(Option::as_ref)).map_err(|e| Fail::io(Step::Mount, e).detail(i))?;
+    }
+    let root_fd = root.fd.as_raw_fd();
+    finish_mask_template(&root).map_err(|e| Fail::io(Step::MountRoot, e))?;
+
+    nix::unistd::fchdir(root.fd.as_fd()).map_err(|e| Fail::io(Step::PivotRoot, errno(e)))?;
+    let _ = root_fd;
+    nix::unistd::pivot_root(".", ".").map_err(|e| Fail::io(Step::PivotRoot, errno(e)))?;
+    nix::mount::umount2(".", nix::mount::MntFlags::MNT_DETACH).map_err(|e| Fail::io(Step::DetachOldRoot, errno(e)))?;
+    nix::unistd::chdir("/").map_err(|e| Fail::io(Step::DetachOldRoot, errno(e)))?;
+    // The root tmpfs holds only mount points: nothing may be created there.
+    let slash = open_path(root.fd.as_fd(), b".", OFlag::O_DIRECTORY).map_err(|e| Fail::io(Step::RemountRoot, e))?;
+    sys::mount_setattr(slash.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0).map_err(|e| Fail::io(Step::RemountRoot, e))?;
+    Ok(())
+}
+
+const MASK_DIR: &[u8] = b".portcullis-mask";
+
+fn mount_root(skip_readonly: bool) -> io::Result<Root> {
+    let ctx = sys::fsopen(c"tmpfs")?;
+    sys::fsconfig_set(ctx.as_fd(), c"mode", c"0755")?;
+    sys::fsconfig_set(ctx.as_fd(), c"size", c"1m")?;
+    let m = sys::fs_create_mount(ctx.as_fd(), sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV)?;
+    let mut attached = Err(io::Error::from_raw_os_error(libc::ENOENT));
+    for p in ATTACH_POINTS {
+        let at = match nix::fcntl::open(
+            *p,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(e) => {
+                attached = Err(errno(e));
+                continue;
+            }
+        };
+        attached = sys::move_mount(m.as_fd(), at.as_fd());
+        if attached.is_ok() {
+            break;
+        }
+    }
+    attached?;
+    let dev = fstat(m.as_fd()).map_err(errno)?.st_dev;
+    let mut root = Root { fd: m, own_devs: vec![dev], skip_readonly, mask: None };
+
+    // A template for masks: an empty unreadable dir and file on the root
+    // tmpfs. Masks are bind clones of them; the template is unlinked before
+    // the command starts (the clones keep the inodes alive). Unlinking, not
+    // unmounting, spares an RCU grace period per spawn.
+    let tdir_path = [b"/", MASK_DIR].concat();
+    drop(root.walk(&tdir_path, Some(true))?);
+    let tdir = openat(
+        root.fd.as_fd(),
+        std::ffi::OsStr::from_bytes(MASK_DIR),
+        OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(errno)?;
+    mkdirat(tdir.as_fd(), c"d", Mode::empty()).map_err(errno)?;
+    drop(
+        openat(tdir.as_fd(), c"f", OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty())
+            .map_err(errno)?,
+    );
+    let tmpl = open_path(root.fd.as_fd(), MASK_DIR, OFlag::O_DIRECTORY)?;
+    root.mask = Some(tmpl);
+    Ok(root)
+}
+
+fn finish_mask_template(root: &Root) -> io::Result<()> {
+    let name = std::ffi::OsStr::from_bytes(MASK_DIR);
+    let dirfd = openat(root.fd.as_fd(), c".", OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(errno)?;
+    let tdir = openat(dirfd.as_fd(), name, OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(errno)?;
+    nix::unistd::unlinkat(tdir.as_fd(), "f", nix::unistd::UnlinkatFlags::NoRemoveDir).map_err(errno)?;
+    nix::unistd::unlinkat(tdir.as_fd(), "d", nix::unistd::UnlinkatFlags::RemoveDir).map_err(errno)?;
+    nix::unistd::unlinkat(dirfd.as_fd(), name, nix::unistd::UnlinkatFlags::RemoveDir).map_err(errno)
+}

@@ -1,0 +1,245 @@
+//! What the helper tells the library, as fixed-size records on a pipe.
+//!
+//! The helper never formats strings or sends JSON while it builds the
+//! sandbox: a failing step writes one 16-byte [`Record`] naming the
+//! [`Step`], the errno and an index into the spec (which mount failed), and
+//! the library turns that into a typed error. The write end is close-on-exec
+//! in the command, so the records that can arrive are: at most one `Error`,
+//! one `Applied` (what the command really runs under), and one `Exited` or
+//! `Signaled` from the sandbox's pid 1 when the command ends.
+
+/// Format version of a record.
+pub const RECORD_VERSION: u8 = 1;
+/// Size in bytes of one encoded record.
+pub const RECORD_LEN: usize = 16;
+/// `detail` value meaning "no index".
+pub const NO_DETAIL: u32 = u32::MAX;
+
+macro_rules! steps {
+    ($( $(#[$doc:meta])* $name:ident = $n:literal, $text:literal; )*) => {
+        /// The helper's setup steps, in the order they run.
+        ///
+        /// `docs/sandbox.md` lists the same steps in the same order; a test
+        /// keeps the two from drifting apart.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u16)]
+        pub enum Step {
+            $( $(#[$doc])* $name = $n, )*
+        }
+
+        impl Step {
+            /// Every step, in order.
+            pub const ALL: &'static [Step] = &[$(Step::$name,)*];
+
+            /// A short lowercase description for error messages.
+            pub fn describe(self) -> &'static str {
+                match self { $(Step::$name => $text,)* }
+            }
+        }
+
+        impl TryFrom<u16> for Step {
+            type Error = u16;
+            fn try_from(v: u16) -> Result<Self, u16> {
+                match v { $($n => Ok(Step::$name),)* other => Err(other) }
+            }
+        }
+    };
+}
+
+steps! {
+    /// Close inherited fds above the protocol fds; the environment is
+    /// already empty (the library spawns the helper with a cleared one).
+    Sanitize = 1, "sanitizing inherited file descriptors";
+    /// Read and validate the spec from the memfd on fd 3.
+    ReadSpec = 2, "reading the spawn spec";
+    /// Compile the seccomp filter, before any namespace exists.
+    CompileSeccomp = 3, "compiling the seccomp filter";
+    /// `clone3` into new user, mount, pid, ipc, uts (and net) namespaces,
+    /// born inside the per-command cgroup.
+    Clone = 4, "creating the namespaces (clone3)";
+    /// Write the child's `uid_map` (caller uid to itself).
+    MapUid = 5, "writing uid_map";
+    /// Write `deny` to `setgroups` (required before gid_map, CVE-2014-8989).
+    DenySetgroups = 6, "denying setgroups";
+    /// Write the child's `gid_map`.
+    MapGid = 7, "writing gid_map";
+    /// Root callers only: clone the `idmap` binds on the host side and
+    /// idmap them through pid 1's user namespace (host root to the command's
+    /// id); they travel to pid 1 over the setup socket.
+    Idmap = 8, "preparing idmapped mounts";
+    /// The outer helper joins pid 1's user namespace and makes the network
+    /// namespace with loopback up, in parallel with pid 1 building the root.
+    NetNamespace = 9, "making the network namespace";
+    /// Pid 1 arms `PR_SET_PDEATHSIG` and waits for the maps.
+    ParentDeath = 10, "arming parent-death signal";
+    /// Make every mount private, so nothing propagates to the host.
+    MakePrivate = 11, "making mounts private";
+    /// Open every other bind source with `RESOLVE_NO_SYMLINKS`.
+    OpenSources = 12, "opening mount sources";
+    /// Create and attach the sandbox's root tmpfs.
+    MountRoot = 13, "mounting the root tmpfs";
+    /// Carry out one mount op of the plan (`detail` is its index).
+    Mount = 14, "carrying out a mount";
+    /// `pivot_root` into the new root.
+    PivotRoot = 15, "pivoting into the new root";
+    /// Detach the old root.
+    DetachOldRoot = 16, "detaching the old root";
+    /// Make the root tmpfs itself read-only.
+    RemountRoot = 17, "making the root read-only";
+    /// Set the hostname of the private uts namespace.
+    Hostname = 18, "setting the hostname";
+    /// Pid 1 joins the network namespace the outer helper made.
+    JoinNetwork = 19, "joining the network namespace";
+    /// Make pid 1 non-dumpable: no ptrace, no `/proc/1/mem`, no `/proc/1/environ`.
+    NonDumpable = 20, "making pid 1 non-dumpable";
+    /// Fork the command process.
+    ForkCommand = 21, "forking the command";
+    /// `setsid`: no controlling terminal, no TIOCSTI into the caller's tty.
+    NewSession = 22, "starting a new session";
+    /// Change to the working directory.
+    Chdir = 23, "changing to the working directory";
+    /// Set resource limits.
+    Rlimits = 24, "setting resource limits";
+    /// Drop every capability from all five sets.
+    DropCaps = 25, "dropping capabilities";
+    /// `PR_SET_NO_NEW_PRIVS`.
+    NoNewPrivs = 26, "setting no_new_privs";
+    /// Install the Landlock write rules.
+    Landlock = 27, "installing landlock rules";
+    /// Install the seccomp filter (last, before exec).
+    Seccomp = 28, "installing the seccomp filter";
+    /// Mark every fd above 2 close-on-exec.
+    CloseFds = 29, "closing file descriptors";
+    /// `execve` the command.
+    Exec = 30, "executing the command";
+}
+
+/// What a record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// A setup step failed with `errno`; `detail` indexes the spec's mounts
+    /// for [`Step::Mount`] and is [`NO_DETAIL`] otherwise.
+    Error { step: Result<Step, u16>, errno: i32, detail: u32 },
+    /// The command is about to be executed under these layers.
+    Applied(Applied),
+    /// The command exited with this code.
+    Exited(i32),
+    /// The command was killed by this signal.
+    Signaled(i32),
+}
+
+/// The enforcement the command actually runs under, as the helper saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Applied {
+    /// The Landlock ABI the kernel offered (0: none).
+    pub landlock_abi: u32,
+    /// Whether Landlock enforced the write rules fully.
+    pub landlock_full: bool,
+    /// Whether Landlock enforced at least part of the rules.
+    pub landlock_partial: bool,
+    /// Whether the seccomp filter is installed.
+    pub seccomp: bool,
+    /// Whether the mount plan's read-only barrier is in place.
+    pub readonly_mounts: bool,
+}
+
+const KIND_ERROR: u8 = 1;
+const KIND_APPLIED: u8 = 2;
+const KIND_EXITED: u8 = 3;
+const KIND_SIGNALED: u8 = 4;
+
+impl Record {
+    /// Encode into the fixed 16-byte wire form (little endian):
+    /// `version u8, kind u8, step u16, value i32, detail u32, flags u32`.
+    pub fn encode(&self) -> [u8; RECORD_LEN] {
+        let (kind, step, value, detail, flags): (u8, u16, i32, u32, u32) = match *self {
+            Record::Error { step, errno, detail } => {
+                let s = match step {
+                    Ok(s) => s as u16,
+                    Err(raw) => raw,
+                };
+                (KIND_ERROR, s, errno, detail, 0)
+            }
+            Record::Applied(a) => {
+                let flags = u32::from(a.landlock_full)
+                    | u32::from(a.landlock_partial) << 1
+                    | u32::from(a.seccomp) << 2
+                    | u32::from(a.readonly_mounts) << 3;
+                (KIND_APPLIED, 0, 0, a.landlock_abi, flags)
+            }
+            Record::Exited(code) => (KIND_EXITED, 0, code, 0, 0),
+            Record::Signaled(sig) => (KIND_SIGNALED, 0, sig, 0, 0),
+        };
+        let mut out = [0u8; RECORD_LEN];
+        out[0] = RECORD_VERSION;
+        out[1] = kind;
+        out[2..4].copy_from_slice(&step.to_le_bytes());
+        out[4..8].copy_from_slice(&value.to_le_bytes());
+        out[8..12].copy_from_slice(&detail.to_le_bytes());
+        out[12..16].copy_from_slice(&flags.to_le_bytes());
+        out
+    }
+
+    /// Decode a record; `None` for a wrong version or an unknown kind.
+    pub fn decode(b: &[u8; RECORD_LEN]) -> Option<Record> {
+        if b[0] != RECORD_VERSION {
+            return None;
+        }
+        let step = u16::from_le_bytes([b[2], b[3]]);
+        let value = i32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let detail = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+        let flags = u32::from_le_bytes([b[12], b[13], b[14], b[15]]);
+        match b[1] {
+            KIND_ERROR => Some(Record::Error { step: Step::try_from(step), errno: value, detail }),
+            KIND_APPLIED => Some(Record::Applied(Applied {
+                landlock_abi: detail,
+                landlock_full: flags & 1 != 0,
+                landlock_partial: flags & 2 != 0,
+                seccomp: flags & 4 != 0,
+                readonly_mounts: flags & 8 != 0,
+            })),
+            KIND_EXITED => Some(Record::Exited(value)),
+            KIND_SIGNALED => Some(Record::Signaled(value)),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let cases = [
+            Record::Error { step: Ok(Step::Mount), errno: 13, detail: 4 },
+            Record::Error { step: Err(999), errno: 1, detail: NO_DETAIL },
+            Record::Applied(Applied {
+                landlock_abi: 7,
+                landlock_full: true,
+                landlock_partial: false,
+                seccomp: true,
+                readonly_mounts: true,
+            }),
+            Record::Exited(3),
+            Record::Signaled(9),
+        ];
+        for r in cases {
+            assert_eq!(Record::decode(&r.encode()), Some(r));
+        }
+    }
+
+    #[test]
+    fn wrong_version_is_refused() {
+        let mut b = Record::Exited(0).encode();
+        b[0] = 9;
+        assert_eq!(Record::decode(&b), None);
+    }
+
+    #[test]
+    fn steps_are_numbered_in_order() {
+        for w in Step::ALL.windows(2) {
+            assert!((w[0] as u16) < (w[1] as u16));
+        }
+    }
+}

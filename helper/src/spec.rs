@@ -1,0 +1,191 @@
+//! The spawn spec: everything the helper needs, decided by the library.
+//!
+//! Paths and arguments are raw bytes, so non-UTF-8 names survive the trip.
+//! Every host path in a spec has been resolved by the library (symlinks
+//! collapsed); the helper opens each one with `RESOLVE_NO_SYMLINKS`, so a
+//! path swapped for a link between planning and spawning fails instead of
+//! being followed.
+
+use serde::{Deserialize, Serialize};
+
+/// Raw bytes of a path, an argument or an environment entry.
+pub type Bytes = Vec<u8>;
+
+/// Version of the spec format; the helper refuses any other.
+pub const SPEC_VERSION: u32 = 1;
+
+/// One command to run in a fresh sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnSpec {
+    /// Must equal [`SPEC_VERSION`].
+    pub version: u32,
+    /// The command and its arguments; `argv[0]` is looked up in the spec's
+    /// `PATH` when it holds no `/`.
+    pub argv: Vec<Bytes>,
+    /// The command's whole environment, as `NAME=value` entries.
+    pub env: Vec<Bytes>,
+    /// Working directory inside the sandbox (an absolute path).
+    pub cwd: Bytes,
+    /// Who the command is, inside and on the host.
+    pub identity: Identity,
+    /// Network isolation.
+    pub network: Network,
+    /// The mount plan, carried out in order on a fresh tmpfs root.
+    pub mounts: Vec<MountOp>,
+    /// The Landlock write barrier.
+    pub landlock: LandlockSpec,
+    /// Resource limits set before the command starts.
+    pub rlimits: Vec<Rlimit>,
+    /// Whether a cgroup directory fd is passed on [`crate::CGROUP_FD`].
+    pub cgroup: bool,
+    /// Switches that break one layer on purpose, so tests can prove the other
+    /// layer holds alone. Honoured only by debug builds of the helper; a
+    /// release helper refuses a spec that sets any of them.
+    #[serde(default)]
+    pub test_switches: TestSwitches,
+}
+
+/// The sandbox's single-id user namespace mapping.
+///
+/// An unprivileged caller maps to itself, so files keep their real owner. A
+/// root caller is mapped to an unprivileged host id (`nobody`) — its command
+/// must never hold host root's power over root-owned files — and the binds
+/// marked `idmap` are idmapped so that root-owned files there appear owned by
+/// the command (and files it creates land as root on disk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Identity {
+    /// The uid inside the sandbox.
+    pub inside_uid: u32,
+    /// The gid inside the sandbox.
+    pub inside_gid: u32,
+    /// The host uid it maps to.
+    pub outside_uid: u32,
+    /// The host gid it maps to.
+    pub outside_gid: u32,
+}
+
+impl Identity {
+    /// Whether the command's host ids differ from the caller's (root caller).
+    pub fn remapped(&self, caller_uid: u32) -> bool {
+        self.outside_uid != caller_uid
+    }
+}
+
+/// Network isolation of the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// A private network namespace holding only a loopback interface.
+    None,
+    /// The host's network namespace.
+    Host,
+}
+
+/// One step of the mount plan. Destinations are absolute paths inside the
+/// sandbox; sources are absolute, resolved host paths.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum MountOp {
+    /// Bind the host path `src` (with every mount below it) at `dst`,
+    /// read-only unless `writable`. Always `nosuid,nodev`. With `idmap`
+    /// (root callers only), files owned by host root appear owned by the
+    /// sandbox's uid 0 there, i.e. by the command.
+    Bind {
+        src: Bytes,
+        dst: Bytes,
+        writable: bool,
+        #[serde(default)]
+        idmap: bool,
+    },
+    /// A fresh tmpfs at `dst` (`/tmp`, `/dev/shm`).
+    Tmpfs { dst: Bytes, mode: u32, size: u64 },
+    /// A fresh procfs for the sandbox's pid namespace, with the kernel knobs
+    /// read-only and the information leaks masked.
+    Proc { dst: Bytes },
+    /// A private devpts instance, with `/dev/ptmx` pointing into it.
+    Devpts { dst: Bytes },
+    /// A symbolic link at `dst` (on the sandbox's own root tmpfs).
+    Symlink { target: Bytes, dst: Bytes },
+    /// Make an existing path read-only again inside a writable area (a
+    /// protected carve-out such as `.git/hooks`).
+    ReadOnly { dst: Bytes },
+    /// Hide an existing path: an empty, unreadable file or directory is
+    /// mounted over it.
+    Mask { dst: Bytes },
+}
+
+impl MountOp {
+    /// The destination path inside the sandbox.
+    pub fn dst(&self) -> &[u8] {
+        match self {
+            MountOp::Bind { dst, .. }
+            | MountOp::Tmpfs { dst, .. }
+            | MountOp::Proc { dst }
+            | MountOp::Devpts { dst }
+            | MountOp::Symlink { dst, .. }
+            | MountOp::ReadOnly { dst }
+            | MountOp::Mask { dst } => dst,
+        }
+    }
+}
+
+/// The Landlock layer: writes are allowed only beneath `writable`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LandlockSpec {
+    /// Paths inside the sandbox beneath which writing is allowed.
+    pub writable: Vec<Bytes>,
+    /// Refuse to run when the kernel cannot enforce the write rules.
+    pub required: bool,
+    /// Deny every TCP bind and connect (ABI 4 and later).
+    pub deny_tcp: bool,
+    /// Scope abstract unix sockets and signals to the sandbox (ABI 6).
+    pub scope: bool,
+}
+
+/// A resource limit, set with `setrlimit` just before exec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rlimit {
+    /// Which limit.
+    pub resource: RlimitKind,
+    /// Soft and hard value.
+    pub value: u64,
+}
+
+/// The resource limits the spec may set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RlimitKind {
+    /// Processes of the sandbox's user (counted per user namespace, so per
+    /// sandbox): the fallback for a missing `pids` controller.
+    Nproc,
+    /// Address space per process: the fallback for a missing `memory`
+    /// controller.
+    As,
+    /// Core dump size.
+    Core,
+    /// Open files.
+    Nofile,
+}
+
+/// Test-only switches; see [`SpawnSpec::test_switches`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestSwitches {
+    /// Leave every bind writable (the mount barrier is broken).
+    #[serde(default)]
+    pub skip_readonly: bool,
+    /// Do not install Landlock (the Landlock barrier is broken).
+    #[serde(default)]
+    pub skip_landlock: bool,
+}
+
+impl TestSwitches {
+    /// Whether any switch is set.
+    pub fn any(&self) -> bool {
+        self.skip_readonly || self.skip_landlock
+    }
+}

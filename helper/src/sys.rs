@@ -1,0 +1,300 @@
+//! Thin wrappers over the raw syscalls nix does not cover: `clone3`, the
+//! new mount API, `openat2`, `close_range`, `pidfd_send_signal` and the
+//! Landlock ABI probe. Each turns `-1/errno` into `io::Result`; every other
+//! module of the helper is free of `unsafe` for these calls.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+fn cvt(r: libc::c_long) -> io::Result<libc::c_long> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn owned(r: libc::c_long) -> io::Result<OwnedFd> {
+    let fd = RawFd::try_from(cvt(r)?).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+// <linux/mount.h>
+pub const OPEN_TREE_CLONE: u32 = 1;
+pub const OPEN_TREE_CLOEXEC: u32 = libc::O_CLOEXEC as u32;
+pub const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
+pub const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
+pub const FSOPEN_CLOEXEC: u32 = 1;
+pub const FSMOUNT_CLOEXEC: u32 = 1;
+pub const FSCONFIG_SET_STRING: u32 = 1;
+pub const FSCONFIG_CMD_CREATE: u32 = 6;
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+pub const AT_RECURSIVE: u32 = 0x8000;
+// <linux/openat2.h>
+pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+// <linux/sched.h>
+pub const CLONE_PIDFD: u64 = 0x1000;
+pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `struct clone_args` from `<linux/sched.h>` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// What `clone3` returned.
+pub enum Forked {
+    /// In the child.
+    Child,
+    /// In the parent: the child's pid and a pidfd for it.
+    Parent { pid: libc::pid_t, pidfd: OwnedFd },
+}
+
+/// `clone3` without a new stack (fork semantics) with `flags`, a pidfd and,
+/// when given, `CLONE_INTO_CGROUP`.
+///
+/// Sound only in a single-threaded process: the child continues on a copy of
+/// the caller's memory, as after `fork`. The helper never starts threads.
+pub fn clone3(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> io::Result<Forked> {
+    let mut pidfd: libc::c_int = -1;
+    let mut args = CloneArgs {
+        flags: flags | CLONE_PIDFD,
+        pidfd: std::ptr::addr_of_mut!(pidfd) as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..CloneArgs::default()
+    };
+    if let Some(cg) = cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = cg.as_raw_fd() as u64;
+    }
+    // SAFETY: `args` is a valid clone_args of the size passed; no stack is
+    // given, so the child runs on a copy-on-write copy of this (single-
+    // threaded) process, like fork(2).
+    let r = cvt(unsafe {
+        libc::syscall(libc::SYS_clone3, std::ptr::addr_of_mut!(args), std::mem::size_of::<CloneArgs>())
+    })?;
+    if r == 0 {
+        return Ok(Forked::Child);
+    }
+    let pid = libc::pid_t::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: CLONE_PIDFD stored a fresh pidfd that we now own.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    Ok(Forked::Parent { pid, pidfd })
+}
+
+/// `pidfd_send_signal(pidfd, sig, NULL, 0)`.
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain syscall on a borrowed, open pidfd; NULL siginfo is allowed.
+    cvt(unsafe {
+        libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0)
+    })
+    .map(drop)
+}
+
+/// `open_tree(dirfd, path, flags)`.
+pub fn open_tree(dirfd: BorrowedFd<'_>, path: &CStr, flags: u32) -> io::Result<OwnedFd> {
+    // SAFETY: `path` is a valid NUL-terminated string and `dirfd` is open.
+    owned(unsafe { libc::syscall(libc::SYS_open_tree, dirfd.as_raw_fd(), path.as_ptr(), flags) })
+}
+
+/// `move_mount(from, "", to, "", F_EMPTY_PATH|T_EMPTY_PATH)`: attach the
+/// mount `from` on top of the path `to` refers to.
+pub fn move_mount(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> io::Result<()> {
+    let empty = c"";
+    // SAFETY: both fds are open and the paths are valid empty C strings.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from.as_raw_fd(),
+            empty.as_ptr(),
+            to.as_raw_fd(),
+            empty.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
+/// `struct mount_attr` from `<linux/mount.h>` (MOUNT_ATTR_SIZE_VER0).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH[|AT_RECURSIVE], {set, clr})`.
+pub fn mount_setattr(fd: BorrowedFd<'_>, recursive: bool, set: u64, clr: u64) -> io::Result<()> {
+    mount_setattr_raw(fd, recursive, MountAttr { attr_set: set, attr_clr: clr, propagation: 0, userns_fd: 0 })
+}
+
+/// `mount_setattr` with `MOUNT_ATTR_IDMAP` through the user namespace `userns`.
+pub fn mount_setattr_idmap(fd: BorrowedFd<'_>, recursive: bool, set: u64, userns: BorrowedFd<'_>) -> io::Result<()> {
+    let userns_fd = u64::try_from(userns.as_raw_fd()).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    mount_setattr_raw(
+        fd,
+        recursive,
+        MountAttr { attr_set: set | MOUNT_ATTR_IDMAP, attr_clr: 0, propagation: 0, userns_fd },
+    )
+}
+
+fn mount_setattr_raw(fd: BorrowedFd<'_>, recursive: bool, mut attr: MountAttr) -> io::Result<()> {
+    let flags = libc::AT_EMPTY_PATH as u32 | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: `attr` is a valid mount_attr of the size passed; fd is open.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            std::ptr::addr_of_mut!(attr),
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map(drop)
+}
+
+/// `fsopen(name, FSOPEN_CLOEXEC)`.
+pub fn fsopen(name: &CStr) -> io::Result<OwnedFd> {
+    // SAFETY: `name` is a valid C string.
+    owned(unsafe { libc::syscall(libc::SYS_fsopen, name.as_ptr(), FSOPEN_CLOEXEC) })
+}
+
+/// `fsconfig(fd, FSCONFIG_SET_STRING, key, value, 0)`.
+pub fn fsconfig_set(fd: BorrowedFd<'_>, key: &CStr, value: &CStr) -> io::Result<()> {
+    // SAFETY: valid C strings and an open fs context fd.
+    cvt(unsafe {
+        libc::syscall(libc::SYS_fsconfig, fd.as_raw_fd(), FSCONFIG_SET_STRING, key.as_ptr(), value.as_ptr(), 0)
+    })
+    .map(drop)
+}
+
+/// `fsconfig(fd, FSCONFIG_CMD_CREATE)` then `fsmount(fd, CLOEXEC, attrs)`.
+pub fn fs_create_mount(fd: BorrowedFd<'_>, attrs: u64) -> io::Result<OwnedFd> {
+    // SAFETY: an open fs context fd; NULL key/value are what CMD_CREATE takes.
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fd.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_char>(),
+            0,
+        )
+    })?;
+    // SAFETY: an open, created fs context fd.
+    owned(unsafe { libc::syscall(libc::SYS_fsmount, fd.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })
+}
+
+/// `struct open_how` from `<linux/openat2.h>`.
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// `openat2(dirfd, path, {flags, 0, resolve})`.
+pub fn openat2(dirfd: RawFd, path: &CStr, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
+    let mut how = OpenHow { flags: flags as u64, mode: 0, resolve };
+    // SAFETY: `how` is a valid open_how of the size passed, `path` a C string.
+    owned(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dirfd,
+            path.as_ptr(),
+            std::ptr::addr_of_mut!(how),
+            std::mem::size_of::<OpenHow>(),
+        )
+    })
+}
+
+/// `close_range(first, ~0, flags)`: close (or, with `CLOSE_RANGE_CLOEXEC`,
+/// mark close-on-exec) every fd from `first` up.
+pub fn close_range_from(first: u32, flags: u32) -> io::Result<()> {
+    // SAFETY: closing fds this process does not use any more is sound: the
+    // helper holds no OwnedFd at or above `first` when it calls this.
+    cvt(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, flags) }).map(drop)
+}
+
+/// The Landlock ABI version the kernel offers (0: none).
+pub fn landlock_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+    // SAFETY: the version query takes a NULL attr and size 0.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(r).unwrap_or(0)
+}
+
+/// Bring the loopback interface up (`SIOCGIFFLAGS`/`SIOCSIFFLAGS` on `lo`).
+pub fn loopback_up() -> io::Result<()> {
+    // SAFETY: a plain socket(2) call.
+    let sock = owned(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) as libc::c_long })?;
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: a valid ifreq naming "lo" on an open socket.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) as libc::c_long })?;
+    // SAFETY: reading the flags member the kernel just filled in.
+    let flags = unsafe { ifr.ifr_ifru.ifru_flags };
+    ifr.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+    // SAFETY: as above.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) as libc::c_long }).map(drop)
+}
+
+/// `execve(path, argv, envp)`; returns only on failure.
+pub fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> io::Error {
+    // SAFETY: `argv` and `envp` are NULL-terminated arrays of pointers to C
+    // strings that outlive this call (built by the caller before forking).
+    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    io::Error::last_os_error()
+}
+
+/// `_exit(code)`: leave without running atexit handlers or flushing stdio
+/// buffers shared with the parent.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit is always safe to call.
+    unsafe { libc::_exit(code) }
+}
+
+/// Adopt an inherited fd number as owned.
+///
+/// # Safety
+/// `fd` must be open and owned by nobody else in this process.
+pub unsafe fn adopt(fd: RawFd) -> OwnedFd {
+    // SAFETY: guaranteed by the caller.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Whether `fd` is an open descriptor of this process.
+pub fn fd_is_open(fd: RawFd) -> bool {
+    // SAFETY: F_GETFD on any number is harmless; EBADF means not open.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
+}

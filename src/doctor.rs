@@ -1,0 +1,274 @@
+//! `portcullis doctor`: what this host offers each layer, and which modes work.
+
+use std::fs;
+
+use serde::Serialize;
+
+use crate::sandbox::{ExecRequest, KillMechanism, RunOptions, Sandbox};
+
+/// One layer's state.
+#[derive(Debug, Clone, Serialize)]
+pub struct Layer {
+    /// Whether the layer is usable.
+    pub ok: bool,
+    /// What was found, and how to enable it when missing.
+    pub detail: String,
+}
+
+/// The cgroup layer.
+#[derive(Debug, Clone, Serialize)]
+pub struct CgroupReport {
+    /// The cgroup2 mount point, if any.
+    pub mount: Option<String>,
+    /// Where per-command leaves would be created.
+    pub parent: Option<String>,
+    /// Whether a leaf can be created there (delegation).
+    pub writable: bool,
+    /// Whether leaves have `cgroup.kill`.
+    pub cgroup_kill: bool,
+    /// Controllers enabled for leaves.
+    pub controllers: Vec<String>,
+    /// Why per-command cgroups are not used, when they are not.
+    pub fallback: Option<String>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// `uname -r`.
+    pub kernel: String,
+    /// The uid portcullis runs as.
+    pub uid: u32,
+    /// User namespaces (and the sysctls that block them).
+    pub user_namespaces: Layer,
+    /// Landlock.
+    pub landlock: Layer,
+    /// The Landlock ABI (0: none).
+    pub landlock_abi: u32,
+    /// seccomp filters.
+    pub seccomp: Layer,
+    /// Whether the kernel accepts x32 syscalls (the filter refuses them).
+    pub x32_syscalls: bool,
+    /// cgroup v2.
+    pub cgroup: CgroupReport,
+    /// A real sandboxed `/bin/true`.
+    pub sandbox_probe: Layer,
+    /// How the process tree is killed on this host.
+    pub kill_mechanism: KillMechanism,
+    /// How `--pids` and `--memory` are enforced on this host.
+    pub limits: String,
+    /// Which modes work.
+    pub modes: Vec<Layer>,
+}
+
+fn read_num(p: &str) -> Option<i64> {
+    fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+/// Probe the host. Runs one real sandbox.
+pub async fn run() -> Report {
+    let kernel = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
+    let uid = nix::unistd::getuid().as_raw();
+    let max_ns = read_num("/proc/sys/user/max_user_namespaces");
+    let debian = read_num("/proc/sys/kernel/unprivileged_userns_clone");
+    let apparmor = read_num("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
+    let mut blockers = Vec::new();
+    if max_ns == Some(0) {
+        blockers.push("user.max_user_namespaces=0 (set it above 0)".to_string());
+    }
+    if debian == Some(0) && uid != 0 {
+        blockers.push("kernel.unprivileged_userns_clone=0 (set it to 1)".to_string());
+    }
+    if apparmor == Some(1) && uid != 0 {
+        blockers.push("kernel.apparmor_restrict_unprivileged_userns=1 (set it to 0, or give portcullis-helper an AppArmor profile with `userns`)".to_string());
+    }
+    let userns_detail = format!(
+        "max_user_namespaces={}, unprivileged_userns_clone={}, apparmor_restrict_unprivileged_userns={}{}",
+        max_ns.map_or("absent".into(), |v| v.to_string()),
+        debian.map_or("absent".into(), |v| v.to_string()),
+        apparmor.map_or("absent".into(), |v| v.to_string()),
+        if blockers.is_empty() { String::new() } else { format!("; blocked by: {}", blockers.join(", ")) }
+    );
+
+    let abi = crate::sys::landlock_abi();
+    let landlock = Layer {
+        ok: abi > 0,
+        detail: if abi > 0 {
+            format!(
+                "ABI {abi}{}",
+                if abi >= 6 {
+                    " (signal and abstract-socket scoping)"
+                } else if abi >= 4 {
+                    " (TCP rules)"
+                } else {
+                    ""
+                }
+            )
+        } else {
+            "not enforced: needs Linux 5.13+ with landlock in the lsm= boot parameter (CONFIG_LSM)".into()
+        },
+    };
+    let actions = fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default();
+    let seccomp = Layer {
+        ok: actions.contains("errno") && actions.contains("kill_process"),
+        detail: if actions.is_empty() {
+            "no /proc/sys/kernel/seccomp: needs CONFIG_SECCOMP_FILTER".into()
+        } else {
+            format!("actions: {}", actions.trim())
+        },
+    };
+
+    let sandbox = Sandbox::new();
+    let cgroup = match sandbox.as_ref().map(|s| s.cgroup_host()) {
+        Ok(Ok(h)) => {
+            let probe = h.create(None, None);
+            let (writable, kill, fallback) = match &probe {
+                Ok(_) => (true, true, None),
+                Err(e) => (!matches!(e, crate::sandbox::NoCgroup::NotWritable(_)), false, Some(e.to_string())),
+            };
+            drop(probe);
+            CgroupReport {
+                mount: Some(h.mount.display().to_string()),
+                parent: Some(h.parent.display().to_string()),
+                writable,
+                cgroup_kill: kill,
+                controllers: h.controllers.clone(),
+                fallback,
+            }
+        }
+        Ok(Err(e)) => CgroupReport {
+            mount: None,
+            parent: None,
+            writable: false,
+            cgroup_kill: false,
+            controllers: vec![],
+            fallback: Some(e.to_string()),
+        },
+        Err(e) => CgroupReport {
+            mount: None,
+            parent: None,
+            writable: false,
+            cgroup_kill: false,
+            controllers: vec![],
+            fallback: Some(e.to_string()),
+        },
+    };
+
+    let (sandbox_probe, kill_mechanism) = match &sandbox {
+        Ok(sb) => {
+            // A fresh empty workspace of its own, removed afterwards.
+            let ws = std::env::temp_dir().join(format!("portcullis-doctor-{}", std::process::id()));
+            let made = fs::create_dir(&ws);
+            let req = ExecRequest::new(&ws, ["/bin/true"]);
+            let outcome = match made {
+                Ok(()) => sb.run(&req, RunOptions::default()).await,
+                Err(source) => Err(crate::SandboxError::Path { what: "doctor workspace", path: ws.clone(), source }),
+            };
+            let _ = fs::remove_dir(&ws);
+            match outcome {
+                Ok(r) if r.exit_code == Some(0) => (
+                    Layer {
+                        ok: true,
+                        detail: format!(
+                            "ran /bin/true in {:.1} ms: landlock ABI {}, seccomp {}, kill {:?}",
+                            r.duration.as_secs_f64() * 1e3,
+                            r.landlock_abi,
+                            r.seccomp,
+                            r.kill_mechanism
+                        ),
+                    },
+                    r.kill_mechanism,
+                ),
+                Ok(r) => (
+                    Layer { ok: false, detail: format!("/bin/true exited {:?} signal {:?}", r.exit_code, r.signal) },
+                    r.kill_mechanism,
+                ),
+                Err(e) => (Layer { ok: false, detail: crate::error_chain(&e) }, KillMechanism::PidNamespace),
+            }
+        }
+        Err(e) => (Layer { ok: false, detail: e.to_string() }, KillMechanism::PidNamespace),
+    };
+    let limits = if cgroup.controllers.iter().any(|c| c == "pids") && cgroup.writable {
+        "pids.max / memory.max in the per-command cgroup".to_string()
+    } else {
+        "RLIMIT_NPROC (counted per sandbox user namespace) and RLIMIT_AS (per process): the pids/memory controllers are not enabled for cgroup v2 here".to_string()
+    };
+    let user_namespaces = Layer { ok: sandbox_probe.ok || blockers.is_empty(), detail: userns_detail };
+    let full_ok = sandbox_probe.ok && landlock.ok && seccomp.ok;
+    let modes = vec![
+        Layer {
+            ok: full_ok,
+            detail: if full_ok {
+                "full sandbox (namespaces, read-only mounts, Landlock, seccomp): works".into()
+            } else {
+                "full sandbox: does not work here; see the layers above".into()
+            },
+        },
+        Layer {
+            ok: kill_mechanism == KillMechanism::CgroupKill,
+            detail: format!(
+                "process-tree kill: {}",
+                if kill_mechanism == KillMechanism::CgroupKill {
+                    "cgroup.kill on a per-command cgroup".to_string()
+                } else {
+                    format!("pid-namespace teardown ({})", cgroup.fallback.clone().unwrap_or_default())
+                }
+            ),
+        },
+    ];
+    Report {
+        kernel,
+        uid,
+        user_namespaces,
+        landlock,
+        landlock_abi: abi,
+        seccomp,
+        x32_syscalls: crate::sys::x32_enabled(),
+        cgroup,
+        sandbox_probe,
+        kill_mechanism,
+        limits,
+        modes,
+    }
+}
+
+impl Report {
+    /// Human-readable form.
+    pub fn render(&self) -> String {
+        let mark = |ok: bool| if ok { "ok  " } else { "MISSING" };
+        let mut s = String::new();
+        s += &format!("kernel            {}\nuid               {}\n", self.kernel, self.uid);
+        s += &format!("user namespaces   {} {}\n", mark(self.user_namespaces.ok), self.user_namespaces.detail);
+        s += &format!("landlock          {} {}\n", mark(self.landlock.ok), self.landlock.detail);
+        s += &format!("seccomp           {} {}\n", mark(self.seccomp.ok), self.seccomp.detail);
+        s += &format!(
+            "x32 syscalls      {}\n",
+            if self.x32_syscalls {
+                "enabled in the kernel (the filter refuses them)"
+            } else {
+                "disabled in the kernel"
+            }
+        );
+        s += &format!(
+            "cgroup v2         mount={} parent={} writable={} cgroup.kill={} controllers=[{}]{}\n",
+            self.cgroup.mount.as_deref().unwrap_or("-"),
+            self.cgroup.parent.as_deref().unwrap_or("-"),
+            self.cgroup.writable,
+            self.cgroup.cgroup_kill,
+            self.cgroup.controllers.join(" "),
+            self.cgroup.fallback.as_ref().map(|f| format!(" ({f})")).unwrap_or_default()
+        );
+        s += &format!("limits            {}\n", self.limits);
+        s += &format!("sandbox probe     {} {}\n", mark(self.sandbox_probe.ok), self.sandbox_probe.detail);
+        s += "modes:\n";
+        for m in &self.modes {
+            s += &format!("  {} {}\n", if m.ok { "yes" } else { "no " }, m.detail);
+        }
+        s
+    }
+
+    /// Whether the full sandbox works.
+    pub fn usable(&self) -> bool {
+        self.modes.first().is_some_and(|m| m.ok)
+    }
+}

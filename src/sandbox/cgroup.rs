@@ -1,0 +1,251 @@
+//! The per-command cgroup v2 leaf: born into with `CLONE_INTO_CGROUP`,
+//! emptied with `cgroup.kill`, removed afterwards.
+//!
+//! The cgroup2 mount is found in `/proc/self/mountinfo` (hybrid hosts mount
+//! it at `/sys/fs/cgroup/unified`, others elsewhere); the leaf is created
+//! next to the caller in its own cgroup. Without a writable (delegated)
+//! cgroup the sandbox falls back to pid-namespace teardown, and the result
+//! says so.
+
+use std::fs;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// Where per-command cgroups can be made.
+#[derive(Debug, Clone, Serialize)]
+pub struct CgroupHost {
+    /// The cgroup2 mount point.
+    pub mount: PathBuf,
+    /// The caller's own cgroup directory, parent of the leaves.
+    pub parent: PathBuf,
+    /// Controllers enabled for the leaves (`cgroup.subtree_control`).
+    pub controllers: Vec<String>,
+}
+
+/// Why no cgroup could be used.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub enum NoCgroup {
+    /// No cgroup2 mount in `/proc/self/mountinfo`.
+    NotMounted,
+    /// The caller's cgroup2 path is not below the mount.
+    NotVisible,
+    /// The caller may not create cgroups there (no delegation).
+    NotWritable(String),
+    /// The kernel has no `cgroup.kill` (before Linux 5.14).
+    NoKill,
+}
+
+impl std::fmt::Display for NoCgroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoCgroup::NotMounted => write!(f, "no cgroup2 filesystem is mounted"),
+            NoCgroup::NotVisible => write!(f, "this process's cgroup is not visible under the cgroup2 mount"),
+            NoCgroup::NotWritable(p) => {
+                write!(f, "{p} is not writable (no delegated cgroup subtree)")
+            }
+            NoCgroup::NoKill => write!(f, "the kernel has no cgroup.kill (needs Linux 5.14)"),
+        }
+    }
+}
+
+/// Find the cgroup2 mount and this process's cgroup under it.
+pub fn discover() -> Result<CgroupHost, NoCgroup> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").map_err(|_| NoCgroup::NotMounted)?;
+    let own = fs::read_to_string("/proc/self/cgroup").map_err(|_| NoCgroup::NotVisible)?;
+    discover_from(&mountinfo, &own)
+}
+
+/// Undo mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            if let Some(v) = std::str::from_utf8(&b[i + 1..i + 4]).ok().and_then(|d| u8::from_str_radix(d, 8).ok()) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn discover_from(mountinfo: &str, own: &str) -> Result<CgroupHost, NoCgroup> {
+    // mountinfo: id parent major:minor root mountpoint opts... - fstype src superopts
+    let (root, mount) = mountinfo
+        .lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            if post.split_whitespace().next()? != "cgroup2" {
+                return None;
+            }
+            let f: Vec<&str> = pre.split_whitespace().collect();
+            Some((unescape(f.get(3)?), unescape(f.get(4)?)))
+        })
+        .ok_or(NoCgroup::NotMounted)?;
+    let path = own.lines().find_map(|l| l.strip_prefix("0::")).ok_or(NoCgroup::NotVisible)?;
+    let rel = Path::new(path).strip_prefix(&root).map_err(|_| NoCgroup::NotVisible)?;
+    let parent = Path::new(&mount).join(rel);
+    let controllers = fs::read_to_string(parent.join("cgroup.subtree_control"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    Ok(CgroupHost { mount: PathBuf::from(mount), parent, controllers })
+}
+
+/// Which mechanism enforces a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LimitMechanism {
+    /// The cgroup's `pids.max` / `memory.max`.
+    Cgroup,
+    /// `RLIMIT_NPROC`, counted per user namespace, so per sandbox.
+    RlimitNproc,
+    /// `RLIMIT_AS`, per process.
+    RlimitAs,
+}
+
+/// A live per-command cgroup.
+#[derive(Debug)]
+pub struct Cgroup {
+    /// Its directory.
+    pub path: PathBuf,
+    /// Open directory fd for `CLONE_INTO_CGROUP`.
+    pub dir: OwnedFd,
+    /// Whether `pids.max` was set.
+    pub pids: bool,
+    /// Whether `memory.max` was set.
+    pub memory: bool,
+    removed: bool,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl CgroupHost {
+    /// Create a leaf with the limits the enabled controllers can enforce.
+    pub fn create(&self, pids: Option<u64>, memory: Option<u64>) -> Result<Cgroup, NoCgroup> {
+        let name = format!("portcullis-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        let path = self.parent.join(name);
+        if let Err(e) = fs::create_dir(&path) {
+            return Err(NoCgroup::NotWritable(format!("{} ({e})", self.parent.display())));
+        }
+        let mut cg = Cgroup {
+            dir: open_dir(&path).map_err(|e| NoCgroup::NotWritable(format!("{} ({e})", path.display())))?,
+            path,
+            pids: false,
+            memory: false,
+            removed: false,
+        };
+        if !cg.path.join("cgroup.kill").exists() {
+            return Err(NoCgroup::NoKill);
+        }
+        if let Some(n) = pids.filter(|_| self.controllers.iter().any(|c| c == "pids")) {
+            cg.pids = fs::write(cg.path.join("pids.max"), n.to_string()).is_ok();
+        }
+        if let Some(n) = memory.filter(|_| self.controllers.iter().any(|c| c == "memory")) {
+            cg.memory = fs::write(cg.path.join("memory.max"), n.to_string()).is_ok();
+            let _ = fs::write(cg.path.join("memory.oom.group"), "1");
+        }
+        Ok(cg)
+    }
+}
+
+fn open_dir(p: &Path) -> io::Result<OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC).open(p)?;
+    Ok(OwnedFd::from(f))
+}
+
+impl Cgroup {
+    /// Kill every process in the cgroup at once.
+    pub fn kill(&self) -> io::Result<()> {
+        fs::write(self.path.join("cgroup.kill"), "1")
+    }
+
+    /// Whether any process is left.
+    pub fn populated(&self) -> bool {
+        fs::read_to_string(self.path.join("cgroup.events"))
+            .map(|s| s.lines().any(|l| l == "populated 1"))
+            .unwrap_or(false)
+    }
+
+    /// Kill, wait until empty (bounded), remove. Returns whether it is gone.
+    pub async fn kill_and_remove(&mut self, budget: Duration) -> bool {
+        let start = Instant::now();
+        let mut nap = Duration::from_micros(200);
+        loop {
+            if self.populated() {
+                let _ = self.kill();
+            } else {
+                match fs::remove_dir(&self.path) {
+                    Ok(()) => {
+                        self.removed = true;
+                        return true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        self.removed = true;
+                        return true;
+                    }
+                    Err(_) => {}
+                }
+            }
+            if start.elapsed() > budget {
+                return false;
+            }
+            tokio::time::sleep(nap).await;
+            nap = (nap * 2).min(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        if !self.removed {
+            // Best effort when a run was abandoned: kill and try once.
+            let _ = self.kill();
+            let _ = fs::remove_dir(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
+        39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n\
+        41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+
+    #[test]
+    fn finds_cgroup2_on_a_hybrid_host() {
+        let h = discover_from(HYBRID, "8:pids:/\n0::/user.slice/x\n").map_err(|e| e.to_string());
+        let h = h.as_ref().map(|h| h.parent.clone());
+        assert_eq!(h, Ok(PathBuf::from("/sys/fs/cgroup/unified/user.slice/x")));
+    }
+
+    #[test]
+    fn honours_the_mount_root_and_escapes() {
+        let mi = "41 31 0:38 /sub /run/cg\\040two rw - cgroup2 cgroup2 rw\n";
+        let h = discover_from(mi, "0::/sub/leaf\n").map(|h| h.parent);
+        assert_eq!(h, Ok(PathBuf::from("/run/cg two/leaf")));
+        assert_eq!(discover_from(mi, "0::/elsewhere\n").map(|h| h.parent), Err(NoCgroup::NotVisible));
+    }
+
+    #[test]
+    fn no_cgroup2_is_reported() {
+        assert_eq!(
+            discover_from("1 0 0:1 / / rw - ext4 /dev/vda rw\n", "0::/\n").map(|h| h.parent),
+            Err(NoCgroup::NotMounted)
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! Starting the helper: `posix_spawn` (a vfork-style clone, no page-table
+//! copy of this possibly large, multithreaded process) with its protocol
+//! fds placed by file actions, so no code of ours runs between fork and
+//! exec. The child is awaited through a pidfd, so a recycled pid can never
+//! be signalled or reaped by mistake.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use tokio::io::unix::AsyncFd;
+
+/// The helper process, its pidfd and its output pipes.
+pub struct Helper {
+    pid: libc::pid_t,
+    pidfd: AsyncFd<OwnedFd>,
+    /// Read end of the helper's (and the command's) stdout.
+    pub stdout: Option<OwnedFd>,
+    /// Read end of the helper's (and the command's) stderr.
+    pub stderr: Option<OwnedFd>,
+    reaped: bool,
+}
+
+/// How the helper exited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Exit code.
+    Code(i32),
+    /// Killed by a signal.
+    Signal(i32),
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exit code {c}"),
+            Exit::Signal(s) => write!(f, "killed by signal {s}"),
+        }
+    }
+}
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    // posix_spawn functions return the error number instead of setting errno.
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(r))
+    }
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)
+}
+
+/// RAII for the posix_spawn attribute objects.
+struct Spawn {
+    actions: libc::posix_spawn_file_actions_t,
+    attr: libc::posix_spawnattr_t,
+}
+
+impl Spawn {
+    fn new() -> io::Result<Box<Spawn>> {
+        // SAFETY: zeroed storage is what the init functions expect to fill in.
+        let mut s: Box<Spawn> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: initialising freshly allocated objects.
+        check(unsafe { libc::posix_spawn_file_actions_init(&mut s.actions) })?;
+        // SAFETY: as above.
+        if let Err(e) = check(unsafe { libc::posix_spawnattr_init(&mut s.attr) }) {
+            // SAFETY: actions was initialised above.
+            unsafe { libc::posix_spawn_file_actions_destroy(&mut s.actions) };
+            return Err(e);
+        }
+        Ok(s)
+    }
+}
+
+impl Drop for Spawn {
+    fn drop(&mut self) {
+        // SAFETY: both were initialised in `new`.
+        unsafe {
+            libc::posix_spawn_file_actions_destroy(&mut self.actions);
+            libc::posix_spawnattr_destroy(&mut self.attr);
+        }
+    }
+}
+
+/// Start `helper` with `fds` placed at their target numbers (`(source,
+/// target)`, sources above every target), an empty environment, its own
+/// process group, default signal dispositions, and stdin from `/dev/null`
+/// unless `inherit_stdin`.
+pub fn spawn(helper: &Path, fds: &[(RawFd, RawFd)], inherit_stdin: bool) -> io::Result<Helper> {
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let path = CString::new(helper.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut s = Spawn::new()?;
+    // SAFETY: every call in this block works on objects initialised by
+    // `Spawn::new`, with fds that are open and outlive posix_spawn.
+    unsafe {
+        if !inherit_stdin {
+            check(libc::posix_spawn_file_actions_addopen(&mut s.actions, 0, c"/dev/null".as_ptr(), libc::O_RDONLY, 0))?;
+        }
+        check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, out_w.as_raw_fd(), 1))?;
+        check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, err_w.as_raw_fd(), 2))?;
+        for (src, dst) in fds {
+            check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, *src, *dst))?;
+        }
+        // Its own process group (a terminal's ^C goes to us, and we decide),
+        // every signal at its default disposition (Rust ignores SIGPIPE and
+        // ignored signals survive exec), and nothing blocked.
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        check(libc::posix_spawnattr_setsigdefault(&mut s.attr, &all))?;
+        check(libc::posix_spawnattr_setsigmask(&mut s.attr, &none))?;
+        check(libc::posix_spawnattr_setpgroup(&mut s.attr, 0))?;
+        let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGDEF | libc::POSIX_SPAWN_SETSIGMASK;
+        check(libc::posix_spawnattr_setflags(&mut s.attr, flags as libc::c_short))?;
+    }
+    let argv = [path.as_ptr(), std::ptr::null()];
+    let envp = [std::ptr::null::<libc::c_char>()];
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: argv/envp are NULL-terminated arrays of valid C strings that
+    // outlive the call; s holds initialised actions and attributes.
+    check(unsafe {
+        libc::posix_spawn(&mut pid, path.as_ptr(), &s.actions, &s.attr, argv.as_ptr() as _, envp.as_ptr() as _)
+    })?;
+    drop((out_w, err_w));
+    // SAFETY: pidfd_open on the pid we just spawned and have not reaped.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let pidfd = if raw < 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: kill and reap our own child so it does not linger.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        return Err(e);
+    } else {
+        // SAFETY: a fresh pidfd owned by nobody else.
+        unsafe { OwnedFd::from_raw_fd(raw as RawFd) }
+    };
+    // SAFETY: the AsyncFd owns the OwnedFd, which stays open and unchanged
+    // for as long as the AsyncFd lives.
+    let pidfd =
+        unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }.map_err(io::Error::from)?;
+    Ok(Helper { pid, pidfd, stdout: Some(out_r), stderr: Some(err_r), reaped: false })
+}
+
+impl Helper {
+    /// Wait until the helper exits and reap it.
+    pub async fn wait(&mut self) -> io::Result<Exit> {
+        loop {
+            if let Some(exit) = self.try_reap()? {
+                return Ok(exit);
+            }
+            let mut guard = self.pidfd.readable().await?;
+            guard.clear_ready();
+        }
+    }
+
+    fn try_reap(&mut self) -> io::Result<Option<Exit>> {
+        let mut status = 0;
+        // SAFETY: waitpid on our own, not yet reaped child.
+        let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if r == 0 {
+            return Ok(None);
+        }
+        self.reaped = true;
+        Ok(Some(if libc::WIFSIGNALED(status) {
+            Exit::Signal(libc::WTERMSIG(status))
+        } else {
+            Exit::Code(libc::WEXITSTATUS(status))
+        }))
+    }
+
+    /// SIGKILL the helper (its pid 1 follows through the parent-death signal).
+    pub fn kill(&self) {
+        if !self.reaped {
+            // SAFETY: a plain syscall on our own pidfd; NULL siginfo is allowed.
+            unsafe {
+                libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_fd().as_raw_fd(), libc::SIGKILL, 0usize, 0u32)
+            };
+        }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        if !self.reaped {
+            self.kill();
+            // SAFETY: reap our own child; it was just SIGKILLed, so this
+            // returns at once.
+            unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
+        }
+    }
+}

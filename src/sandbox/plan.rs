@@ -1,0 +1,623 @@
+//! From a request to a plan: every path resolved once, on the trusted side.
+//!
+//! [`build`] canonicalises the workspace, the readable roots and the write
+//! grants, finds the protected carve-outs (`.git/hooks`, `.git/config`, the
+//! policy file, worktree `gitdir:` targets), expands the deny globs into the
+//! concrete paths to mask, and orders the mount plan so that parents come
+//! before children. The result is plain data: the helper's
+//! [`SpawnSpec`] plus what `--explain` prints.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use portcullis_helper::spec::{Identity, LandlockSpec, MountOp, Network, SpawnSpec, SPEC_VERSION};
+
+use super::{ExecRequest, SandboxError};
+
+/// System directories made visible read-only when they exist.
+pub const SYSTEM_ROOTS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"];
+/// Device nodes bound from the host into the sandbox's `/dev`.
+pub const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+/// Carve-outs that stay read-only inside a writable workspace.
+pub const DEFAULT_PROTECTED: &[&str] = &[".git/hooks", ".git/config"];
+/// The most entries the deny-glob walk visits before it refuses.
+pub const DENY_WALK_LIMIT: usize = 500_000;
+/// The host uid and gid (`nobody`) a root caller's command runs as.
+pub const ROOT_RUNS_AS: u32 = 65534;
+/// Default size of the private `/tmp`.
+pub const TMP_SIZE: u64 = 1 << 30;
+
+/// A resolved, explainable sandbox plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// The workspace's real path.
+    pub workspace: PathBuf,
+    /// Whether the workspace itself is writable.
+    pub writable: bool,
+    /// Write grants (real paths).
+    pub write_grants: Vec<PathBuf>,
+    /// Extra read-only roots (real paths).
+    pub read_roots: Vec<PathBuf>,
+    /// Paths kept read-only inside writable areas.
+    pub protected: Vec<PathBuf>,
+    /// Paths masked by the deny list (and, for a root caller, root-only files).
+    pub masked: Vec<PathBuf>,
+    /// Paths beneath which Landlock allows writing.
+    pub landlock_writable: Vec<PathBuf>,
+    /// Read-only areas that lie beneath a Landlock-writable path (a
+    /// workspace under `/tmp`, say): Landlock rules are hierarchical, so
+    /// there only the read-only mount protects them.
+    pub landlock_gaps: Vec<PathBuf>,
+    /// SHA-256 of the compiled seccomp program.
+    pub seccomp_sha256: String,
+    /// The spec handed to the helper.
+    #[serde(skip)]
+    pub spec: SpawnSpec,
+}
+
+fn bytes(p: &Path) -> Vec<u8> {
+    p.as_os_str().as_bytes().to_vec()
+}
+
+fn canon(p: &Path, what: &'static str) -> Result<PathBuf, SandboxError> {
+    fs::canonicalize(p).map_err(|source| SandboxError::Path { what, path: p.to_path_buf(), source })
+}
+
+fn depth(p: &[u8]) -> usize {
+    p.split(|b| *b == b'/').filter(|c| !c.is_empty()).count()
+}
+
+fn is_within(p: &Path, root: &Path) -> bool {
+    p.starts_with(root)
+}
+
+/// Build the plan. Does I/O (canonicalisation, the deny walk) but starts
+/// nothing.
+pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError> {
+    if req.argv.is_empty() {
+        return Err(SandboxError::EmptyCommand);
+    }
+    let ws = canon(&req.workspace, "workspace")?;
+    if !ws.is_dir() {
+        return Err(SandboxError::NotADirectory { what: "workspace", path: ws });
+    }
+    if ws == Path::new("/") {
+        return Err(SandboxError::BadRequest("the workspace cannot be /".into()));
+    }
+    let resolve_rel = |p: &Path| {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            ws.join(p)
+        }
+    };
+
+    let mut base: Vec<MountOp> = Vec::new();
+    for root in SYSTEM_ROOTS {
+        let p = Path::new(root);
+        let Ok(meta) = fs::symlink_metadata(p) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            if let Ok(t) = fs::read_link(p) {
+                base.push(MountOp::Symlink { target: bytes(&t), dst: bytes(p) });
+            }
+        } else if meta.is_dir() {
+            base.push(MountOp::Bind { src: bytes(p), dst: bytes(p), writable: false, idmap: false });
+        }
+    }
+
+    // Write grants.
+    let mut writable = req.writable;
+    let mut grants: Vec<PathBuf> = Vec::new();
+    let mut host_tmp = false;
+    for g in &req.write {
+        let abs = resolve_rel(g);
+        if abs == Path::new("/tmp") {
+            if ws.starts_with("/tmp") {
+                return Err(SandboxError::BadRequest(format!(
+                    "write grant /tmp contains the workspace {}; use the private /tmp or --writable",
+                    ws.display()
+                )));
+            }
+            host_tmp = true;
+            grants.push(canon(&abs, "write grant")?);
+            continue;
+        }
+        let real = canon(&abs, "write grant")?;
+        if real == ws {
+            writable = true;
+            continue;
+        }
+        if real == Path::new("/") || ws.starts_with(&real) {
+            return Err(SandboxError::BadRequest(format!(
+                "write grant {} contains the workspace; use --writable to make the workspace writable",
+                real.display()
+            )));
+        }
+        if SYSTEM_ROOTS.iter().any(|r| real.starts_with(r) || Path::new(r).starts_with(&real)) && !is_within(&real, &ws)
+        {
+            return Err(SandboxError::BadRequest(format!("write grant {} touches a system directory", real.display())));
+        }
+        if !grants.contains(&real) {
+            grants.push(real);
+        }
+    }
+
+    // The private (or host) /tmp.
+    if host_tmp {
+        let real = canon(Path::new("/tmp"), "write grant")?;
+        base.push(MountOp::Bind { src: bytes(&real), dst: b"/tmp".to_vec(), writable: true, idmap: false });
+    } else {
+        base.push(MountOp::Tmpfs {
+            dst: b"/tmp".to_vec(),
+            mode: 0o1777,
+            size: req.limits.memory.unwrap_or(TMP_SIZE).min(TMP_SIZE),
+        });
+    }
+
+    // Extra readable roots.
+    let mut read_roots = Vec::new();
+    for r in &req.read {
+        let real = canon(&resolve_rel(r), "readable root")?;
+        if is_within(&real, &ws) || real == Path::new("/") {
+            continue;
+        }
+        base.push(MountOp::Bind { src: bytes(&real), dst: bytes(&real), writable: false, idmap: false });
+        read_roots.push(real);
+    }
+
+    // A root caller's command runs as host `nobody`; its workspace and
+    // grants are idmapped so that root-owned files there are its own.
+    let remap = uid == 0;
+    base.push(MountOp::Bind { src: bytes(&ws), dst: bytes(&ws), writable, idmap: remap });
+    for g in grants.iter().filter(|g| g.as_path() != Path::new("/tmp")) {
+        base.push(MountOp::Bind { src: bytes(g), dst: bytes(g), writable: true, idmap: remap });
+    }
+
+    // /proc and a minimal /dev.
+    base.push(MountOp::Proc { dst: b"/proc".to_vec() });
+    for n in DEV_NODES {
+        let host = Path::new("/dev").join(n);
+        if host.exists() {
+            base.push(MountOp::Bind { src: bytes(&host), dst: bytes(&host), writable: true, idmap: false });
+        }
+    }
+    base.push(MountOp::Devpts { dst: b"/dev/pts".to_vec() });
+    base.push(MountOp::Symlink { target: b"pts/ptmx".to_vec(), dst: b"/dev/ptmx".to_vec() });
+    base.push(MountOp::Tmpfs { dst: b"/dev/shm".to_vec(), mode: 0o1777, size: 64 << 20 });
+    base.push(MountOp::Symlink { target: b"/proc/self/fd".to_vec(), dst: b"/dev/fd".to_vec() });
+    for (i, n) in ["stdin", "stdout", "stderr"].iter().enumerate() {
+        base.push(MountOp::Symlink {
+            target: format!("/proc/self/fd/{i}").into_bytes(),
+            dst: format!("/dev/{n}").into_bytes(),
+        });
+    }
+    // Parents before children; the sort is stable, so equal depths keep
+    // their order (system, /tmp, read roots, workspace, grants).
+    base.sort_by_key(|op| depth(op.dst()));
+
+    // Protected carve-outs, only where something is writable.
+    let writable_areas: Vec<PathBuf> = if writable { vec![ws.clone()] } else { Vec::new() }
+        .into_iter()
+        .chain(grants.iter().filter(|g| g.as_path() != Path::new("/tmp")).cloned())
+        .collect();
+    let protected = protected_paths(req, &ws, &writable_areas);
+    let mut mounts = base;
+    let mut prot_sorted = protected.clone();
+    prot_sorted.sort_by_key(|p| depth(p.as_os_str().as_bytes()));
+    for p in &prot_sorted {
+        mounts.push(MountOp::ReadOnly { dst: bytes(p) });
+    }
+
+    // Masks: the deny list.
+    let mut masked = deny_paths(&req.deny, &ws)?;
+    for r in &read_roots {
+        masked.extend(deny_paths_absolute(&req.deny, r)?);
+    }
+    masked.sort_by_key(|p| depth(p.as_os_str().as_bytes()));
+    masked.dedup();
+    for m in &masked {
+        mounts.push(MountOp::Mask { dst: bytes(m) });
+    }
+
+    // Working directory.
+    let cwd = match &req.cwd {
+        Some(c) => {
+            let real = canon(&resolve_rel(c), "working directory")?;
+            if !is_within(&real, &ws)
+                && !read_roots.iter().any(|r| is_within(&real, r))
+                && !grants.iter().any(|g| is_within(&real, g))
+            {
+                return Err(SandboxError::BadRequest(format!(
+                    "working directory {} is outside the sandbox",
+                    real.display()
+                )));
+            }
+            real
+        }
+        None => ws.clone(),
+    };
+
+    let mut landlock_writable: Vec<PathBuf> = vec![PathBuf::from("/dev"), PathBuf::from("/tmp")];
+    if writable {
+        landlock_writable.push(ws.clone());
+    }
+    landlock_writable.extend(grants.iter().filter(|g| g.as_path() != Path::new("/tmp")).cloned());
+
+    let read_only_areas =
+        (!writable).then(|| ws.clone()).into_iter().chain(read_roots.iter().cloned()).chain(protected.iter().cloned());
+    let landlock_gaps: Vec<PathBuf> =
+        read_only_areas.filter(|a| landlock_writable.iter().any(|w| a.starts_with(w))).collect();
+
+    let env = build_env(req);
+    let program =
+        portcullis_helper::filter::compile().map_err(|e| SandboxError::BadRequest(format!("seccomp filter: {e}")))?;
+    let seccomp_sha256 = hex(&Sha256::digest(portcullis_helper::filter::program_bytes(&program)));
+
+    let spec = SpawnSpec {
+        version: SPEC_VERSION,
+        argv: req.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
+        env,
+        cwd: bytes(&cwd),
+        identity: if remap {
+            Identity { inside_uid: 0, inside_gid: 0, outside_uid: ROOT_RUNS_AS, outside_gid: ROOT_RUNS_AS }
+        } else {
+            Identity { inside_uid: uid, inside_gid: gid, outside_uid: uid, outside_gid: gid }
+        },
+        network: req.network,
+        mounts,
+        landlock: LandlockSpec {
+            writable: landlock_writable.iter().map(|p| bytes(p)).collect(),
+            required: true,
+            deny_tcp: req.network == Network::None,
+            scope: true,
+        },
+        rlimits: Vec::new(),
+        cgroup: false,
+        test_switches: req.test_switches,
+    };
+    Ok(Plan {
+        workspace: ws,
+        writable,
+        write_grants: grants,
+        read_roots,
+        protected,
+        masked,
+        landlock_writable,
+        landlock_gaps,
+        seccomp_sha256,
+        spec,
+    })
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The command's environment: only what the request lists, plus a default
+/// `PATH`.
+fn build_env(req: &ExecRequest) -> Vec<Vec<u8>> {
+    let mut out: Vec<(OsString, OsString)> = Vec::new();
+    for name in &req.inherit_env {
+        if let Some(v) = std::env::var_os(name) {
+            out.retain(|(k, _)| k != name);
+            out.push((name.clone(), v));
+        }
+    }
+    for (k, v) in &req.env {
+        out.retain(|(k2, _)| k2 != k);
+        out.push((k.clone(), v.clone()));
+    }
+    if !out.iter().any(|(k, _)| k == "PATH") {
+        out.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
+    }
+    out.into_iter()
+        .map(|(k, v)| {
+            let mut e = k.into_vec();
+            e.push(b'=');
+            e.extend(v.into_vec());
+            e
+        })
+        .collect()
+}
+
+/// Protected paths inside writable areas: the defaults, the request's own,
+/// the policy file, and the hooks/config of a worktree's real git dir.
+fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> Vec<PathBuf> {
+    if writable_areas.is_empty() {
+        return Vec::new();
+    }
+    let mut wanted: Vec<PathBuf> = DEFAULT_PROTECTED.iter().map(|p| ws.join(p)).collect();
+    wanted.extend(req.protect.iter().map(|p| if p.is_absolute() { p.clone() } else { ws.join(p) }));
+    if let Some(pf) = &req.policy_file {
+        wanted.push(pf.clone());
+    }
+    // A worktree's `.git` is a file `gitdir: <path>`; its hooks and config
+    // live there and in its `commondir`.
+    let dotgit = ws.join(".git");
+    if dotgit.is_file() {
+        if let Some(gd) = read_gitdir(&dotgit) {
+            wanted.push(gd.join("hooks"));
+            wanted.push(gd.join("config"));
+            wanted.push(gd.join("config.worktree"));
+            if let Ok(c) = fs::read_to_string(gd.join("commondir")) {
+                let common = gd.join(c.trim());
+                wanted.push(common.join("hooks"));
+                wanted.push(common.join("config"));
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    for w in wanted {
+        let target = match fs::canonicalize(&w) {
+            Ok(real) => real,
+            Err(_) => {
+                // Missing: protect the nearest existing parent, unless that
+                // is a writable root itself (then nothing can be protected
+                // without making the whole area read-only).
+                let Some(parent) = w.parent().and_then(|p| fs::canonicalize(p).ok()) else {
+                    continue;
+                };
+                if writable_areas.contains(&parent) {
+                    continue;
+                }
+                parent
+            }
+        };
+        if writable_areas.iter().any(|a| target.starts_with(a) && target != *a) {
+            out.insert(target);
+        }
+    }
+    out.into_iter().collect()
+}
+
+fn read_gitdir(dotgit: &Path) -> Option<PathBuf> {
+    let s = fs::read_to_string(dotgit).ok()?;
+    let line = s.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim();
+    let p = Path::new(line);
+    let p = if p.is_absolute() { p.to_path_buf() } else { dotgit.parent()?.join(p) };
+    fs::canonicalize(p).ok()
+}
+
+/// Compile deny globs. A pattern without `/` matches a name at any depth;
+/// one with `/` matches the path relative to the root. A match on a
+/// directory hides everything below it.
+fn compile_globs(globs: &[String]) -> Result<(GlobSet, GlobSet), SandboxError> {
+    let mut names = GlobSetBuilder::new();
+    let mut paths = GlobSetBuilder::new();
+    for g in globs {
+        let trimmed = g.trim_end_matches('/');
+        let anchored = trimmed.trim_start_matches("./");
+        let glob = GlobBuilder::new(anchored.trim_start_matches('/'))
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build()
+            .map_err(|e| SandboxError::Glob { glob: g.clone(), reason: e.kind().to_string() })?;
+        if anchored.contains('/') {
+            paths.add(glob);
+        } else {
+            names.add(glob);
+        }
+    }
+    let b =
+        |s: GlobSetBuilder| s.build().map_err(|e| SandboxError::Glob { glob: globs.join(" "), reason: e.to_string() });
+    Ok((b(names)?, b(paths)?))
+}
+
+fn deny_paths(globs: &[String], root: &Path) -> Result<Vec<PathBuf>, SandboxError> {
+    let rel: Vec<String> = globs.iter().filter(|g| !g.starts_with('/')).cloned().collect();
+    let mut out = Vec::new();
+    if !rel.is_empty() {
+        let (names, paths) = compile_globs(&rel)?;
+        walk_masks(root, root, &names, &paths, &mut out, &mut 0)?;
+    }
+    out.extend(deny_paths_absolute(globs, root)?);
+    Ok(out)
+}
+
+/// Absolute deny globs (`/opt/tools/secret*`) under `root`.
+fn deny_paths_absolute(globs: &[String], root: &Path) -> Result<Vec<PathBuf>, SandboxError> {
+    let abs: Vec<String> = globs
+        .iter()
+        .filter(|g| g.starts_with('/'))
+        .filter(|g| Path::new(g.as_str()).starts_with(root) || root.starts_with(glob_prefix(g)))
+        .cloned()
+        .collect();
+    if abs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut b = GlobSetBuilder::new();
+    for g in &abs {
+        b.add(
+            GlobBuilder::new(g)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| SandboxError::Glob { glob: g.clone(), reason: e.kind().to_string() })?,
+        );
+    }
+    let set = b.build().map_err(|e| SandboxError::Glob { glob: abs.join(" "), reason: e.to_string() })?;
+    let mut out = Vec::new();
+    walk_abs(root, &set, &mut out, &mut 0)?;
+    Ok(out)
+}
+
+fn glob_prefix(g: &str) -> PathBuf {
+    let mut p = PathBuf::new();
+    for c in Path::new(g).components() {
+        let s = c.as_os_str().to_string_lossy();
+        if s.contains(['*', '?', '[', '{']) {
+            break;
+        }
+        p.push(c);
+    }
+    p
+}
+
+fn walk_masks(
+    root: &Path,
+    dir: &Path,
+    names: &GlobSet,
+    paths: &GlobSet,
+    out: &mut Vec<PathBuf>,
+    seen: &mut usize,
+) -> Result<(), SandboxError> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in rd.flatten() {
+        *seen += 1;
+        if *seen > DENY_WALK_LIMIT {
+            return Err(SandboxError::BadRequest(format!(
+                "the deny list walk of {} passed {DENY_WALK_LIMIT} entries",
+                root.display()
+            )));
+        }
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_symlink() {
+            // A link is not masked; its target is, if the target matches.
+            continue;
+        }
+        let p = e.path();
+        let rel = p.strip_prefix(root).unwrap_or(&p);
+        if names.is_match(Path::new(&e.file_name())) || paths.is_match(rel) {
+            out.push(p);
+            continue;
+        }
+        if ft.is_dir() {
+            walk_masks(root, &p, names, paths, out, seen)?;
+        }
+    }
+    Ok(())
+}
+
+fn walk_abs(dir: &Path, set: &GlobSet, out: &mut Vec<PathBuf>, seen: &mut usize) -> Result<(), SandboxError> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in rd.flatten() {
+        *seen += 1;
+        if *seen > DENY_WALK_LIMIT {
+            return Err(SandboxError::BadRequest(format!(
+                "the deny list walk of {} passed {DENY_WALK_LIMIT} entries",
+                dir.display()
+            )));
+        }
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_symlink() {
+            continue;
+        }
+        let p = e.path();
+        if set.is_match(&p) {
+            out.push(p);
+        } else if ft.is_dir() {
+            walk_abs(&p, set, out, seen)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree() -> tempfile::TempDir {
+        let d = tempfile::Builder::new().prefix("pc-plan-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
+        for f in ["src/main.rs", ".env", "a/b/.env.local", "secrets/k", "target/x", "docs/secrets.md"] {
+            let p = d.path().join(f);
+            fs::create_dir_all(p.parent().unwrap_or(d.path())).unwrap_or_else(|e| panic!("{e}"));
+            fs::write(&p, "x").unwrap_or_else(|e| panic!("{e}"));
+        }
+        d
+    }
+
+    fn req(d: &tempfile::TempDir) -> ExecRequest {
+        ExecRequest::new(d.path(), ["true"])
+    }
+
+    #[test]
+    fn mounts_are_ordered_parents_first() {
+        let d = tree();
+        let mut r = req(&d);
+        r.write.push("target".into());
+        let p = build(&r, 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        let depths: Vec<usize> = p
+            .spec
+            .mounts
+            .iter()
+            .take_while(|m| !matches!(m, MountOp::ReadOnly { .. } | MountOp::Mask { .. }))
+            .map(|m| depth(m.dst()))
+            .collect();
+        assert!(depths.windows(2).all(|w| w[0] <= w[1]), "{depths:?}");
+        let ws = fs::canonicalize(d.path()).unwrap_or_default();
+        let ws_i = p.spec.mounts.iter().position(|m| m.dst() == bytes(&ws)).unwrap_or(usize::MAX);
+        let t_i = p.spec.mounts.iter().position(|m| m.dst() == bytes(&ws.join("target"))).unwrap_or(0);
+        assert!(ws_i < t_i, "the workspace is mounted before its grant");
+        assert_eq!(p.write_grants, vec![ws.join("target")]);
+        assert!(!p.writable);
+    }
+
+    #[test]
+    fn deny_globs_follow_the_documented_semantics() {
+        let d = tree();
+        let ws = fs::canonicalize(d.path()).unwrap_or_default();
+        let mut r = req(&d);
+        r.deny = vec![".env*".into(), "secrets".into()];
+        let p = build(&r, 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        let mut got: Vec<PathBuf> = p.masked.clone();
+        got.sort();
+        let mut want = vec![ws.join(".env"), ws.join("a/b/.env.local"), ws.join("secrets")];
+        want.sort();
+        assert_eq!(got, want, "a bare name matches at any depth; docs/secrets.md is not 'secrets'");
+        r.deny = vec!["a/**/.env*".into()];
+        let p = build(&r, 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.masked, vec![ws.join("a/b/.env.local")]);
+    }
+
+    #[test]
+    fn protected_paths_only_where_writable() {
+        let d = tree();
+        fs::create_dir_all(d.path().join(".git/hooks")).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(d.path().join(".git/config"), "").unwrap_or_else(|e| panic!("{e}"));
+        let ws = fs::canonicalize(d.path()).unwrap_or_default();
+        let p = build(&req(&d), 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        assert!(p.protected.is_empty(), "nothing to protect in a read-only workspace");
+        let mut r = req(&d);
+        r.writable = true;
+        let p = build(&r, 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.protected, vec![ws.join(".git/config"), ws.join(".git/hooks")]);
+    }
+
+    #[test]
+    fn root_callers_run_as_nobody_with_idmapped_workspace() {
+        let d = tree();
+        let p = build(&req(&d), 0, 0).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((p.spec.identity.inside_uid, p.spec.identity.outside_uid), (0, ROOT_RUNS_AS));
+        let ws = fs::canonicalize(d.path()).unwrap_or_default();
+        assert!(p
+            .spec
+            .mounts
+            .iter()
+            .any(|m| matches!(m, MountOp::Bind { dst, idmap: true, .. } if *dst == bytes(&ws))));
+        let p = build(&req(&d), 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((p.spec.identity.inside_uid, p.spec.identity.outside_uid), (1000, 1000));
+        assert!(!p.spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })));
+    }
+
+    #[test]
+    fn environment_is_built_from_the_request_only() {
+        let d = tree();
+        let mut r = req(&d);
+        r.env.push(("A".into(), "1".into()));
+        r.env.push(("A".into(), "2".into()));
+        let p = build(&r, 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.spec.env, vec![b"A=2".to_vec(), b"PATH=/usr/local/bin:/usr/bin:/bin".to_vec()]);
+    }
+}

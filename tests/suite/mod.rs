@@ -1,0 +1,5 @@
+mod util;
+
+mod escapes;
+mod meta;
+mod sandbox;

@@ -1,0 +1,464 @@
+//! End-to-end tests of the write barrier: every attempt is real, each has a
+//! control that shows the same attempt works with the restriction off, and
+//! each pins the errno.
+
+use std::path::PathBuf;
+
+use portcullis::sandbox::ExecRequest;
+use portcullis::SandboxError;
+
+use super::util::*;
+
+/// Write operations on the workspace, as probe ops.
+fn write_ops(ws: &Ws) -> Vec<String> {
+    let p = |r: &str| ws.join(r).display().to_string();
+    vec![
+        format!("append:{}", p("README.md")),
+        format!("write:{}", p("src/main.rs")),
+        format!("truncate:{}", p("src/lib.rs")),
+        format!("ftruncate:{}", p("README.md")),
+        format!("create:{}", p("new.txt")),
+        format!("rename:{}:{}", p("README.md"), p("README2.md")),
+        format!("chmod:{}", p("src/main.rs")),
+        format!("touch:{}", p("src/main.rs")),
+        format!("link:{}:{}", p("src/main.rs"), p("hard")),
+        format!("symlink:{}:{}", p("src/main.rs"), p("soft")),
+        format!("mkdir:{}", p("newdir")),
+        format!("unlink:{}", p("src/lib.rs")),
+    ]
+}
+
+#[test]
+fn r0001_find_delete_in_read_only_workspace_changes_nothing() {
+    let ws = Ws::new();
+    let before = ws.snapshot();
+    let target = ws.path().display().to_string();
+    let r = run_ok(&ws.req(&["find", &target, "-mindepth", "1", "-delete"]));
+    assert_ne!(r.exit_code, Some(0));
+    assert!(stderr(&r).contains("Read-only file system"), "expected EROFS, got: {}", stderr(&r));
+    assert_eq!(ws.snapshot(), before, "the read-only workspace changed");
+    assert!(!r.writable);
+
+    // Control: the same command with write access really deletes the tree.
+    let mut req = ws.req(&["find", &target, "-mindepth", "1", "-delete"]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert!(ws.snapshot().is_empty(), "the writable control did not delete the tree");
+}
+
+#[test]
+fn r0002_every_kind_of_write_is_refused_with_erofs() {
+    let ws = Ws::new();
+    let before = ws.snapshot();
+    let ops = write_ops(&ws);
+    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
+    let res = probe_in(&ws, &refs, |_| {});
+    for op in &ops {
+        assert_eq!(res.get(op).map(String::as_str), Some("EROFS"), "{op} was not refused with EROFS: {res:?}");
+    }
+    assert_eq!(ws.snapshot(), before);
+
+    // Control: the same operations succeed in a writable workspace.
+    let ws2 = Ws::new();
+    let ops2 = write_ops(&ws2);
+    let refs2: Vec<&str> = ops2.iter().map(String::as_str).collect();
+    let res2 = probe_in(&ws2, &refs2, |r| r.writable = true);
+    for op in &ops2 {
+        assert_eq!(res2.get(op).map(String::as_str), Some("OK"), "control {op} failed: {res2:?}");
+    }
+}
+
+#[test]
+fn r0003_write_grant_on_target_leaves_src_alone() {
+    let ws = Ws::new();
+    // A link planted in target/ that points at the source.
+    std::os::unix::fs::symlink(ws.join("src/main.rs"), ws.join("target/evil"))
+        .unwrap_or_else(|e| panic!("symlink: {e}"));
+    let src_before = super::util::snapshot(&ws.join("src"));
+    let p = |r: &str| ws.join(r).display().to_string();
+    let ops = [
+        format!("create:{}", p("target/out.o")),
+        format!("write:{}", p("target/evil")),
+        format!("write:{}", p("src/main.rs")),
+        format!("rename:{}:{}", p("src/main.rs"), p("target/main.rs")),
+        format!("create:{}", p("src/new.rs")),
+    ];
+    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
+    let res = probe_in(&ws, &refs, |r| r.write.push(PathBuf::from("target")));
+    assert_eq!(res[&ops[0]], "OK", "the grant must allow writing in target/");
+    assert_eq!(res[&ops[1]], "EROFS", "a link in target/ must not write through to src/");
+    assert_eq!(res[&ops[2]], "EROFS");
+    // rename(2) across the mount boundary: EXDEV before anything moves.
+    assert_eq!(res[&ops[3]], "EXDEV");
+    assert_eq!(res[&ops[4]], "EROFS");
+    assert_eq!(super::util::snapshot(&ws.join("src")), src_before, "src/ changed");
+    assert!(ws.join("target/out.o").exists(), "the granted write did not land");
+
+    // Control: with the whole workspace writable, the link does write through.
+    let res = probe_in(&ws, &[&ops[1]], |r| r.writable = true);
+    assert_eq!(res[&ops[1]], "OK");
+    assert_eq!(ws.read("src/main.rs"), "pwned\n");
+}
+
+#[test]
+fn r0004_host_paths_are_read_only_and_home_is_invisible() {
+    let ws = Ws::new();
+    // $HOME when it exists on the host (uid 65534 has none), else /root.
+    let home =
+        std::env::var("HOME").ok().filter(|h| std::path::Path::new(h).is_dir()).unwrap_or_else(|| "/root".into());
+    let ops = [
+        "create:/etc/portcullis-probe".to_string(),
+        "create:/usr/portcullis-probe".to_string(),
+        format!("exists:{home}"),
+        "exists:/root".into(),
+        "exists:/var/log".into(),
+        "exists:/run".into(),
+        "create:/portcullis-probe".into(),
+        "create:/tmp/ok".into(),
+    ];
+    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
+    let res = probe_in(&ws, &refs, |r| r.writable = true);
+    assert_eq!(res[&ops[0]], "EROFS");
+    assert_eq!(res[&ops[1]], "EROFS");
+    if !home.starts_with("/tmp") {
+        assert_eq!(res[&ops[2]], "no", "$HOME is visible");
+    }
+    assert_eq!(res[&ops[3]], "no");
+    assert_eq!(res[&ops[4]], "no");
+    assert_eq!(res[&ops[5]], "no");
+    assert_eq!(res[&ops[6]], "EROFS", "the sandbox root must be read-only");
+    assert_eq!(res[&ops[7]], "OK", "the private /tmp is writable");
+    assert!(!std::path::Path::new("/etc/portcullis-probe").exists());
+    assert!(!std::path::Path::new("/tmp/ok").exists(), "the private /tmp leaked to the host");
+    // Control: on the host these paths exist.
+    assert!(std::path::Path::new("/etc").exists() && std::path::Path::new(&home).exists());
+}
+
+#[test]
+fn r0005_denied_paths_are_masked() {
+    let ws = Ws::new();
+    ws.write(".env", "TOKEN=secret\n");
+    ws.write("sub/.env.local", "TOKEN=secret\n");
+    ws.write("secrets/key.pem", "KEY\n");
+    ws.write("config/app.toml", "ok\n");
+    let p = |r: &str| ws.join(r).display().to_string();
+    let ops = [
+        format!("read:{}", p(".env")),
+        format!("read:{}", p("sub/.env.local")),
+        format!("read:{}", p("secrets/key.pem")),
+        format!("listdir:{}", p("secrets")),
+        format!("read:{}", p("config/app.toml")),
+    ];
+    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
+    let res = probe_in(&ws, &refs, |r| {
+        r.deny.push(".env*".into());
+        r.deny.push("secrets".into());
+    });
+    assert_eq!(res[&ops[0]], "EACCES");
+    assert_eq!(res[&ops[1]], "EACCES", "a name glob matches at any depth");
+    assert!(res[&ops[2]] == "EACCES" || res[&ops[2]] == "ENOENT", "{res:?}");
+    assert_eq!(res[&ops[3]], "EACCES");
+    assert_eq!(res[&ops[4]], "OK:3");
+    // Control: without the deny list everything is readable.
+    let res = probe_in(&ws, &refs, |_| {});
+    assert_eq!(res[&ops[0]], "OK:13");
+    assert_eq!(res[&ops[2]], "OK:4");
+    // The mask left nothing behind in the tree.
+    assert!(!ws.join(".portcullis-mask").exists());
+}
+
+#[test]
+fn r0006_protected_paths_stay_read_only_in_a_writable_workspace() {
+    let ws = Ws::with_git();
+    ws.write(".github/workflows/ci.yml", "on: push\n");
+    let before_git = super::util::snapshot(&ws.join(".git"));
+    let p = |r: &str| ws.join(r).display().to_string();
+    let ops = [
+        format!("create:{}", p(".git/hooks/pre-commit")),
+        format!("append:{}", p(".git/config")),
+        format!("write:{}", p(".github/workflows/ci.yml")),
+        format!("create:{}", p(".git/objects-ok")),
+        format!("write:{}", p("src/main.rs")),
+        format!("rename:{}:{}", p(".git/hooks"), p("hooks-moved")),
+    ];
+    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
+    let res = probe_in(&ws, &refs, |r| {
+        r.writable = true;
+        r.protect.push(PathBuf::from(".github/workflows"));
+    });
+    assert_eq!(res[&ops[0]], "EROFS");
+    assert_eq!(res[&ops[1]], "EROFS");
+    assert_eq!(res[&ops[2]], "EROFS");
+    assert_eq!(res[&ops[3]], "OK", "the rest of .git stays writable");
+    assert_eq!(res[&ops[4]], "OK");
+    assert_eq!(res[&ops[5]], "EBUSY", "a protected mount point cannot be moved away");
+    let mut after_git = super::util::snapshot(&ws.join(".git"));
+    after_git.remove(&PathBuf::from("objects-ok"));
+    assert_eq!(after_git, before_git);
+
+    // Control: without protection the hook lands.
+    let res = probe_in(&ws, &[&ops[0]], |r| r.write.push(PathBuf::from(".git")));
+    assert_eq!(res[&ops[0]], "EROFS", "a grant on .git keeps hooks protected");
+    let ws2 = Ws::new();
+    ws2.write(".git/hooks/x", "");
+    let op = format!("create:{}", ws2.join(".git/hooks/pre-commit").display());
+    let mut req_probe = probe_in(&ws2, &[&op], |r| r.writable = true);
+    assert_eq!(req_probe.remove(&op).as_deref(), Some("EROFS"));
+}
+
+#[test]
+fn r0007_worktree_gitdir_hooks_are_protected() {
+    let ws = Ws::new();
+    // A worktree: .git is a file pointing into a git dir inside the workspace.
+    ws.write("main-repo/.git/config", "[core]\n");
+    ws.write("main-repo/.git/hooks/x", "");
+    ws.write("main-repo/.git/worktrees/wt/commondir", "../..\n");
+    ws.write("main-repo/.git/worktrees/wt/HEAD", "ref: refs/heads/wt\n");
+    ws.write(".git", &format!("gitdir: {}\n", ws.join("main-repo/.git/worktrees/wt").display()));
+    let op = format!("create:{}", ws.join("main-repo/.git/hooks/post-checkout").display());
+    let op2 = format!("append:{}", ws.join("main-repo/.git/config").display());
+    let res = probe_in(&ws, &[&op, &op2], |r| r.writable = true);
+    assert_eq!(res[&op], "EROFS");
+    assert_eq!(res[&op2], "EROFS");
+}
+
+#[test]
+fn r0008_no_stub_files_are_left_in_the_tree() {
+    let ws = Ws::with_git();
+    ws.write(".env", "x\n");
+    let before = ws.snapshot();
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    req.deny.push(".env".into());
+    req.protect.push(PathBuf::from("does/not/exist"));
+    req.write.push(PathBuf::from("target"));
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(ws.snapshot(), before, "a run left files behind");
+}
+
+#[test]
+fn r0009_landlock_alone_refuses_when_the_mounts_are_broken() {
+    if !available("landlock_alone", portcullis::doctor_landlock_abi() > 0, "no Landlock on this kernel") {
+        return;
+    }
+    let ws = Ws::new();
+    let op = format!("write:{}", ws.join("src/main.rs").display());
+    // Mount barrier broken on purpose: Landlock refuses with EACCES.
+    let res = probe_in(&ws, &[&op], |r| r.test_switches.skip_readonly = true);
+    assert_eq!(res[&op], "EACCES");
+    // The reverse: Landlock off, the mount refuses with EROFS.
+    let res = probe_in(&ws, &[&op], |r| r.test_switches.skip_landlock = true);
+    assert_eq!(res[&op], "EROFS");
+    assert_eq!(ws.read("src/main.rs"), "fn main() { println!(\"hi\"); }\n");
+    // Control: both broken, the write lands — so each layer alone was what stopped it.
+    let res = probe_in(&ws, &[&op], |r| {
+        r.test_switches.skip_readonly = true;
+        r.test_switches.skip_landlock = true;
+    });
+    assert_eq!(res[&op], "OK");
+    assert_eq!(ws.read("src/main.rs"), "pwned\n");
+}
+
+#[test]
+fn r0010_remount_and_nested_namespaces_fail() {
+    let ws = Ws::new();
+    let target = ws.path().display().to_string();
+    let script = format!(
+        "mount -o remount,rw {target} 2>&1; echo rc=$?; unshare -rm sh -c 'mount -o remount,rw {target}' 2>&1; echo rc=$?; echo x > {target}/README.md 2>&1; echo rc=$?"
+    );
+    let r = run_ok(&ws.req(&["sh", "-c", &script]));
+    let out = stdout(&r);
+    assert!(!out.contains("rc=0"), "a remount or write succeeded: {out}");
+    assert!(out.contains("Operation not permitted") || out.contains("permission denied"), "{out}");
+    assert_eq!(ws.read("README.md"), "readme\n");
+    // Control: outside the sandbox, unshare -rm with a mount works.
+    if std::path::Path::new("/usr/bin/unshare").exists() {
+        let ok = std::process::Command::new("unshare")
+            .args(["-rm", "sh", "-c", "mount -t tmpfs none /mnt && echo mounted"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("mounted"))
+            .unwrap_or(false);
+        assert!(ok, "control: unshare -rm + mount should work on the host");
+    }
+}
+
+#[test]
+fn r0011_setup_failures_are_typed_errors() {
+    let missing = ExecRequest::new("/nonexistent/portcullis-ws", ["true"]);
+    match run(&missing) {
+        Err(SandboxError::Path { what: "workspace", .. }) => {}
+        other => panic!("expected a workspace path error, got {other:?}"),
+    }
+    let ws = Ws::new();
+    match run(&ws.req(&["definitely-not-a-command-xyz"])) {
+        Err(e @ SandboxError::Exec { .. }) => assert_eq!(e.exit_code(), 127),
+        other => panic!("expected Exec ENOENT, got {other:?}"),
+    }
+    let mut req = ws.req(&["true"]);
+    req.write.push(PathBuf::from("no-such-dir"));
+    assert!(matches!(run(&req), Err(SandboxError::Path { what: "write grant", .. })));
+    let mut req = ws.req(&["true"]);
+    req.write.push(ws.path().parent().map(PathBuf::from).unwrap_or_default());
+    assert!(matches!(run(&req), Err(SandboxError::BadRequest(_))), "a grant containing the workspace is refused");
+    let ws_tmp = Ws::new_in(std::path::Path::new("/tmp"));
+    let mut req = ws_tmp.req(&["true"]);
+    req.write.push(PathBuf::from("/tmp"));
+    assert!(matches!(run(&req), Err(SandboxError::BadRequest(_))), "a grant containing the workspace is refused");
+    let mut req = ws.req(&["true"]);
+    req.deny.push("[".into());
+    assert!(matches!(run(&req), Err(SandboxError::Glob { .. })));
+    // A file that is not executable: 126.
+    ws.write("script.sh", "#!/bin/sh\n");
+    let s = ws.join("script.sh").display().to_string();
+    match run(&ws.req(&[&s])) {
+        Err(e @ SandboxError::Exec { .. }) => assert_eq!(e.exit_code(), 126),
+        other => panic!("expected Exec EACCES, got {other:?}"),
+    }
+    // Control: a real command runs.
+    assert_eq!(run_ok(&ws.req(&["true"])).exit_code, Some(0));
+}
+
+#[test]
+fn r0012_exit_codes_and_signals_come_back() {
+    let ws = Ws::new();
+    let r = run_ok(&ws.req(&["sh", "-c", "exit 7"]));
+    assert_eq!((r.exit_code, r.signal), (Some(7), None));
+    let r = run_ok(&ws.req(&["sh", "-c", "kill -TERM $$"]));
+    assert_eq!((r.exit_code, r.signal), (None, Some(15)));
+    let r = run_ok(&ws.req(&["sh", "-c", "echo out; echo err >&2"]));
+    assert_eq!((stdout(&r).as_str(), stderr(&r).as_str()), ("out\n", "err\n"));
+}
+
+#[test]
+fn r0013_environment_is_only_what_was_asked() {
+    let ws = Ws::new();
+    let mut req = ws.req(&["env"]);
+    req.env.push(("FOO".into(), "bar".into()));
+    let r = run_ok(&req);
+    let out = stdout(&r);
+    let names: Vec<&str> = out.lines().filter_map(|l| l.split('=').next()).collect();
+    assert!(names.contains(&"FOO") && names.contains(&"PATH"), "{out}");
+    assert!(names.iter().all(|n| ["FOO", "PATH", "PWD"].contains(n)), "unexpected variables: {out}");
+}
+
+#[test]
+fn r0014_cli_reports_json_exit_codes_and_explains() {
+    let ws = Ws::new();
+    let w = ws.path().display().to_string();
+    let out = cli()
+        .args(["exec", "--json", "--workspace", &w, "--", "sh", "-c", "echo hi > probe"])
+        .output()
+        .unwrap_or_else(|e| panic!("cli: {e}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("json: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(v["exit_code"], 2);
+    assert_eq!(v["writable"], false);
+    assert!(v["stderr"].as_str().unwrap_or("").contains("Read-only file system"));
+    assert!(v["landlock_abi"].as_u64().is_some());
+    assert!(!ws.join("probe").exists());
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = cli()
+        .args(["exec", "--workspace", &w, "--", "no-such-cmd-xyz"])
+        .output()
+        .unwrap_or_else(|e| panic!("cli: {e}"));
+    assert_eq!(out.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot execute no-such-cmd-xyz"));
+
+    let out = cli()
+        .args(["exec", "--timeout", "0.5", "--workspace", &w, "--", "sleep", "30"])
+        .output()
+        .unwrap_or_else(|e| panic!("cli: {e}"));
+    assert_eq!(out.status.code(), Some(124));
+
+    let out = cli()
+        .args(["exec", "--workspace", "/nonexistent/ws", "--", "true"])
+        .output()
+        .unwrap_or_else(|e| panic!("cli: {e}"));
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot resolve workspace /nonexistent/ws"));
+
+    // --explain runs nothing and prints the plan.
+    let out = cli()
+        .args(["exec", "--explain", "--writable", "--workspace", &w, "--", "sh", "-c", "touch made-by-explain"])
+        .output()
+        .unwrap_or_else(|e| panic!("cli: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.contains(&format!("workspace: {} (writable)", ws.path().canonicalize().unwrap_or_default().display())),
+        "{text}"
+    );
+    assert!(text.contains("seccomp: sha256 "), "{text}");
+    assert!(text.contains("landlock-writable: "), "{text}");
+    assert!(!ws.join("made-by-explain").exists());
+    // Explaining twice gives the same text: reviewers diff these.
+    let again = cli()
+        .args(["exec", "--explain", "--writable", "--workspace", &w, "--", "sh", "-c", "touch made-by-explain"])
+        .output()
+        .unwrap_or_else(|e| panic!("cli: {e}"));
+    assert_eq!(String::from_utf8_lossy(&again.stdout), text);
+}
+
+#[test]
+fn r0015_non_utf8_names_and_arguments_survive() {
+    use std::os::unix::ffi::OsStrExt;
+    let ws = Ws::new();
+    let name = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+    std::fs::write(ws.path().join(name), "x").unwrap_or_else(|e| panic!("write: {e}"));
+    let mut req = ws.req(&["ls"]);
+    req.argv.push(name.to_os_string());
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.stdout, b"caf\xe9.txt\n");
+}
+
+#[test]
+fn r0016_workspace_under_tmp_reports_its_landlock_gap() {
+    let ws = Ws::new_in(std::path::Path::new("/tmp"));
+    let plan = sandbox().plan(&ws.req(&["true"])).unwrap_or_else(|e| panic!("plan: {e}"));
+    let real = ws.path().canonicalize().unwrap_or_default();
+    assert_eq!(plan.landlock_gaps, vec![real]);
+    // The mount layer still refuses the write.
+    let op = format!("write:{}", ws.join("src/main.rs").display());
+    assert_eq!(probe_in(&ws, &[&op], |_| {})[&op], "EROFS");
+    // Control: a workspace elsewhere has no gap.
+    let ws2 = Ws::new();
+    assert!(sandbox().plan(&ws2.req(&["true"])).map(|p| p.landlock_gaps.is_empty()).unwrap_or(false));
+}
+
+#[test]
+fn r0017_device_nodes_work_and_nothing_else_is_a_device() {
+    // Every bind is nodev except the nodes /dev needs: a shell redirect to
+    // /dev/null, reads of /dev/zero and background jobs (dash opens
+    // /dev/null for them) must work.
+    let ws = Ws::new();
+    let r = run_ok(&ws.req(&[
+        "sh",
+        "-c",
+        "echo x > /dev/null && head -c 4 /dev/zero | wc -c && (true &) && head -c 1 /dev/urandom | wc -c",
+    ]));
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(stdout(&r), "4\n1\n");
+}
+
+#[test]
+fn r0018_doctor_reports_every_layer() {
+    let out = cli().args(["doctor", "--json"]).output().unwrap_or_else(|e| panic!("cli: {e}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("json: {e}"));
+    for key in
+        ["user_namespaces", "landlock", "seccomp", "cgroup", "sandbox_probe", "modes", "x32_syscalls", "kill_mechanism"]
+    {
+        assert!(v.get(key).is_some(), "doctor lacks {key}: {v}");
+    }
+    let usable = v["sandbox_probe"]["ok"].as_bool().unwrap_or(false);
+    if !available("doctor", usable, &format!("the sandbox does not work here: {}", v["sandbox_probe"]["detail"])) {
+        return;
+    }
+    assert!(out.status.success());
+    assert_eq!(v["landlock_abi"].as_u64(), Some(u64::from(portcullis::doctor_landlock_abi())));
+    let expected = if is_root() { "cgroup-kill" } else { "pid-namespace" };
+    assert_eq!(v["kill_mechanism"], expected);
+}

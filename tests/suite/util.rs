@@ -1,0 +1,239 @@
+//! Shared test helpers: finding the binaries, workspaces, tree snapshots,
+//! running requests, and skipping with a reason (or failing, in CI).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use portcullis::sandbox::{ExecRequest, RunOptions};
+use portcullis::{ExecResult, Sandbox, SandboxError};
+
+/// Directory holding `portcullis` and `portcullis-helper`: `PORTCULLIS_BIN_DIR`
+/// (the unprivileged pass copies them there), else `target/<profile>`.
+pub fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("PORTCULLIS_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    PathBuf::from(env!("CARGO_BIN_EXE_portcullis")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// The CLI.
+pub fn cli() -> Command {
+    Command::new(bin_dir().join("portcullis"))
+}
+
+/// A sandbox using the helper under test.
+pub fn sandbox() -> Sandbox {
+    Sandbox::with_helper(bin_dir().join("portcullis-helper"))
+}
+
+/// Whether CI demands every layer (a skip becomes a failure).
+pub fn require_all() -> bool {
+    std::env::var("PORTCULLIS_REQUIRE_ALL_LAYERS").is_ok_and(|v| v == "1")
+}
+
+/// Skip (return false, printing why) when `ok` is false — or fail when CI
+/// demands every layer.
+pub fn available(test: &str, ok: bool, why: &str) -> bool {
+    if ok {
+        return true;
+    }
+    assert!(!require_all(), "{test}: required layer missing: {why}");
+    eprintln!("skipping {test}: {why}");
+    false
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    nix::unistd::getuid().is_root()
+}
+
+/// A temporary workspace with a small source tree.
+pub struct Ws {
+    pub dir: tempfile::TempDir,
+}
+
+/// Where test workspaces live: `PORTCULLIS_TEST_ROOT`, else `/var/tmp`. Not
+/// `/tmp`: the sandbox's private /tmp is Landlock-writable, so a workspace
+/// under it is guarded by the mount layer alone (a reported gap), and these
+/// tests want both layers.
+pub fn test_root() -> PathBuf {
+    std::env::var_os("PORTCULLIS_TEST_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/tmp"))
+}
+
+impl Ws {
+    pub fn new() -> Ws {
+        Ws::new_in(&test_root())
+    }
+
+    pub fn new_in(root: &Path) -> Ws {
+        let dir = tempfile::Builder::new()
+            .prefix("pc-ws-")
+            .tempdir_in(root)
+            .unwrap_or_else(|e| panic!("tempdir in {}: {e}", root.display()));
+        let ws = Ws { dir };
+        ws.write("src/main.rs", "fn main() { println!(\"hi\"); }\n");
+        ws.write("src/lib.rs", "pub fn f() {}\n");
+        ws.write("README.md", "readme\n");
+        ws.write("target/.keep", "");
+        ws
+    }
+
+    /// A workspace that is also a git repository (hooks and config).
+    pub fn with_git() -> Ws {
+        let ws = Ws::new();
+        ws.write(".git/config", "[core]\n\trepositoryformatversion = 0\n");
+        ws.write(".git/hooks/pre-commit.sample", "#!/bin/sh\n");
+        ws.write(".git/HEAD", "ref: refs/heads/main\n");
+        ws
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn join(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn write(&self, rel: &str, content: &str) {
+        let p = self.join(rel);
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent).unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
+        }
+        fs::write(&p, content).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        fs::read_to_string(self.join(rel)).unwrap_or_default()
+    }
+
+    /// Every entry with its type, mode, size, mtime and content.
+    pub fn snapshot(&self) -> BTreeMap<PathBuf, String> {
+        snapshot(self.path())
+    }
+
+    /// A request for this workspace.
+    pub fn req(&self, argv: &[&str]) -> ExecRequest {
+        ExecRequest::new(self.path(), argv.iter().copied())
+    }
+}
+
+pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(m) = fs::symlink_metadata(&p) else {
+                continue;
+            };
+            let rel = p.strip_prefix(root).unwrap_or(&p).to_path_buf();
+            let kind = if m.file_type().is_symlink() {
+                format!("link->{}", fs::read_link(&p).map(|t| t.display().to_string()).unwrap_or_default())
+            } else if m.is_dir() {
+                "dir".to_string()
+            } else {
+                format!("file:{:?}", fs::read(&p).unwrap_or_default())
+            };
+            out.insert(
+                rel,
+                format!(
+                    "{kind} mode={:o} nlink={} mtime={}",
+                    m.permissions().mode(),
+                    m.nlink(),
+                    m.mtime_nsec() + m.mtime() * 1_000_000_000
+                ),
+            );
+            if m.is_dir() {
+                walk(root, &p, out);
+            }
+        }
+    }
+    walk(root, root, &mut out);
+    out
+}
+
+/// Run a request to completion on a fresh runtime.
+pub fn run(req: &ExecRequest) -> Result<ExecResult, SandboxError> {
+    let rt =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("runtime: {e}"));
+    rt.block_on(sandbox().run(req, RunOptions::default()))
+}
+
+/// Run and insist the sandbox came up; returns the result.
+pub fn run_ok(req: &ExecRequest) -> ExecResult {
+    match run(req) {
+        Ok(r) => r,
+        Err(e) => panic!("sandbox failed for {:?}: {}", req.argv, portcullis::error_chain(&e)),
+    }
+}
+
+pub fn stdout(r: &ExecResult) -> String {
+    String::from_utf8_lossy(&r.stdout).into_owned()
+}
+
+pub fn stderr(r: &ExecResult) -> String {
+    String::from_utf8_lossy(&r.stderr).into_owned()
+}
+
+/// The syscall probe: a Python script run by the system's /usr/bin/python3
+/// inside the sandbox, printing one line per operation: `name OK` or
+/// `name ERRNO_NAME`.
+pub const PROBE: &str = include_str!("../fixtures/probe.py");
+
+/// A world-readable directory holding the probe, to pass as a read root.
+pub struct ProbeDir {
+    pub dir: tempfile::TempDir,
+}
+
+impl ProbeDir {
+    pub fn new() -> ProbeDir {
+        let dir = tempfile::Builder::new().prefix("pc-probe-").tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("chmod: {e}"));
+        let p = dir.path().join("probe.py");
+        fs::write(&p, PROBE).unwrap_or_else(|e| panic!("write probe: {e}"));
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap_or_else(|e| panic!("chmod: {e}"));
+        ProbeDir { dir }
+    }
+
+    pub fn script(&self) -> String {
+        self.dir.path().join("probe.py").display().to_string()
+    }
+}
+
+/// Parse probe output into name -> result.
+pub fn probe_results(out: &str) -> BTreeMap<String, String> {
+    out.lines().filter_map(|l| l.split_once(' ')).map(|(a, b)| (a.to_string(), b.trim().to_string())).collect()
+}
+
+/// Run the probe with `ops` in a sandbox for `ws` built by `tweak`.
+pub fn probe_in(ws: &Ws, ops: &[&str], tweak: impl FnOnce(&mut ExecRequest)) -> BTreeMap<String, String> {
+    let pd = ProbeDir::new();
+    let script = pd.script();
+    let mut argv = vec!["/usr/bin/python3", script.as_str()];
+    argv.extend_from_slice(ops);
+    let mut req = ws.req(&argv);
+    req.read.push(pd.dir.path().to_path_buf());
+    tweak(&mut req);
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "probe failed: {}", stderr(&r));
+    probe_results(&stdout(&r))
+}
+
+/// Run the probe on the host, outside any sandbox (the controls).
+pub fn probe_on_host(cwd: &Path, ops: &[&str]) -> BTreeMap<String, String> {
+    let pd = ProbeDir::new();
+    let out = Command::new("/usr/bin/python3")
+        .arg(pd.script())
+        .args(ops)
+        .current_dir(cwd)
+        .output()
+        .unwrap_or_else(|e| panic!("python3: {e}"));
+    assert!(out.status.success(), "host probe failed: {}", String::from_utf8_lossy(&out.stderr));
+    probe_results(&String::from_utf8_lossy(&out.stdout))
+}
