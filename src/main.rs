@@ -186,6 +186,9 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
     for p in &plan.protected {
         s += &format!("protected: {}\n", p.display());
     }
+    for p in &plan.pinned {
+        s += &format!("pinned: {}\n", p.display());
+    }
     for m in &plan.masked {
         s += &format!("masked: {}\n", m.display());
     }
@@ -219,9 +222,13 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
     }
     s += "mount: / (root tmpfs) read-only after setup\n";
     let abi = portcullis_abi();
-    s += &format!(
-        "landlock: abi {abi}, handles write rights (not truncate, not ioctl-dev), scope signal+abstract-unix\n"
-    );
+    let scope = if abi >= 6 { ", scope signal+abstract-unix" } else { ", no scoping (needs ABI 6)" };
+    let tcp = match (plan.spec.network, abi >= 4) {
+        (Network::None, true) => ", tcp bind/connect denied",
+        (Network::None, false) => ", no tcp rules (needs ABI 4)",
+        (Network::Host, _) => "",
+    };
+    s += &format!("landlock: abi {abi}, handles write rights (not truncate, not ioctl-dev){scope}{tcp}\n");
     for w in &plan.landlock_writable {
         s += &format!("landlock-writable: {}\n", w.display());
     }
@@ -245,7 +252,10 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
     s += &format!(
         "kill: {}\n",
         match sb.cgroup_host() {
-            Ok(h) => format!("cgroup.kill (leaf under {})", h.parent.display()),
+            Ok(h) if nix::unistd::access(&h.parent, nix::unistd::AccessFlags::W_OK).is_ok() => {
+                format!("cgroup.kill (leaf under {})", h.parent.display())
+            }
+            Ok(h) => format!("pid-namespace ({} is not writable: no delegated cgroup)", h.parent.display()),
             Err(e) => format!("pid-namespace ({e})"),
         }
     );

@@ -339,6 +339,10 @@ impl Root {
                 let target = self.walk(dst, None)?;
                 self.readonly_again(target.as_fd())
             }
+            MountOp::Pin { dst } => {
+                let target = self.walk(dst, None)?;
+                self.bind_fd(target.as_fd(), target.as_fd(), true)
+            }
             MountOp::Mask { dst } => {
                 let target = self.walk(dst, None)?;
                 self.mask(target.as_fd())

@@ -106,10 +106,10 @@ steps! {
     NoNewPrivs = 26, "setting no_new_privs";
     /// Install the Landlock write rules.
     Landlock = 27, "installing landlock rules";
-    /// Install the seccomp filter (last, before exec).
-    Seccomp = 28, "installing the seccomp filter";
     /// Mark every fd above 2 close-on-exec.
-    CloseFds = 29, "closing file descriptors";
+    CloseFds = 28, "closing file descriptors";
+    /// Install the seccomp filter (last, before exec).
+    Seccomp = 29, "installing the seccomp filter";
     /// `execve` the command.
     Exec = 30, "executing the command";
 }

@@ -114,6 +114,11 @@ pub enum MountOp {
     /// Hide an existing path: an empty, unreadable file or directory is
     /// mounted over it.
     Mask { dst: Bytes },
+    /// Bind an existing directory onto itself, keeping its writability, so
+    /// that it becomes a mount point: it can then be neither renamed nor
+    /// removed (`EBUSY`). Used for the parents of protected paths, so that
+    /// `mv .git .git-old` cannot carry the read-only hooks away.
+    Pin { dst: Bytes },
 }
 
 impl MountOp {
@@ -126,7 +131,8 @@ impl MountOp {
             | MountOp::Devpts { dst }
             | MountOp::Symlink { dst, .. }
             | MountOp::ReadOnly { dst }
-            | MountOp::Mask { dst } => dst,
+            | MountOp::Mask { dst }
+            | MountOp::Pin { dst } => dst,
         }
     }
 }

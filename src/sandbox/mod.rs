@@ -38,6 +38,16 @@ pub enum SandboxError {
         #[source]
         source: io::Error,
     },
+    /// A path meant to be inside the workspace resolves outside it.
+    #[error("{what} {path} resolves to {resolved}, outside the workspace (a symbolic link leads out)")]
+    PathEscape {
+        /// Which path of the request.
+        what: &'static str,
+        /// The path as given.
+        path: PathBuf,
+        /// Where it leads.
+        resolved: PathBuf,
+    },
     /// A path that must be a directory is not.
     #[error("{what} {path} is not a directory")]
     NotADirectory {
@@ -698,6 +708,7 @@ pub fn describe_mount(op: &MountOp) -> String {
         MountOp::Devpts { dst } => format!("devpts {} (private instance)", s(dst)),
         MountOp::Symlink { target, dst } => format!("symlink {} -> {}", s(dst), s(target)),
         MountOp::ReadOnly { dst } => format!("read-only {}", s(dst)),
+        MountOp::Pin { dst } => format!("pin {} (bound onto itself: cannot be renamed or removed)", s(dst)),
         MountOp::Mask { dst } => format!("mask {}", s(dst)),
     }
 }

@@ -47,7 +47,11 @@ pub struct Plan {
     pub read_roots: Vec<PathBuf>,
     /// Paths kept read-only inside writable areas.
     pub protected: Vec<PathBuf>,
-    /// Paths masked by the deny list (and, for a root caller, root-only files).
+    /// Directories between a writable root and a protected path, pinned
+    /// (bound onto themselves) so they cannot be renamed or removed to
+    /// smuggle in an unprotected replacement (`mv .git .git-old`).
+    pub pinned: Vec<PathBuf>,
+    /// Paths masked by the deny list.
     pub masked: Vec<PathBuf>,
     /// Paths beneath which Landlock allows writing.
     pub landlock_writable: Vec<PathBuf>,
@@ -98,6 +102,19 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             ws.join(p)
         }
     };
+    // A path meant to be inside the workspace (relative, or absolute under
+    // it) must still be inside once links are resolved: a symlink planted
+    // in the workspace must not turn `--write target` into a grant on
+    // something else.
+    let canon_in = |p: &Path, what: &'static str| -> Result<PathBuf, SandboxError> {
+        let abs = resolve_rel(p);
+        let real = canon(&abs, what)?;
+        let meant_inside = !p.is_absolute() || abs.starts_with(&ws) || abs.starts_with(&req.workspace);
+        if meant_inside && !real.starts_with(&ws) {
+            return Err(SandboxError::PathEscape { what, path: p.to_path_buf(), resolved: real });
+        }
+        Ok(real)
+    };
 
     let mut base: Vec<MountOp> = Vec::new();
     for root in SYSTEM_ROOTS {
@@ -131,7 +148,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             grants.push(canon(&abs, "write grant")?);
             continue;
         }
-        let real = canon(&abs, "write grant")?;
+        let real = canon_in(g, "write grant")?;
         if real == ws {
             writable = true;
             continue;
@@ -166,7 +183,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // Extra readable roots.
     let mut read_roots = Vec::new();
     for r in &req.read {
-        let real = canon(&resolve_rel(r), "readable root")?;
+        let real = canon_in(r, "readable root")?;
         if is_within(&real, &ws) || real == Path::new("/") {
             continue;
         }
@@ -210,18 +227,19 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         .chain(grants.iter().filter(|g| g.as_path() != Path::new("/tmp")).cloned())
         .collect();
     let protected = protected_paths(req, &ws, &writable_areas);
+    let pinned = pinned_ancestors(&protected, &writable_areas);
     let mut mounts = base;
-    let mut prot_sorted = protected.clone();
-    prot_sorted.sort_by_key(|p| depth(p.as_os_str().as_bytes()));
-    for p in &prot_sorted {
-        mounts.push(MountOp::ReadOnly { dst: bytes(p) });
-    }
+    let mut carve: Vec<MountOp> = protected
+        .iter()
+        .map(|p| MountOp::ReadOnly { dst: bytes(p) })
+        .chain(pinned.iter().map(|p| MountOp::Pin { dst: bytes(p) }))
+        .collect();
+    carve.sort_by_key(|op| depth(op.dst()));
+    mounts.extend(carve);
 
     // Masks: the deny list.
     let mut masked = deny_paths(&req.deny, &ws)?;
-    for r in &read_roots {
-        masked.extend(deny_paths_absolute(&req.deny, r)?);
-    }
+    masked.extend(deny_paths_absolute(&req.deny)?);
     masked.sort_by_key(|p| depth(p.as_os_str().as_bytes()));
     masked.dedup();
     for m in &masked {
@@ -231,7 +249,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // Working directory.
     let cwd = match &req.cwd {
         Some(c) => {
-            let real = canon(&resolve_rel(c), "working directory")?;
+            let real = canon_in(c, "working directory")?;
             if !is_within(&real, &ws)
                 && !read_roots.iter().any(|r| is_within(&real, r))
                 && !grants.iter().any(|g| is_within(&real, g))
@@ -290,6 +308,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         write_grants: grants,
         read_roots,
         protected,
+        pinned,
         masked,
         landlock_writable,
         landlock_gaps,
@@ -340,10 +359,12 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
     if let Some(pf) = &req.policy_file {
         wanted.push(pf.clone());
     }
-    // A worktree's `.git` is a file `gitdir: <path>`; its hooks and config
-    // live there and in its `commondir`.
+    // A worktree's `.git` is a file `gitdir: <path>`; it stays read-only (it
+    // must not be pointed elsewhere), and its hooks and config live in the
+    // git dir and in its `commondir`.
     let dotgit = ws.join(".git");
     if dotgit.is_file() {
+        wanted.push(dotgit.clone());
         if let Some(gd) = read_gitdir(&dotgit) {
             wanted.push(gd.join("hooks"));
             wanted.push(gd.join("config"));
@@ -374,6 +395,27 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
         };
         if writable_areas.iter().any(|a| target.starts_with(a) && target != *a) {
             out.insert(target);
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// Directories strictly between a writable root and each protected path.
+fn pinned_ancestors(protected: &[PathBuf], writable_areas: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = BTreeSet::new();
+    for p in protected {
+        let Some(area) = writable_areas.iter().filter(|a| p.starts_with(a)).max_by_key(|a| a.components().count()) else {
+            continue;
+        };
+        let mut cur = p.parent();
+        while let Some(dir) = cur {
+            if dir == area.as_path() || !dir.starts_with(area) {
+                break;
+            }
+            if !protected.iter().any(|q| q == dir) {
+                out.insert(dir.to_path_buf());
+            }
+            cur = dir.parent();
         }
     }
     out.into_iter().collect()
@@ -419,33 +461,35 @@ fn deny_paths(globs: &[String], root: &Path) -> Result<Vec<PathBuf>, SandboxErro
         let (names, paths) = compile_globs(&rel)?;
         walk_masks(root, root, &names, &paths, &mut out, &mut 0)?;
     }
-    out.extend(deny_paths_absolute(globs, root)?);
     Ok(out)
 }
 
-/// Absolute deny globs (`/opt/tools/secret*`) under `root`.
-fn deny_paths_absolute(globs: &[String], root: &Path) -> Result<Vec<PathBuf>, SandboxError> {
-    let abs: Vec<String> = globs
-        .iter()
-        .filter(|g| g.starts_with('/'))
-        .filter(|g| Path::new(g.as_str()).starts_with(root) || root.starts_with(glob_prefix(g)))
-        .cloned()
-        .collect();
-    if abs.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut b = GlobSetBuilder::new();
-    for g in &abs {
-        b.add(
-            GlobBuilder::new(g)
-                .literal_separator(true)
-                .build()
-                .map_err(|e| SandboxError::Glob { glob: g.clone(), reason: e.kind().to_string() })?,
-        );
-    }
-    let set = b.build().map_err(|e| SandboxError::Glob { glob: abs.join(" "), reason: e.to_string() })?;
+/// Absolute deny globs (`/etc/ssh/*_key`): each is walked from its literal
+/// prefix, which must name a directory below `/`.
+fn deny_paths_absolute(globs: &[String]) -> Result<Vec<PathBuf>, SandboxError> {
     let mut out = Vec::new();
-    walk_abs(root, &set, &mut out, &mut 0)?;
+    for g in globs.iter().filter(|g| g.starts_with('/')) {
+        let prefix = glob_prefix(g);
+        if prefix.components().count() < 2 {
+            return Err(SandboxError::Glob {
+                glob: g.clone(),
+                reason: "an absolute deny glob must start with a literal directory (not /)".into(),
+            });
+        }
+        let glob = GlobBuilder::new(g)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| SandboxError::Glob { glob: g.clone(), reason: e.kind().to_string() })?;
+        let set = GlobSetBuilder::new()
+            .add(glob)
+            .build()
+            .map_err(|e| SandboxError::Glob { glob: g.clone(), reason: e.to_string() })?;
+        if set.is_match(&prefix) {
+            out.push(prefix);
+        } else if prefix.is_dir() {
+            walk_abs(&prefix, &set, &mut out, &mut 0)?;
+        }
+    }
     Ok(out)
 }
 

@@ -192,7 +192,9 @@ fn r0006_protected_paths_stay_read_only_in_a_writable_workspace() {
     assert_eq!(res[&ops[2]], "EROFS");
     assert_eq!(res[&ops[3]], "OK", "the rest of .git stays writable");
     assert_eq!(res[&ops[4]], "OK");
-    assert_eq!(res[&ops[5]], "EBUSY", "a protected mount point cannot be moved away");
+    // .git is pinned (a mount point), so the rename crosses mounts: EXDEV
+    // comes before the EBUSY of moving a mount point.
+    assert!(["EXDEV", "EBUSY"].contains(&res[&ops[5]].as_str()), "a protected mount point moved: {res:?}");
     let mut after_git = super::util::snapshot(&ws.join(".git"));
     after_git.remove(&PathBuf::from("objects-ok"));
     assert_eq!(after_git, before_git);
@@ -461,4 +463,98 @@ fn r0018_doctor_reports_every_layer() {
     assert_eq!(v["landlock_abi"].as_u64(), Some(u64::from(portcullis::doctor_landlock_abi())));
     let expected = if is_root() { "cgroup-kill" } else { "pid-namespace" };
     assert_eq!(v["kill_mechanism"], expected);
+}
+
+#[test]
+fn r0019_moving_dot_git_away_cannot_smuggle_in_hooks() {
+    // Found in review: `mv .git .git-old`, then a fresh .git with a hook that
+    // the host's git would run. The parents of protected paths are pinned.
+    let ws = Ws::with_git();
+    let before = super::util::snapshot(&ws.join(".git"));
+    let w = ws.path().display().to_string();
+    let script = format!(
+        "cd {w} && mv .git .git-old; echo mv=$?; rm -rf .git 2>/dev/null; echo rm=$?; \
+         mkdir -p .git/hooks 2>&1; printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit; echo hook=$?"
+    );
+    let mut req = ws.req(&["sh", "-c", &script]);
+    req.writable = true;
+    let r = run_ok(&req);
+    let out = stdout(&r);
+    assert!(out.contains("mv=1"), "mv .git must fail: {out} {}", stderr(&r));
+    assert!(stderr(&r).contains("busy"), "EBUSY expected: {}", stderr(&r));
+    assert!(!out.contains("hook=0"), "a hook was planted: {out}");
+    assert!(!ws.join(".git-old").exists());
+    assert!(!ws.join(".git/hooks/pre-commit").exists());
+    assert_eq!(super::util::snapshot(&ws.join(".git")).get(&PathBuf::from("config")), before.get(&PathBuf::from("config")));
+
+    // Control: without a .git to protect, the same script plants the hook.
+    let ws2 = Ws::new();
+    let w2 = ws2.path().display().to_string();
+    let mut req = ws2.req(&["sh", "-c", &script.replace(&w, &w2)]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert!(stdout(&r).contains("hook=0"), "{}", stdout(&r));
+    assert!(ws2.join(".git/hooks/pre-commit").exists());
+}
+
+#[test]
+fn r0020_a_symlink_cannot_redirect_a_grant_out_of_the_workspace() {
+    // Found in review: `target` -> /elsewhere made `--write target` a grant
+    // on /elsewhere.
+    let ws = Ws::new();
+    let outside = Ws::new();
+    std::fs::remove_dir_all(ws.join("target")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(outside.path(), ws.join("target")).unwrap_or_else(|e| panic!("{e}"));
+    for what in ["write grant", "readable root", "working directory"] {
+        let mut req = ws.req(&["true"]);
+        match what {
+            "write grant" => req.write.push(PathBuf::from("target")),
+            "readable root" => req.read.push(PathBuf::from("target")),
+            _ => req.cwd = Some(PathBuf::from("target")),
+        }
+        match run(&req) {
+            Err(SandboxError::PathEscape { what: w, resolved, .. }) => {
+                assert_eq!(w, what);
+                assert_eq!(resolved, outside.path().canonicalize().unwrap_or_default());
+            }
+            other => panic!("{what}: expected PathEscape, got {other:?}"),
+        }
+    }
+    // Control: naming the outside directory by its own absolute path is an
+    // explicit host grant and works.
+    let mut req = ws.req(&["sh", "-c", &format!("echo ok > {}/granted", outside.path().display())]);
+    req.write.push(outside.path().to_path_buf());
+    assert_eq!(run_ok(&req).exit_code, Some(0));
+    assert_eq!(outside.read("granted"), "ok\n");
+}
+
+#[test]
+fn r0021_absolute_deny_globs_mask_host_paths() {
+    let ws = Ws::new();
+    let ops = ["read:/etc/hostname", "read:/etc/passwd"];
+    let res = probe_in(&ws, &ops, |r| r.deny.push("/etc/host*".into()));
+    assert_eq!(res["read:/etc/hostname"], "EACCES");
+    assert!(res["read:/etc/passwd"].starts_with("OK"));
+    // Control: without the glob, /etc/hostname is readable.
+    let res = probe_in(&ws, &ops, |_| {});
+    assert!(res["read:/etc/hostname"].starts_with("OK"), "{res:?}");
+    // A glob with no literal directory is refused rather than walking /.
+    let mut req = ws.req(&["true"]);
+    req.deny.push("/**/id_rsa".into());
+    assert!(matches!(run(&req), Err(SandboxError::Glob { .. })));
+}
+
+#[test]
+fn r0022_a_worktree_gitdir_pointer_cannot_be_repointed() {
+    let ws = Ws::new();
+    ws.write("repo/.git/config", "[core]\n");
+    ws.write("repo/.git/hooks/x", "");
+    ws.write("repo/.git/worktrees/wt/commondir", "../..\n");
+    ws.write(".git", &format!("gitdir: {}\n", ws.join("repo/.git/worktrees/wt").display()));
+    let op = format!("write:{}", ws.join(".git").display());
+    let res = probe_in(&ws, &[&op], |r| r.writable = true);
+    assert_eq!(res[&op], "EROFS");
+    // Control: a plain file of the same kind elsewhere is writable.
+    let op2 = format!("write:{}", ws.join("README.md").display());
+    assert_eq!(probe_in(&ws, &[&op2], |r| r.writable = true)[&op2], "OK");
 }
