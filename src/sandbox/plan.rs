@@ -404,7 +404,8 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
 fn pinned_ancestors(protected: &[PathBuf], writable_areas: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = BTreeSet::new();
     for p in protected {
-        let Some(area) = writable_areas.iter().filter(|a| p.starts_with(a)).max_by_key(|a| a.components().count()) else {
+        let Some(area) = writable_areas.iter().filter(|a| p.starts_with(a)).max_by_key(|a| a.components().count())
+        else {
             continue;
         };
         let mut cur = p.parent();

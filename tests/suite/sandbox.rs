@@ -485,7 +485,10 @@ fn r0019_moving_dot_git_away_cannot_smuggle_in_hooks() {
     assert!(!out.contains("hook=0"), "a hook was planted: {out}");
     assert!(!ws.join(".git-old").exists());
     assert!(!ws.join(".git/hooks/pre-commit").exists());
-    assert_eq!(super::util::snapshot(&ws.join(".git")).get(&PathBuf::from("config")), before.get(&PathBuf::from("config")));
+    assert_eq!(
+        super::util::snapshot(&ws.join(".git")).get(&PathBuf::from("config")),
+        before.get(&PathBuf::from("config"))
+    );
 
     // Control: without a .git to protect, the same script plants the hook.
     let ws2 = Ws::new();
