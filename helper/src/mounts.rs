@@ -283,8 +283,9 @@ impl Root {
                 )?;
                 sys::move_mount(m.as_fd(), target.as_fd())?;
                 let proc_root = open_path(self.fd.as_fd(), &dst[1..], OFlag::O_DIRECTORY)?;
-                // Kernel knobs stay read-only: a root caller's uid 0 would
-                // otherwise pass the mode checks of /proc/sys files.
+                // Kernel knobs stay read-only. The command never runs as host
+                // root (root callers are mapped to nobody), so the mode checks
+                // of /proc/sys already refuse; this keeps a second barrier.
                 for name in PROC_READONLY {
                     if let Ok(fd) = open_path(proc_root.as_fd(), name.as_bytes(), OFlag::empty()) {
                         if !self.skip_readonly {

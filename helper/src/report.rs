@@ -57,7 +57,8 @@ steps! {
     /// `clone3` into new user, mount, pid, ipc, uts (and net) namespaces,
     /// born inside the per-command cgroup.
     Clone = 4, "creating the namespaces (clone3)";
-    /// Write the child's `uid_map` (caller uid to itself).
+    /// Write the child's `uid_map`: an unprivileged caller to itself, a root
+    /// caller's inside uid 0 to host `nobody`.
     MapUid = 5, "writing uid_map";
     /// Write `deny` to `setgroups` (required before gid_map, CVE-2014-8989).
     DenySetgroups = 6, "denying setgroups";

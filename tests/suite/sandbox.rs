@@ -561,3 +561,56 @@ fn r0022_a_worktree_gitdir_pointer_cannot_be_repointed() {
     let op2 = format!("write:{}", ws.join("README.md").display());
     assert_eq!(probe_in(&ws, &[&op2], |r| r.writable = true)[&op2], "OK");
 }
+
+#[test]
+fn r0023_cancellation_kills_the_whole_tree() {
+    use portcullis::sandbox::RunOptions;
+    let ws = Ws::new();
+    let marker = format!("sleep 7{}", std::process::id() % 1000);
+    let req = ws.req(&["bash", "-c", &format!("{marker}1 & {marker}2 & wait")]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let c2 = cancel.clone();
+    let start = std::time::Instant::now();
+    let r = rt.block_on(async move {
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            c2.cancel();
+        });
+        sandbox().run(&req, RunOptions { cancel: Some(cancel), ..RunOptions::default() }).await
+    });
+    let r = r.unwrap_or_else(|e| panic!("{e}"));
+    assert!(r.cancelled && !r.timed_out, "{r:?}");
+    assert_eq!(r.signal, Some(9));
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&marker))
+        .collect();
+    assert!(left.is_empty(), "survivors: {left:?}");
+    // Control: without cancellation the same command would still be running.
+    let mut quick = ws.req(&["sleep", "0.2"]);
+    quick.timeout = Some(std::time::Duration::from_secs(5));
+    let r = run_ok(&quick);
+    assert!(!r.cancelled && r.exit_code == Some(0));
+}
+
+#[test]
+fn r0024_memory_limit_applies() {
+    let ws = Ws::new();
+    let grab = ["/usr/bin/python3", "-c", "b = bytearray(300 * 1024 * 1024); print('allocated')"];
+    let mut req = ws.req(&grab);
+    req.limits.memory = Some(128 << 20);
+    let r = run_ok(&req);
+    assert_ne!(r.exit_code, Some(0), "300 MiB fit under a 128 MiB limit: {}", stdout(&r));
+    assert!(stderr(&r).contains("MemoryError") || r.signal.is_some(), "{}", stderr(&r));
+    assert!(r.limits.memory.is_some());
+    // Control: without the limit the allocation succeeds.
+    let r = run_ok(&ws.req(&grab));
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(stdout(&r), "allocated\n");
+}
