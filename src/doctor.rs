@@ -32,6 +32,19 @@ pub struct CgroupReport {
     pub fallback: Option<String>,
 }
 
+impl CgroupReport {
+    fn unavailable(why: String) -> CgroupReport {
+        CgroupReport {
+            mount: None,
+            parent: None,
+            writable: false,
+            cgroup_kill: false,
+            controllers: vec![],
+            fallback: Some(why),
+        }
+    }
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -136,22 +149,8 @@ pub async fn run() -> Report {
                 fallback,
             }
         }
-        Ok(Err(e)) => CgroupReport {
-            mount: None,
-            parent: None,
-            writable: false,
-            cgroup_kill: false,
-            controllers: vec![],
-            fallback: Some(e.to_string()),
-        },
-        Err(e) => CgroupReport {
-            mount: None,
-            parent: None,
-            writable: false,
-            cgroup_kill: false,
-            controllers: vec![],
-            fallback: Some(e.to_string()),
-        },
+        Ok(Err(e)) => CgroupReport::unavailable(e.to_string()),
+        Err(e) => CgroupReport::unavailable(e.to_string()),
     };
 
     let (sandbox_probe, kill_mechanism) = match &sandbox {

@@ -460,7 +460,10 @@ fn deny_paths(globs: &[String], root: &Path) -> Result<Vec<PathBuf>, SandboxErro
     let mut out = Vec::new();
     if !rel.is_empty() {
         let (names, paths) = compile_globs(&rel)?;
-        walk_masks(root, root, &names, &paths, &mut out, &mut 0)?;
+        let hit = |p: &Path, name: &std::ffi::OsStr| {
+            names.is_match(Path::new(name)) || paths.is_match(p.strip_prefix(root).unwrap_or(p))
+        };
+        walk(root, root, &hit, &mut out, &mut 0)?;
     }
     Ok(out)
 }
@@ -488,7 +491,7 @@ fn deny_paths_absolute(globs: &[String]) -> Result<Vec<PathBuf>, SandboxError> {
         if set.is_match(&prefix) {
             out.push(prefix);
         } else if prefix.is_dir() {
-            walk_abs(&prefix, &set, &mut out, &mut 0)?;
+            walk(&prefix, &prefix, &|p: &Path, _: &std::ffi::OsStr| set.is_match(p), &mut out, &mut 0)?;
         }
     }
     Ok(out)
@@ -506,11 +509,13 @@ fn glob_prefix(g: &str) -> PathBuf {
     p
 }
 
-fn walk_masks(
+/// Walk `dir` (never following links), collecting every entry `hit`
+/// matches; a matched directory is not descended into (its mask hides it
+/// all). `seen` bounds the walk.
+fn walk(
     root: &Path,
     dir: &Path,
-    names: &GlobSet,
-    paths: &GlobSet,
+    hit: &dyn Fn(&Path, &std::ffi::OsStr) -> bool,
     out: &mut Vec<PathBuf>,
     seen: &mut usize,
 ) -> Result<(), SandboxError> {
@@ -531,39 +536,10 @@ fn walk_masks(
             continue;
         }
         let p = e.path();
-        let rel = p.strip_prefix(root).unwrap_or(&p);
-        if names.is_match(Path::new(&e.file_name())) || paths.is_match(rel) {
-            out.push(p);
-            continue;
-        }
-        if ft.is_dir() {
-            walk_masks(root, &p, names, paths, out, seen)?;
-        }
-    }
-    Ok(())
-}
-
-fn walk_abs(dir: &Path, set: &GlobSet, out: &mut Vec<PathBuf>, seen: &mut usize) -> Result<(), SandboxError> {
-    let Ok(rd) = fs::read_dir(dir) else {
-        return Ok(());
-    };
-    for e in rd.flatten() {
-        *seen += 1;
-        if *seen > DENY_WALK_LIMIT {
-            return Err(SandboxError::BadRequest(format!(
-                "the deny list walk of {} passed {DENY_WALK_LIMIT} entries",
-                dir.display()
-            )));
-        }
-        let Ok(ft) = e.file_type() else { continue };
-        if ft.is_symlink() {
-            continue;
-        }
-        let p = e.path();
-        if set.is_match(&p) {
+        if hit(&p, &e.file_name()) {
             out.push(p);
         } else if ft.is_dir() {
-            walk_abs(&p, set, out, seen)?;
+            walk(root, &p, hit, out, seen)?;
         }
     }
     Ok(())
