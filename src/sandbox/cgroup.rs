@@ -211,9 +211,16 @@ impl Cgroup {
 impl Drop for Cgroup {
     fn drop(&mut self) {
         if !self.removed {
-            // Best effort when a run was abandoned: kill and try once.
+            // A run was abandoned (its future dropped): kill, then give the
+            // kernel a bounded moment to empty the cgroup so the directory
+            // does not linger. This blocks for at most ~200 ms.
             let _ = self.kill();
-            let _ = fs::remove_dir(&self.path);
+            for _ in 0..200 {
+                if !self.populated() && fs::remove_dir(&self.path).is_ok() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
     }
 }

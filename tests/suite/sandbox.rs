@@ -614,3 +614,46 @@ fn r0024_memory_limit_applies() {
     assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
     assert_eq!(stdout(&r), "allocated\n");
 }
+
+#[test]
+fn r0025_an_abandoned_run_leaves_nothing_behind() {
+    use portcullis::sandbox::RunOptions;
+    let ws = Ws::new();
+    let marker = format!("sleep 8{}", std::process::id() % 1000);
+    let req = ws.req(&["bash", "-c", &format!("{marker}1 & {marker}2 & wait")]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+    let sb = sandbox();
+    let dropped = rt.block_on(async {
+        tokio::time::timeout(std::time::Duration::from_millis(400), sb.run(&req, RunOptions::default())).await
+    });
+    assert!(dropped.is_err(), "the run should still have been going");
+    let procs: Vec<String> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&marker))
+        .collect();
+    assert!(procs.is_empty(), "survivors of a dropped run: {procs:?}");
+    if let Ok(host) = sb.cgroup_host() {
+        let prefix = format!("portcullis-{}-", std::process::id());
+        let left: Vec<String> = std::fs::read_dir(&host.parent)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        // Other tests of this process may have live leaves; a leaked one is
+        // empty and stays: check the empty ones again a moment later.
+        let empty = |n: &String| {
+            std::fs::read_to_string(host.parent.join(n).join("cgroup.events"))
+                .is_ok_and(|e| e.lines().any(|l| l == "populated 0"))
+        };
+        let suspects: Vec<String> = left.into_iter().filter(|n| empty(n)).collect();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let leaked: Vec<&String> = suspects.iter().filter(|n| empty(n)).collect();
+        assert!(leaked.is_empty(), "empty cgroup leaves left behind: {leaked:?}");
+    }
+}
