@@ -1,7 +1,7 @@
 //! The `portcullis` command line: `exec`, `doctor`.
 
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -319,7 +319,10 @@ async fn exec(a: ExecArgs) -> ExitCode {
         }
         c2.cancel();
     });
-    let mut opts = RunOptions { stdin: Stdin::Inherit, cancel: Some(cancel), ..RunOptions::default() };
+    // A terminal is never handed on (no keystroke games, no fchmod of the
+    // caller's tty); piped or redirected input is copied through a pipe.
+    let stdin = if std::io::stdin().is_terminal() { Stdin::Null } else { Stdin::Copy };
+    let mut opts = RunOptions { stdin, cancel: Some(cancel), ..RunOptions::default() };
     if !a.json {
         opts.on_output = Some(Box::new(|stream, data| {
             let _ = match stream {

@@ -55,7 +55,12 @@ pub enum When {
     ArgIs { arg: u8, values: &'static [u64] },
     /// When argument `arg` has any namespace flag set.
     NamespaceFlags { arg: u8 },
+    /// When argument `arg`, a file mode, asks for setuid or setgid.
+    SetidMode { arg: u8 },
 }
+
+/// `S_ISUID | S_ISGID` from `<linux/stat.h>`.
+pub const SETID_BITS: u64 = 0o6000;
 
 /// One refused syscall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +226,39 @@ macro_rules! paste_nr {
     (vhangup) => {
         libc::SYS_vhangup
     };
+    (chmod) => {
+        libc::SYS_chmod
+    };
+    (fchmod) => {
+        libc::SYS_fchmod
+    };
+    (fchmodat) => {
+        libc::SYS_fchmodat
+    };
+    (fchmodat2) => {
+        452 // not yet in libc; <asm/unistd_64.h>, Linux 6.6
+    };
+    (open) => {
+        libc::SYS_open
+    };
+    (openat) => {
+        libc::SYS_openat
+    };
+    (creat) => {
+        libc::SYS_creat
+    };
+    (mknod) => {
+        libc::SYS_mknod
+    };
+    (mknodat) => {
+        libc::SYS_mknodat
+    };
+    (mkdir) => {
+        libc::SYS_mkdir
+    };
+    (mkdirat) => {
+        libc::SYS_mkdirat
+    };
     (quotactl) => {
         libc::SYS_quotactl
     };
@@ -288,6 +326,20 @@ pub fn entries() -> Vec<Entry> {
         entry!(syslog, Always, "no kernel log"),
         entry!(vhangup, Always, "no hanging up terminals"),
         entry!(quotactl, Always, "no quota changes"),
+        // A root caller's command writes files that are owned by host root
+        // on disk (idmapped workspace and grants); a setuid bit there would
+        // hand root to whoever runs the file on the host later.
+        entry!(chmod, SetidMode { arg: 1 }, "no setuid/setgid files: they would outlive the sandbox on the host"),
+        entry!(fchmod, SetidMode { arg: 1 }, "no setuid/setgid files: they would outlive the sandbox on the host"),
+        entry!(fchmodat, SetidMode { arg: 2 }, "no setuid/setgid files: they would outlive the sandbox on the host"),
+        entry!(fchmodat2, SetidMode { arg: 2 }, "no setuid/setgid files: they would outlive the sandbox on the host"),
+        entry!(open, SetidMode { arg: 2 }, "no setuid/setgid files created with open(O_CREAT)"),
+        entry!(openat, SetidMode { arg: 3 }, "no setuid/setgid files created with openat(O_CREAT)"),
+        entry!(creat, SetidMode { arg: 1 }, "no setuid/setgid files created with creat"),
+        entry!(mknod, SetidMode { arg: 1 }, "no setuid/setgid files created with mknod"),
+        entry!(mknodat, SetidMode { arg: 2 }, "no setuid/setgid files created with mknodat"),
+        entry!(mkdir, SetidMode { arg: 1 }, "no setgid directories"),
+        entry!(mkdirat, SetidMode { arg: 2 }, "no setgid directories"),
     ]
 }
 
@@ -379,6 +431,9 @@ pub fn compile() -> Result<BpfProgram, FilterError> {
         a.jump_if(BPF_JGE_K, X32_SYSCALL_BIT, deny);
     }
     a.jump_if(BPF_JEQ_K, libc::SYS_clone3 as u32, enosys);
+    // openat2's mode sits in a struct BPF cannot read: ENOSYS makes callers
+    // fall back to openat, whose mode it can.
+    a.jump_if(BPF_JEQ_K, libc::SYS_openat2 as u32, enosys);
     // Unconditional entries: one compare each.
     for e in entries.iter().filter(|e| e.when == When::Always) {
         a.jump_if(BPF_JEQ_K, e.nr as u32, deny);
@@ -404,6 +459,10 @@ pub fn compile() -> Result<BpfProgram, FilterError> {
                 let mask = NAMESPACE_FLAGS.iter().fold(0u64, |m, (f, _)| m | f) as u32;
                 a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(arg));
                 a.jump_if(BPF_JSET_K, mask, deny);
+            }
+            When::SetidMode { arg } => {
+                a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(arg));
+                a.jump_if(BPF_JSET_K, SETID_BITS as u32, deny);
             }
             When::Always => {}
         }
@@ -498,6 +557,15 @@ mod tests {
                     args[usize::from(arg)] = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_FILES) as u64;
                     assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_ALLOW, "{} thread creation", e.name);
                 }
+                When::SetidMode { arg } => {
+                    for (mode, want) in
+                        [(0o4755, EPERM), (0o2755, EPERM), (0o6777, EPERM), (0o755, RET_ALLOW), (0o1777, RET_ALLOW)]
+                    {
+                        let mut args = [0u64; 6];
+                        args[usize::from(arg)] = mode;
+                        assert_eq!(run(&p, AUDIT_ARCH, nr, args), want, "{} mode {mode:o}", e.name);
+                    }
+                }
             }
         }
     }
@@ -507,6 +575,7 @@ mod tests {
         let p = prog();
         assert_eq!(run(&p, AUDIT_ARCH ^ 1, libc::SYS_read as u32, [0; 6]), RET_KILL_PROCESS);
         assert_eq!(run(&p, AUDIT_ARCH, libc::SYS_clone3 as u32, [0; 6]), RET_ERRNO | libc::ENOSYS as u32);
+        assert_eq!(run(&p, AUDIT_ARCH, libc::SYS_openat2 as u32, [0; 6]), RET_ERRNO | libc::ENOSYS as u32);
         if cfg!(target_arch = "x86_64") {
             assert_eq!(run(&p, AUDIT_ARCH, X32_SYSCALL_BIT | libc::SYS_getpid as u32, [0; 6]), EPERM);
             assert_eq!(run(&p, AUDIT_ARCH, X32_SYSCALL_BIT | libc::SYS_read as u32, [0; 6]), EPERM);

@@ -88,9 +88,9 @@ impl Drop for Spawn {
 
 /// Start `helper` with `fds` placed at their target numbers (`(source,
 /// target)`, sources above every target), an empty environment, its own
-/// process group, default signal dispositions, and stdin from `/dev/null`
-/// unless `inherit_stdin`.
-pub fn spawn(helper: &Path, fds: &[(RawFd, RawFd)], inherit_stdin: bool) -> io::Result<Helper> {
+/// process group, default signal dispositions, and stdin from `stdin` (or
+/// `/dev/null`).
+pub fn spawn(helper: &Path, fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> io::Result<Helper> {
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let path = CString::new(helper.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -98,8 +98,15 @@ pub fn spawn(helper: &Path, fds: &[(RawFd, RawFd)], inherit_stdin: bool) -> io::
     // SAFETY: every call in this block works on objects initialised by
     // `Spawn::new`, with fds that are open and outlive posix_spawn.
     unsafe {
-        if !inherit_stdin {
-            check(libc::posix_spawn_file_actions_addopen(&mut s.actions, 0, c"/dev/null".as_ptr(), libc::O_RDONLY, 0))?;
+        match stdin {
+            Some(fd) => check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, fd, 0))?,
+            None => check(libc::posix_spawn_file_actions_addopen(
+                &mut s.actions,
+                0,
+                c"/dev/null".as_ptr(),
+                libc::O_RDONLY,
+                0,
+            ))?,
         }
         check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, out_w.as_raw_fd(), 1))?;
         check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, err_w.as_raw_fd(), 2))?;

@@ -238,8 +238,11 @@ pub enum Stdin {
     /// `/dev/null`.
     #[default]
     Null,
-    /// The caller's own stdin.
-    Inherit,
+    /// The caller's stdin, copied into a pipe by a thread. The command never
+    /// gets the caller's own file descriptor: on a regular file or a terminal
+    /// it could `fchmod`, `ftruncate` or reopen it, outside every barrier.
+    /// The thread ends at end-of-file or when the command stops reading.
+    Copy,
 }
 
 /// Live output callback.
@@ -483,8 +486,19 @@ impl Sandbox {
         if let Some(c) = &cg_fd {
             fds.push((c.as_raw_fd(), portcullis_helper::CGROUP_FD));
         }
-        let mut child = launch::spawn(&self.helper, &fds, opts.stdin == Stdin::Inherit)
+        let stdin_pipe = match opts.stdin {
+            Stdin::Null => None,
+            Stdin::Copy => Some(
+                nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                    .map_err(|e| SandboxError::Io { stage: "creating the stdin pipe", source: e.into() })?,
+            ),
+        };
+        let mut child = launch::spawn(&self.helper, &fds, stdin_pipe.as_ref().map(|(r, _)| r.as_raw_fd()))
             .map_err(|source| SandboxError::Spawn { helper: self.helper.clone(), source })?;
+        if let Some((r, w)) = stdin_pipe {
+            drop(r);
+            copy_stdin(w);
+        }
         drop((memfd, report_w, life_r, cg_fd));
         let mut lifeline = Some(life_w);
 
@@ -627,6 +641,14 @@ impl Sandbox {
             warnings,
         })
     }
+}
+
+/// Copy this process's stdin into `w` on a detached thread.
+fn copy_stdin(w: OwnedFd) {
+    let _ = std::thread::Builder::new().name("portcullis-stdin".into()).spawn(move || {
+        let mut out = std::fs::File::from(w);
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut out);
+    });
 }
 
 async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, stream: Stream, tx: mpsc::Sender<(Stream, Vec<u8>)>) {
