@@ -221,14 +221,33 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
             sys::Forked::Parent { pid, pidfd } => (pid, pidfd),
         };
     drop(chan_pid1);
-    drop(cgroup);
     if let Err(f) = start_pid1(pid, &spec, &chan_outer) {
         let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
         let _ = waitpid(Pid::from_raw(pid), None);
         return Err(f);
     }
     drop(chan_outer);
-    supervise(pid, pidfd.as_fd(), &lifeline, &set)
+    let (code, orphaned) = supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
+    if let (true, Some(cg)) = (orphaned, cgroup) {
+        remove_orphaned_cgroup(&cg);
+    }
+    Ok(code)
+}
+
+/// The library died (its lifeline closed) while the sandbox ran, so nobody
+/// else will remove the per-command cgroup: pid 1 is reaped, which means the
+/// pid namespace, and with it everything in the cgroup, is gone; remove the
+/// now empty leaf. Best effort, bounded.
+fn remove_orphaned_cgroup(cg: &OwnedFd) {
+    let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", cg.as_raw_fd())) else {
+        return;
+    };
+    for _ in 0..100 {
+        if std::fs::remove_dir(&path).is_ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
 
 /// Write pid 1's maps; for a root caller make the idmapped trees through
@@ -284,7 +303,9 @@ fn write_maps(pid: libc::pid_t, spec: &SpawnSpec) -> Result<(), Fail> {
 
 /// The outer helper's loop: forward signals to pid 1, kill it when the
 /// lifeline closes, and exit with its status once it is gone.
-fn supervise(pid: libc::pid_t, pidfd: BorrowedFd<'_>, lifeline: &OwnedFd, set: &SigSet) -> Result<i32, Fail> {
+/// Returns pid 1's status and whether the lifeline closed first (the library
+/// is gone).
+fn supervise(pid: libc::pid_t, pidfd: BorrowedFd<'_>, lifeline: &OwnedFd, set: &SigSet) -> Result<(i32, bool), Fail> {
     let sfd = SignalFd::with_flags(set, SfdFlags::SFD_CLOEXEC).map_err(|e| Fail::io(Step::Clone, errno(e)))?;
     let mut lifeline_open = true;
     loop {
@@ -315,8 +336,8 @@ fn supervise(pid: libc::pid_t, pidfd: BorrowedFd<'_>, lifeline: &OwnedFd, set: &
         }
         if child_ready {
             match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(_, code)) => return Ok(code),
-                Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
+                Ok(WaitStatus::Exited(_, code)) => return Ok((code, !lifeline_open)),
+                Ok(WaitStatus::Signaled(_, sig, _)) => return Ok((128 + sig as i32, !lifeline_open)),
                 Ok(_) => {}
                 Err(nix::Error::EINTR) => {}
                 Err(e) => return Err(Fail::io(Step::Clone, errno(e))),

@@ -226,7 +226,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         .into_iter()
         .chain(grants.iter().filter(|g| g.as_path() != Path::new("/tmp")).cloned())
         .collect();
-    let protected = protected_paths(req, &ws, &writable_areas);
+    let protected = protected_paths(req, &ws, &writable_areas)?;
     let pinned = pinned_ancestors(&protected, &writable_areas);
     let mut mounts = base;
     let mut carve: Vec<MountOp> = protected
@@ -240,8 +240,15 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // Masks: the deny list.
     let mut masked = deny_paths(&req.deny, &ws)?;
     masked.extend(deny_paths_absolute(&req.deny)?);
-    masked.sort_by_key(|p| depth(p.as_os_str().as_bytes()));
+    // Only what the sandbox can see needs (and can get) a mask.
+    masked.retain(|m| {
+        m.starts_with(&ws)
+            || read_roots.iter().any(|r| m.starts_with(r))
+            || SYSTEM_ROOTS.iter().any(|r| m.starts_with(r))
+    });
+    masked.sort();
     masked.dedup();
+    masked.sort_by_key(|p| depth(p.as_os_str().as_bytes()));
     for m in &masked {
         mounts.push(MountOp::Mask { dst: bytes(m) });
     }
@@ -350,44 +357,60 @@ fn build_env(req: &ExecRequest) -> Vec<Vec<u8>> {
 
 /// Protected paths inside writable areas: the defaults, the request's own,
 /// the policy file, and the hooks/config of a worktree's real git dir.
-fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> Vec<PathBuf> {
+fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> Result<Vec<PathBuf>, SandboxError> {
     if writable_areas.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
+    }
+    // The caller's own --protect paths must exist and contain no symbolic
+    // link: a protected link target would leave the link itself replaceable.
+    let mut own = Vec::new();
+    for p in &req.protect {
+        let abs = if p.is_absolute() { p.clone() } else { ws.join(p) };
+        let real = canon(&abs, "protected path")?;
+        if real != lexical(&abs) {
+            return Err(SandboxError::BadRequest(format!(
+                "protected path {} goes through a symbolic link (to {}); protect the real path",
+                p.display(),
+                real.display()
+            )));
+        }
+        own.push(real);
     }
     let mut wanted: Vec<PathBuf> = DEFAULT_PROTECTED.iter().map(|p| ws.join(p)).collect();
-    wanted.extend(req.protect.iter().map(|p| if p.is_absolute() { p.clone() } else { ws.join(p) }));
     if let Some(pf) = &req.policy_file {
         wanted.push(pf.clone());
     }
-    // A worktree's `.git` is a file `gitdir: <path>`; it stays read-only (it
-    // must not be pointed elsewhere), and its hooks and config live in the
-    // git dir and in its `commondir`.
+    // What git reads code or configuration from, besides hooks and config:
+    // commondir (redirects both), config.worktree, submodules' git dirs, and
+    // the directory core.hooksPath names.
+    let gitdirs = git_dirs(ws);
+    for gd in &gitdirs {
+        for name in ["hooks", "config", "config.worktree", "commondir"] {
+            wanted.push(gd.join(name));
+        }
+        if let Some(hp) = hooks_path(&gd.join("config")) {
+            wanted.push(if hp.is_absolute() { hp } else { ws.join(hp) });
+        }
+    }
+    // A worktree's `.git` is a file `gitdir: <path>`; it stays read-only, so
+    // it cannot be pointed elsewhere.
     let dotgit = ws.join(".git");
     if dotgit.is_file() {
         wanted.push(dotgit.clone());
-        if let Some(gd) = read_gitdir(&dotgit) {
-            wanted.push(gd.join("hooks"));
-            wanted.push(gd.join("config"));
-            wanted.push(gd.join("config.worktree"));
-            if let Ok(c) = fs::read_to_string(gd.join("commondir")) {
-                let common = gd.join(c.trim());
-                wanted.push(common.join("hooks"));
-                wanted.push(common.join("config"));
-            }
-        }
     }
-    let mut out = BTreeSet::new();
+    let mut out: BTreeSet<PathBuf> =
+        own.into_iter().filter(|t| writable_areas.iter().any(|a| t.starts_with(a) && t != a)).collect();
     for w in wanted {
         let target = match fs::canonicalize(&w) {
             Ok(real) => real,
             Err(_) => {
                 // Missing: protect the nearest existing parent, unless that
-                // is a writable root itself (then nothing can be protected
-                // without making the whole area read-only).
+                // is a writable root itself or a git dir (whose other files
+                // must stay writable for git to work).
                 let Some(parent) = w.parent().and_then(|p| fs::canonicalize(p).ok()) else {
                     continue;
                 };
-                if writable_areas.contains(&parent) {
+                if writable_areas.contains(&parent) || gitdirs.contains(&parent) {
                     continue;
                 }
                 parent
@@ -397,7 +420,75 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
             out.insert(target);
         }
     }
-    out.into_iter().collect()
+    Ok(out.into_iter().collect())
+}
+
+/// `p` with `.` dropped and `..` applied, without touching the filesystem.
+fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The workspace's git directories: `.git` (or a worktree's gitdir and its
+/// commondir) and every submodule git dir under `modules/`.
+fn git_dirs(ws: &Path) -> Vec<PathBuf> {
+    let dotgit = ws.join(".git");
+    let mut roots = Vec::new();
+    if dotgit.is_dir() {
+        roots.extend(fs::canonicalize(&dotgit).ok());
+    } else if let Some(gd) = read_gitdir(&dotgit) {
+        if let Ok(c) = fs::read_to_string(gd.join("commondir")) {
+            roots.extend(fs::canonicalize(gd.join(c.trim())).ok());
+        }
+        roots.push(gd);
+    }
+    let mut out = Vec::new();
+    for r in roots {
+        collect_modules(&r, 0, &mut out);
+    }
+    out
+}
+
+fn collect_modules(gd: &Path, depth: u32, out: &mut Vec<PathBuf>) {
+    out.push(gd.to_path_buf());
+    if depth > 4 {
+        return;
+    }
+    let Ok(rd) = fs::read_dir(gd.join("modules")) else { return };
+    for e in rd.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            let p = e.path();
+            if p.join("config").is_file() {
+                collect_modules(&p, depth + 1, out);
+            } else {
+                // Nested module names (a/b) are directories of directories.
+                let Ok(inner) = fs::read_dir(&p) else { continue };
+                for i in inner.flatten() {
+                    if i.path().join("config").is_file() {
+                        collect_modules(&i.path(), depth + 1, out);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `core.hooksPath` from a git config file, if set (a plain line scan).
+fn hooks_path(config: &Path) -> Option<PathBuf> {
+    let text = fs::read_to_string(config).ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.trim().split_once('=')?;
+        k.trim().eq_ignore_ascii_case("hookspath").then(|| PathBuf::from(v.trim().trim_matches('"')))
+    })
 }
 
 /// Directories strictly between a writable root and each protected path.
@@ -519,8 +610,18 @@ fn walk(
     out: &mut Vec<PathBuf>,
     seen: &mut usize,
 ) -> Result<(), SandboxError> {
-    let Ok(rd) = fs::read_dir(dir) else {
-        return Ok(());
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        // A directory we cannot list may still be entered by the command:
+        // fail closed rather than leave its matches unmasked.
+        Err(source) => {
+            return Err(SandboxError::Path {
+                what: "directory to apply deny globs in",
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
     };
     for e in rd.flatten() {
         *seen += 1;
@@ -531,11 +632,17 @@ fn walk(
             )));
         }
         let Ok(ft) = e.file_type() else { continue };
+        let p = e.path();
         if ft.is_symlink() {
-            // A link is not masked; its target is, if the target matches.
+            // A mount cannot cover a link: when the link's name matches, its
+            // target is masked instead (where the sandbox can see it).
+            if hit(&p, &e.file_name()) {
+                if let Ok(t) = fs::canonicalize(&p) {
+                    out.push(t);
+                }
+            }
             continue;
         }
-        let p = e.path();
         if hit(&p, &e.file_name()) {
             out.push(p);
         } else if ft.is_dir() {

@@ -233,7 +233,7 @@ fn r0008_no_stub_files_are_left_in_the_tree() {
     let mut req = ws.req(&["true"]);
     req.writable = true;
     req.deny.push(".env".into());
-    req.protect.push(PathBuf::from("does/not/exist"));
+    req.protect.push(PathBuf::from("src/lib.rs"));
     req.write.push(PathBuf::from("target"));
     let r = run_ok(&req);
     assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
@@ -720,4 +720,125 @@ fn r0027_piped_stdin_is_a_pipe_not_the_callers_file() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(ws.join("in.txt")).map(|m| m.permissions().mode()).unwrap_or(0);
     assert_eq!(mode & 0o777, 0o644, "the input file's mode changed");
+}
+
+#[test]
+fn r0028_protect_refuses_missing_and_symlinked_paths() {
+    // Found in review: --protect on a symlink protected the target, leaving
+    // the name replaceable; a missing --protect path was silently dropped.
+    let ws = Ws::new();
+    std::os::unix::fs::symlink("src/main.rs", ws.join("Makefile")).unwrap_or_else(|e| panic!("{e}"));
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    req.protect.push(PathBuf::from("Makefile"));
+    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("symbolic link")));
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    req.protect.push(PathBuf::from("no/such/file"));
+    assert!(matches!(run(&req), Err(SandboxError::Path { what: "protected path", .. })));
+    // Control: the real path is accepted and protected.
+    let op = format!("write:{}", ws.join("src/main.rs").display());
+    let res = probe_in(&ws, &[&op], |r| {
+        r.writable = true;
+        r.protect.push(PathBuf::from("src/main.rs"));
+    });
+    assert_eq!(res[&op], "EROFS");
+}
+
+#[test]
+fn r0029_git_redirections_are_protected() {
+    // Found in review: .git/commondir, submodule configs and the hooksPath
+    // directory let a writable run make the host's git execute code.
+    let ws = Ws::with_git();
+    ws.write(".git/config", "[core]\n\thooksPath = .githooks\n");
+    ws.write(".githooks/pre-commit", "#!/bin/sh\n");
+    ws.write(".git/modules/sub/config", "[core]\n");
+    ws.write(".git/modules/sub/hooks/x", "");
+    let p = |r: &str| ws.join(r).display().to_string();
+    let ops = [
+        format!("append:{}", p(".git/modules/sub/config")),
+        format!("create:{}", p(".git/modules/sub/hooks/post-checkout")),
+        format!("write:{}", p(".githooks/pre-commit")),
+        format!("create:{}", p(".git/commondir")),
+        format!("create:{}", p(".git/index.lock")),
+    ];
+    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
+    let res = probe_in(&ws, &refs, |r| r.writable = true);
+    assert_eq!(res[&ops[0]], "EROFS");
+    assert_eq!(res[&ops[1]], "EROFS");
+    assert_eq!(res[&ops[2]], "EROFS");
+    // Known limit: a missing commondir can be created (git's other files in
+    // .git must stay writable); see docs/threat-model.md.
+    assert_eq!(res[&ops[4]], "OK", "git must still be able to take its index lock");
+    let _ = &ops[3];
+}
+
+#[test]
+fn r0030_deny_through_a_symlink_masks_its_target() {
+    // Found in review: `.env -> conf/production` with --deny .env left the
+    // secret readable (the walk skipped links).
+    let ws = Ws::new();
+    ws.write("conf/production", "API_KEY=topsecret\n");
+    std::os::unix::fs::symlink("conf/production", ws.join(".env")).unwrap_or_else(|e| panic!("{e}"));
+    let r = run_ok(&{
+        let mut r = ws.req(&["cat", ".env"]);
+        r.deny.push(".env".into());
+        r
+    });
+    assert!(!stdout(&r).contains("topsecret"), "the secret leaked: {}", stdout(&r));
+    assert!(stderr(&r).contains("Permission denied"), "{}", stderr(&r));
+    // Control: without --deny the link is followed.
+    let r = run_ok(&ws.req(&["cat", ".env"]));
+    assert_eq!(stdout(&r), "API_KEY=topsecret\n");
+}
+
+#[test]
+fn r0031_a_killed_caller_leaves_no_process_and_no_cgroup() {
+    // Found in review: SIGKILL of the CLI left an empty cgroup leaf.
+    let ws = Ws::new();
+    let w = ws.path().display().to_string();
+    let marker = format!("sleep 9{}", std::process::id() % 1000);
+    let mut child = cli()
+        .args(["exec", "--workspace", &w, "--", "bash", "-c", &format!("{marker}1 & {marker}2; wait")])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cli: {e}"));
+    let cli_pid = child.id();
+    let alive = |needle: &str| {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .any(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(needle))
+    };
+    let start = std::time::Instant::now();
+    while !alive(&format!("{marker}1")) && start.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(alive(&format!("{marker}1")), "control: the sandboxed sleeper never started");
+    let _ = child.kill();
+    let _ = child.wait();
+    let start = std::time::Instant::now();
+    while alive(&marker) && start.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!alive(&marker), "the sandbox survived its caller");
+    if let Ok(host) = sandbox().cgroup_host() {
+        let leaf_prefix = format!("portcullis-{cli_pid}-");
+        let start = std::time::Instant::now();
+        let leaves = || -> Vec<String> {
+            std::fs::read_dir(&host.parent)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&leaf_prefix))
+                .collect()
+        };
+        while !leaves().is_empty() && start.elapsed() < std::time::Duration::from_secs(3) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(leaves().is_empty(), "cgroup leaf left behind: {:?}", leaves());
+    }
 }
