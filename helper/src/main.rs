@@ -243,10 +243,14 @@ fn remove_orphaned_cgroup(cg: &OwnedFd) {
         return;
     };
     for _ in 0..100 {
-        if std::fs::remove_dir(&path).is_ok() {
-            return;
+        match std::fs::remove_dir(&path) {
+            Ok(()) => return,
+            // After joining pid 1's user namespace (network none) host root's
+            // directories are out of reach; the library sweeps such leaves
+            // the next time a Sandbox is made.
+            Err(e) if e.raw_os_error() != Some(libc::EBUSY) => return,
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(2)),
         }
-        std::thread::sleep(std::time::Duration::from_millis(2));
     }
 }
 

@@ -131,6 +131,27 @@ pub struct Cgroup {
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// Remove leaves left by callers that died (SIGKILL) before cleaning up:
+/// `portcullis-<pid>-<n>` where no process `<pid>` exists any more and
+/// nothing is left inside. Best effort.
+pub fn sweep_orphans(parent: &Path) {
+    let Ok(rd) = fs::read_dir(parent) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("portcullis-")).and_then(|r| r.split('-').next())
+        else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<i32>() else { continue };
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH);
+        let empty =
+            fs::read_to_string(e.path().join("cgroup.events")).is_ok_and(|s| s.lines().any(|l| l == "populated 0"));
+        if gone && empty {
+            let _ = fs::remove_dir(e.path());
+        }
+    }
+}
+
 impl CgroupHost {
     /// Create a leaf with the limits the enabled controllers can enforce.
     pub fn create(&self, pids: Option<u64>, memory: Option<u64>) -> Result<Cgroup, NoCgroup> {

@@ -383,12 +383,11 @@ impl Sandbox {
 
     /// Use this helper binary.
     pub fn with_helper(helper: PathBuf) -> Sandbox {
-        Sandbox {
-            helper,
-            cgroup: cgroup::discover(),
-            uid: nix::unistd::getuid().as_raw(),
-            gid: nix::unistd::getgid().as_raw(),
+        let cgroup = cgroup::discover();
+        if let Ok(host) = &cgroup {
+            cgroup::sweep_orphans(&host.parent);
         }
+        Sandbox { helper, cgroup, uid: nix::unistd::getuid().as_raw(), gid: nix::unistd::getgid().as_raw() }
     }
 
     /// The helper in use.

@@ -797,33 +797,38 @@ fn r0031_a_killed_caller_leaves_no_process_and_no_cgroup() {
     // Found in review: SIGKILL of the CLI left an empty cgroup leaf.
     let ws = Ws::new();
     let w = ws.path().display().to_string();
-    let marker = format!("sleep 9{}", std::process::id() % 1000);
+    let n = format!("9{}", std::process::id() % 1000);
+    let marker = format!("sleep {n}");
     let mut child = cli()
         .args(["exec", "--workspace", &w, "--", "bash", "-c", &format!("{marker}1 & {marker}2; wait")])
         .stdin(std::process::Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("cli: {e}"));
     let cli_pid = child.id();
-    let alive = |needle: &str| {
+    // The sleepers themselves: argv exactly ["sleep", "<n>1"] (the CLI's own
+    // argv holds the marker too, so a substring match would see the CLI).
+    let alive = |suffix: &str| {
+        let want = format!("sleep\0{n}{suffix}\0");
         std::fs::read_dir("/proc")
             .into_iter()
             .flatten()
             .flatten()
             .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .any(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(needle))
+            .any(|c| c == want.as_bytes())
     };
     let start = std::time::Instant::now();
-    while !alive(&format!("{marker}1")) && start.elapsed() < std::time::Duration::from_secs(5) {
+    while !alive("1") && start.elapsed() < std::time::Duration::from_secs(5) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    assert!(alive(&format!("{marker}1")), "control: the sandboxed sleeper never started");
+    assert!(alive("1"), "control: the sandboxed sleeper never started");
     let _ = child.kill();
     let _ = child.wait();
     let start = std::time::Instant::now();
-    while alive(&marker) && start.elapsed() < std::time::Duration::from_secs(5) {
+    while (alive("1") || alive("2")) && start.elapsed() < std::time::Duration::from_secs(5) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    assert!(!alive(&marker), "the sandbox survived its caller");
+    assert!(!alive("1") && !alive("2"), "the sandbox survived its caller");
+    // The next Sandbox made sweeps leaves whose caller died.
     if let Ok(host) = sandbox().cgroup_host() {
         let leaf_prefix = format!("portcullis-{cli_pid}-");
         let start = std::time::Instant::now();
