@@ -198,11 +198,7 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
     );
     s += &format!(
         "network: {}\n",
-        if plan.spec.network == Network::None {
-            "none (loopback only; TCP bind/connect denied by landlock)"
-        } else {
-            "host"
-        }
+        if plan.spec.network == Network::None { "none (a private namespace with loopback only)" } else { "host" }
     );
     let id = plan.spec.identity;
     s += &format!(
@@ -228,7 +224,7 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
         (Network::None, false) => ", no tcp rules (needs ABI 4)",
         (Network::Host, _) => "",
     };
-    s += &format!("landlock: abi {abi}, handles write rights (not truncate, not ioctl-dev){scope}{tcp}\n");
+    s += &format!("landlock: abi {abi}, handles every write right but ioctl-dev (truncate included){scope}{tcp}\n");
     for w in &plan.landlock_writable {
         s += &format!("landlock-writable: {}\n", w.display());
     }
@@ -253,7 +249,7 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
         "kill: {}\n",
         match sb.cgroup_host() {
             Ok(h) if nix::unistd::access(&h.parent, nix::unistd::AccessFlags::W_OK).is_ok() => {
-                format!("cgroup.kill (leaf under {})", h.parent.display())
+                format!("cgroup.kill (a leaf under {}; pid-namespace if none can be made)", h.parent.display())
             }
             Ok(h) => format!("pid-namespace ({} is not writable: no delegated cgroup)", h.parent.display()),
             Err(e) => format!("pid-namespace ({e})"),

@@ -73,10 +73,10 @@ steps! {
     NetNamespace = 9, "making the network namespace";
     /// Pid 1 arms `PR_SET_PDEATHSIG` and waits for the maps.
     ParentDeath = 10, "arming parent-death signal";
-    /// Make every mount private, so nothing propagates to the host.
-    MakePrivate = 11, "making mounts private";
     /// Open every other bind source with `RESOLVE_NO_SYMLINKS`.
-    OpenSources = 12, "opening mount sources";
+    OpenSources = 11, "opening mount sources";
+    /// Make every mount private, so nothing propagates to the host.
+    MakePrivate = 12, "making mounts private";
     /// Create and attach the sandbox's root tmpfs.
     MountRoot = 13, "mounting the root tmpfs";
     /// Carry out one mount op of the plan (`detail` is its index).

@@ -106,14 +106,31 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // it) must still be inside once links are resolved: a symlink planted
     // in the workspace must not turn `--write target` into a grant on
     // something else.
+    // Stricter still: inside the workspace a path must name itself — no link
+    // on the way at all (`target -> .` would otherwise turn `--write target`
+    // into a writable workspace).
     let canon_in = |p: &Path, what: &'static str| -> Result<PathBuf, SandboxError> {
         let abs = resolve_rel(p);
         let real = canon(&abs, what)?;
-        let meant_inside = !p.is_absolute() || abs.starts_with(&ws) || abs.starts_with(&req.workspace);
-        if meant_inside && !real.starts_with(&ws) {
-            return Err(SandboxError::PathEscape { what, path: p.to_path_buf(), resolved: real });
+        let inside = if let Ok(rel) = abs.strip_prefix(&req.workspace) {
+            Some(ws.join(rel))
+        } else if abs.starts_with(&ws) {
+            Some(abs.clone())
+        } else {
+            None
+        };
+        match inside {
+            Some(named) if !real.starts_with(&ws) => {
+                let _ = named;
+                Err(SandboxError::PathEscape { what, path: p.to_path_buf(), resolved: real })
+            }
+            Some(named) if lexical(&named) != real => Err(SandboxError::BadRequest(format!(
+                "{what} {} goes through a symbolic link (to {}); name the real path",
+                p.display(),
+                real.display()
+            ))),
+            _ => Ok(real),
         }
-        Ok(real)
     };
 
     let mut base: Vec<MountOp> = Vec::new();
@@ -240,14 +257,19 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // Masks: the deny list.
     let mut masked = deny_paths(&req.deny, &ws)?;
     masked.extend(deny_paths_absolute(&req.deny)?);
-    // Only what the sandbox can see needs (and can get) a mask.
+    // Only what the sandbox can see needs (and can get) a mask; and a mask
+    // inside a masked directory is already hidden (its mount point would be
+    // gone).
     masked.retain(|m| {
         m.starts_with(&ws)
             || read_roots.iter().any(|r| m.starts_with(r))
+            || grants.iter().any(|g| m.starts_with(g))
             || SYSTEM_ROOTS.iter().any(|r| m.starts_with(r))
     });
     masked.sort();
     masked.dedup();
+    let dirs: Vec<PathBuf> = masked.iter().filter(|m| m.is_dir()).cloned().collect();
+    masked.retain(|m| !dirs.iter().any(|d| m.starts_with(d) && m != d));
     masked.sort_by_key(|p| depth(p.as_os_str().as_bytes()));
     for m in &masked {
         mounts.push(MountOp::Mask { dst: bytes(m) });

@@ -847,3 +847,36 @@ fn r0031_a_killed_caller_leaves_no_process_and_no_cgroup() {
         assert!(leaves().is_empty(), "cgroup leaf left behind: {:?}", leaves());
     }
 }
+
+#[test]
+fn r0032_deny_and_grant_corner_cases() {
+    // Found in review: deny globs skipped grants outside the workspace,
+    // overlapping patterns broke setup, and `target -> .` made
+    // `--write target` a writable workspace.
+    let ws = Ws::new();
+    let cache = Ws::new();
+    cache.write("secret", "s3cret\n");
+    ws.write("secrets/a/key", "k\n");
+    let secret = cache.join("secret").display().to_string();
+    let key = ws.join("secrets/a/key").display().to_string();
+    let ops = [format!("read:{secret}"), format!("read:{key}")];
+    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
+    let res = probe_in(&ws, &refs, |r| {
+        r.write.push(cache.path().to_path_buf());
+        r.deny.push(format!("{}/secret", cache.path().canonicalize().unwrap_or_default().display()));
+        r.deny.push("secrets".into());
+        r.deny.push("key".into());
+    });
+    assert_eq!(res[&ops[0]], "EACCES", "a deny glob inside an outside grant must mask");
+    assert!(res[&ops[1]] == "EACCES" || res[&ops[1]] == "ENOENT", "{res:?}");
+    // Control: both are readable without the deny list.
+    let res = probe_in(&ws, &refs, |r| r.write.push(cache.path().to_path_buf()));
+    assert!(res[&ops[0]].starts_with("OK") && res[&ops[1]].starts_with("OK"), "{res:?}");
+
+    let ws2 = Ws::new();
+    std::fs::remove_dir_all(ws2.join("target")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(".", ws2.join("target")).unwrap_or_else(|e| panic!("{e}"));
+    let mut req = ws2.req(&["true"]);
+    req.write.push(PathBuf::from("target"));
+    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("symbolic link")));
+}
