@@ -590,6 +590,20 @@ impl Sandbox {
             None => return Err(SandboxError::HelperDied { status: "unknown".into() }),
         };
         let records = records.await.unwrap_or_default();
+        // Git redirections the command created where nothing could be mounted
+        // (the files did not exist): remove them before any host git runs.
+        for f in &plan.git_guard {
+            if std::fs::symlink_metadata(f).is_ok() {
+                match std::fs::remove_file(f) {
+                    Ok(()) => warnings.push(format!(
+                        "removed {} created by the command: it would redirect git's config and hooks",
+                        f.display()
+                    )),
+                    Err(e) => warnings
+                        .push(format!("{} was created by the command and could not be removed: {e}", f.display())),
+                }
+            }
+        }
         if let Some(c) = cg.as_mut() {
             if !c.kill_and_remove(Duration::from_secs(5)).await {
                 warnings.push(format!("cgroup {} could not be emptied and removed", c.path.display()));

@@ -27,6 +27,8 @@ pub const SYSTEM_ROOTS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "
 pub const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 /// Carve-outs that stay read-only inside a writable workspace.
 pub const DEFAULT_PROTECTED: &[&str] = &[".git/hooks", ".git/config"];
+/// Files in a git dir that make git read config and hooks elsewhere.
+pub const GIT_REDIRECTS: &[&str] = &["commondir", "config.worktree"];
 /// The most entries the deny-glob walk visits before it refuses.
 pub const DENY_WALK_LIMIT: usize = 500_000;
 /// The host uid and gid (`nobody`) a root caller's command runs as.
@@ -59,6 +61,10 @@ pub struct Plan {
     /// workspace under `/tmp`, say): Landlock rules are hierarchical, so
     /// there only the read-only mount protects them.
     pub landlock_gaps: Vec<PathBuf>,
+    /// Files that would redirect git (`commondir`, `config.worktree`) and do
+    /// not exist yet in a writable git dir: they cannot be mounted over, so
+    /// the library removes any the command creates (see `ExecResult::warnings`).
+    pub git_guard: Vec<PathBuf>,
     /// SHA-256 of the compiled seccomp program.
     pub seccomp_sha256: String,
     /// The spec handed to the helper.
@@ -244,6 +250,12 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         .chain(grants.iter().filter(|g| g.as_path() != Path::new("/tmp")).cloned())
         .collect();
     let protected = protected_paths(req, &ws, &writable_areas)?;
+    let git_guard: Vec<PathBuf> = git_dirs(&ws)
+        .iter()
+        .filter(|gd| writable_areas.iter().any(|a| gd.starts_with(a)))
+        .flat_map(|gd| GIT_REDIRECTS.iter().map(move |n| gd.join(n)))
+        .filter(|f| fs::symlink_metadata(f).is_err())
+        .collect();
     let pinned = pinned_ancestors(&protected, &writable_areas);
     let mut mounts = base;
     let mut carve: Vec<MountOp> = protected
@@ -338,6 +350,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         read_roots,
         protected,
         pinned,
+        git_guard,
         masked,
         landlock_writable,
         landlock_gaps,

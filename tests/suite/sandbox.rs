@@ -767,10 +767,16 @@ fn r0029_git_redirections_are_protected() {
     assert_eq!(res[&ops[0]], "EROFS");
     assert_eq!(res[&ops[1]], "EROFS");
     assert_eq!(res[&ops[2]], "EROFS");
-    // Known limit: a missing commondir can be created (git's other files in
-    // .git must stay writable); see docs/threat-model.md.
     assert_eq!(res[&ops[4]], "OK", "git must still be able to take its index lock");
-    let _ = &ops[3];
+    // A missing commondir cannot be mounted over (.git must stay writable for
+    // git itself): one the command creates is removed after the run.
+    assert_eq!(res[&ops[3]], "OK");
+    assert!(!ws.join(".git/commondir").exists(), "a created commondir survived the run");
+    let mut req = ws.req(&["sh", "-c", "echo ../evil > .git/commondir"]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert!(r.warnings.iter().any(|w| w.contains("commondir")), "{:?}", r.warnings);
+    assert!(!ws.join(".git/commondir").exists());
 }
 
 #[test]
