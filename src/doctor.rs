@@ -215,6 +215,21 @@ pub async fn run() -> Report {
             ),
         },
     ];
+    let ll_only = abi >= 6 && seccomp.ok && uid != 0;
+    let modes = {
+        let mut m = modes;
+        m.push(Layer {
+            ok: ll_only,
+            detail: if ll_only {
+                "degraded mode landlock-only (opt-in, --degraded landlock-only): available — no namespaces; Landlock limits reads and writes".into()
+            } else if uid == 0 {
+                "degraded mode landlock-only: not for root (root has user namespaces)".into()
+            } else {
+                format!("degraded mode landlock-only: needs Landlock ABI 6 and seccomp (ABI here: {abi})")
+            },
+        });
+        m
+    };
     Report {
         kernel,
         uid,

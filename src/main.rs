@@ -38,6 +38,13 @@ enum Cmd {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum DegradedArg {
+    /// No namespaces (hosts that block user namespaces): Landlock limits
+    /// reads and writes, seccomp applies, the tree is swept at the end.
+    LandlockOnly,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum NetArg {
     None,
     Host,
@@ -91,6 +98,10 @@ struct ExecArgs {
     /// Cap on output kept and shown, stdout and stderr together.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_OUTPUT)]
     max_output: usize,
+    /// Opt into a named degraded mode instead of refusing to run where user
+    /// namespaces are unavailable. The result and --explain say so.
+    #[arg(long, value_enum, value_name = "MODE")]
+    degraded: Option<DegradedArg>,
     /// Print the result (with captured output) as JSON instead of streaming.
     #[arg(long)]
     json: bool,
@@ -167,11 +178,15 @@ fn request(a: &ExecArgs) -> Result<ExecRequest, String> {
     req.max_output_bytes = a.max_output;
     req.test_switches.skip_readonly = a.test_skip_readonly;
     req.test_switches.skip_landlock = a.test_skip_landlock;
+    req.degraded = a.degraded.map(|DegradedArg::LandlockOnly| portcullis::sandbox::Mode::LandlockOnly);
     Ok(req)
 }
 
 fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
     let mut s = String::from("portcullis plan v1\n");
+    if plan.spec.mode == portcullis::sandbox::Mode::LandlockOnly {
+        s += "mode: DEGRADED landlock-only (no namespaces, no mount plan: Landlock limits reads and writes)\n";
+    }
     s += &format!(
         "workspace: {} ({})\n",
         plan.workspace.display(),
@@ -192,10 +207,14 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
     for m in &plan.masked {
         s += &format!("masked: {}\n", m.display());
     }
-    s += &format!(
-        "namespaces: user mount pid ipc uts{}\n",
-        if plan.spec.network == Network::None { " net" } else { "" }
-    );
+    if plan.spec.mode == portcullis::sandbox::Mode::Full {
+        s += &format!(
+            "namespaces: user mount pid ipc uts{}\n",
+            if plan.spec.network == Network::None { " net" } else { "" }
+        );
+    } else {
+        s += "namespaces: none\n";
+    }
     s += &format!(
         "network: {}\n",
         if plan.spec.network == Network::None { "none (a private namespace with loopback only)" } else { "host" }
@@ -225,6 +244,9 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
         (Network::Host, _) => "",
     };
     s += &format!("landlock: abi {abi}, handles every write right but ioctl-dev (truncate included){scope}{tcp}\n");
+    for r in &plan.spec.landlock.readable {
+        s += &format!("landlock-readable: {}\n", String::from_utf8_lossy(r));
+    }
     for w in &plan.landlock_writable {
         s += &format!("landlock-writable: {}\n", w.display());
     }

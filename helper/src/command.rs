@@ -81,7 +81,13 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, report: &OwnedFd) -> Result<Never, F
 /// uid-0 command would get every capability back at exec (bubblewrap#287).
 fn drop_caps() -> io::Result<()> {
     let to_io = |e: caps::errors::CapsError| io::Error::other(e.to_string());
-    caps::clear(None, CapSet::Bounding).map_err(to_io)?;
+    // Without CAP_SETPCAP (landlock-only mode: an unprivileged caller with no
+    // user namespace) the bounding set cannot be changed — nor does it
+    // matter: with no_new_privs and no permitted capabilities, exec grants
+    // none. Every set we can clear is cleared.
+    if caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SETPCAP).map_err(to_io)? {
+        caps::clear(None, CapSet::Bounding).map_err(to_io)?;
+    }
     caps::clear(None, CapSet::Ambient).map_err(to_io)?;
     caps::clear(None, CapSet::Inheritable).map_err(to_io)?;
     caps::clear(None, CapSet::Effective).map_err(to_io)?;
@@ -124,11 +130,19 @@ fn landlock(spec: &SpawnSpec, applied: &mut Applied) -> Result<(), Fail> {
     }
     let abi = abi_of(raw_abi);
     let access = write_access(abi);
+    // With no mount plan (landlock-only mode) reads are restricted too.
+    let read = AccessFs::from_read(abi);
+    let restrict_reads = !ll.readable.is_empty();
+    if restrict_reads && (raw_abi < 6 || !ll.scope) {
+        // Without signal scoping the command could kill the sweeping pid 1.
+        return Err(Fail::errno(Step::Landlock, libc::EOPNOTSUPP));
+    }
+    let handled = if restrict_reads { access | read } else { access };
     // The landlock crate's errors carry no errno; EINVAL names the class.
     let fail = |_: &dyn std::fmt::Display| Fail::errno(Step::Landlock, libc::EINVAL);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(access)
+        .handle_access(handled)
         .map_err(|e| fail(&e))?;
     if ll.deny_tcp && raw_abi >= 4 {
         ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(|e| fail(&e))?;
@@ -137,12 +151,20 @@ fn landlock(spec: &SpawnSpec, applied: &mut Applied) -> Result<(), Fail> {
         ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal).map_err(|e| fail(&e))?;
     }
     let mut created = ruleset.create().map_err(|e| fail(&e))?;
-    for p in &ll.writable {
+    let rules = ll
+        .writable
+        .iter()
+        .map(|p| (p, if restrict_reads { access | read } else { access }))
+        .chain(ll.readable.iter().map(|p| (p, read)));
+    for (p, rights) in rules {
         let path = std::ffi::OsStr::from_bytes(p);
         // Unlike landlock's path_beneath_rules, a path that cannot be opened
         // is an error, not a silently dropped rule.
         let fd = PathFd::new(path).map_err(|_| Fail::errno(Step::Landlock, libc::ENOENT))?;
-        created = created.add_rule(PathBeneath::new(fd, access)).map_err(|e| fail(&e))?;
+        // A rule on a file (a device node) may carry file rights only.
+        let is_dir = std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(false);
+        let rights = if is_dir { rights } else { rights & AccessFs::from_file(abi) };
+        created = created.add_rule(PathBeneath::new(fd, rights)).map_err(|e| fail(&e))?;
     }
     let status = created.restrict_self().map_err(|e| fail(&e))?;
     applied.landlock_full = status.ruleset == RulesetStatus::FullyEnforced;

@@ -267,6 +267,17 @@ macro_rules! paste_nr {
 /// Every refused syscall. `clone3` (ENOSYS) and the x32 guard are handled by
 /// the prologue of [`compile`] and listed in `docs/sandbox.md` with these.
 pub fn entries() -> Vec<Entry> {
+    entries_for(false)
+}
+
+/// `AF_VSOCK`, plus `AF_INET`/`AF_INET6` when the sandbox has no network
+/// namespace of its own but must have no network (landlock-only mode).
+const SOCKET_VSOCK: &[u64] = &[AF_VSOCK];
+const SOCKET_VSOCK_INET: &[u64] = &[AF_VSOCK, libc::AF_INET as u64, libc::AF_INET6 as u64];
+
+/// The table, with IPv4/IPv6 sockets refused too when `deny_inet`.
+pub fn entries_for(deny_inet: bool) -> Vec<Entry> {
+    let sockets = if deny_inet { SOCKET_VSOCK_INET } else { SOCKET_VSOCK };
     use When::*;
     vec![
         entry!(mount, Always, "no mounts: the mount plan is fixed before the command starts"),
@@ -317,7 +328,11 @@ pub fn entries() -> Vec<Entry> {
         entry!(io_uring_setup, Always, "no io_uring: its operations bypass syscall filtering"),
         entry!(io_uring_enter, Always, "no io_uring: its operations bypass syscall filtering"),
         entry!(io_uring_register, Always, "no io_uring: its operations bypass syscall filtering"),
-        entry!(socket, ArgIs { arg: 0, values: &[AF_VSOCK] }, "no vsock: host/guest sockets lead out of the sandbox"),
+        entry!(
+            socket,
+            ArgIs { arg: 0, values: sockets },
+            "no vsock (host/guest sockets lead out of the sandbox); no IPv4/IPv6 in landlock-only mode without network"
+        ),
         entry!(
             socketpair,
             ArgIs { arg: 0, values: &[AF_VSOCK] },
@@ -418,7 +433,12 @@ impl Asm {
 
 /// Compile the whole filter.
 pub fn compile() -> Result<BpfProgram, FilterError> {
-    let entries = entries();
+    compile_for(false)
+}
+
+/// Compile the filter for `entries_for(deny_inet)`.
+pub fn compile_for(deny_inet: bool) -> Result<BpfProgram, FilterError> {
+    let entries = entries_for(deny_inet);
     let mut a = Asm::default();
     let (deny, enosys, allow) = (a.label(), a.label(), a.label());
     let arch_ok = a.label();

@@ -41,7 +41,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use portcullis_helper::report::{Record, Step, NO_DETAIL};
-use portcullis_helper::spec::{MountOp, Network, SpawnSpec, SPEC_VERSION};
+use portcullis_helper::spec::{Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
 use portcullis_helper::{filter, CGROUP_FD, LIFELINE_FD, REPORT_FD, SPEC_FD};
 
 /// Exit code when the wrapper itself fails (GNU convention, as `env`/`timeout`).
@@ -169,7 +169,9 @@ fn prepare(spec: &SpawnSpec) -> Result<Prepared, Fail> {
             .map(|d| c(&[d, b"/", arg0].concat()))
             .collect::<Result<Vec<_>, _>>()?
     };
-    let filter = filter::compile().map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?;
+    // Without a network namespace, "no network" needs IPv4/IPv6 refused.
+    let deny_inet = spec.mode == Mode::LandlockOnly && spec.network == Network::None;
+    let filter = filter::compile_for(deny_inet).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?;
     Ok(Prepared { argv, envp, candidates, filter })
 }
 
@@ -203,8 +205,20 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
 
     // The network namespace is not made by clone3: the outer helper makes it
     // on the other core while pid 1 builds the root (see `parallel_netns`).
-    let flags =
-        (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
+    // The landlock-only mode makes no namespace at all; then both this
+    // process and pid 1 become child subreapers, so that nothing the command
+    // starts (setsid, double fork) escapes the final sweep.
+    let full = spec.mode == Mode::Full;
+    let flags = if full {
+        (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64
+    } else {
+        if nix::unistd::getuid().is_root() {
+            // Root has user namespaces; it never runs without them.
+            return Err(Fail::errno(Step::Clone, libc::EPERM));
+        }
+        nix::sys::prctl::set_child_subreaper(true).map_err(|e| Fail::io(Step::Clone, errno(e)))?;
+        0
+    };
     let (pid, pidfd) =
         match sys::clone3(flags, cgroup.as_ref().map(|c| c.as_fd())).map_err(|e| Fail::io(Step::Clone, e))? {
             sys::Forked::Child => {
@@ -228,6 +242,11 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
     }
     drop(chan_outer);
     let (code, orphaned) = supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
+    if !full {
+        // Pid 1 sweeps on a normal exit; when it was killed (timeout, lost
+        // caller) its orphans came to us.
+        sweep_descendants();
+    }
     if let (true, Some(cg)) = (orphaned, cgroup) {
         remove_orphaned_cgroup(&cg);
     }
@@ -258,6 +277,9 @@ fn remove_orphaned_cgroup(cg: &OwnedFd) {
 /// pid 1's own user namespace (host side, where only host root may idmap);
 /// send them; then make the network namespace and send it too.
 fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &OwnedFd) -> Result<(), Fail> {
+    if spec.mode == Mode::LandlockOnly {
+        return chan::send(chan_outer, b'm', &[]).map_err(|e| Fail::io(Step::Clone, e));
+    }
     write_maps(pid, spec)?;
     let userns =
         std::fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from).map_err(|e| Fail::io(Step::Clone, e))?;
@@ -362,6 +384,9 @@ fn pid1(spec: &SpawnSpec, prep: &Prepared, chan: OwnedFd, report_fd: &OwnedFd) -
         Ok(Some((b'm', fds))) => fds,
         _ => sys::exit_now(EXIT_SETUP),
     };
+    if spec.mode == Mode::LandlockOnly {
+        return landlock_only_pid1(spec, prep, report_fd);
+    }
     // Become the mapped ids. A clone keeps its parent's host ids; for a root
     // caller those (host root) are unmapped here, so switch to the inside
     // ids, which map to `nobody`. Capabilities in this namespace stay.
@@ -406,8 +431,58 @@ fn pid1(spec: &SpawnSpec, prep: &Prepared, chan: OwnedFd, report_fd: &OwnedFd) -
     sys::exit_now(reap(child, report_fd))
 }
 
-/// Reap every child; when the command ends, report and return its status.
-fn reap(child: Pid, report_fd: &OwnedFd) -> i32 {
+/// Pid 1 in landlock-only mode: no namespaces and no mounts; a child
+/// subreaper that sweeps every descendant when the command ends.
+fn landlock_only_pid1(spec: &SpawnSpec, prep: &Prepared, report_fd: &OwnedFd) -> Result<Never, Fail> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
+    nix::sys::prctl::set_dumpable(false).map_err(|e| Fail::io(Step::NonDumpable, errno(e)))?;
+    let _ = nix::sys::prctl::set_name(c"portcullis-init");
+    // SAFETY: single-threaded, as in `pid1`.
+    let child = match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, errno(e)))? {
+        nix::unistd::ForkResult::Child => {
+            let f = command::run(spec, prep, report_fd);
+            report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
+            sys::exit_now(f.exit_code());
+        }
+        nix::unistd::ForkResult::Parent { child } => child,
+    };
+    let (code, record) = reap_command(child);
+    sweep_descendants();
+    report(report_fd, record);
+    sys::exit_now(code)
+}
+
+/// Kill and reap every descendant of this (subreaper) process: children are
+/// killed, their orphans come to us and are killed in turn, until none is
+/// left. Bounded to about five seconds.
+fn sweep_descendants() {
+    let me = std::process::id();
+    for _ in 0..5000 {
+        let kids: Vec<i32> = std::fs::read_dir(format!("/proc/{me}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<i32>>())
+            .collect();
+        for k in &kids {
+            let _ = nix::sys::signal::kill(Pid::from_raw(*k), Signal::SIGKILL);
+        }
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(_) => continue,
+                Err(nix::Error::ECHILD) if kids.is_empty() => return,
+                Err(_) => break,
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Wait for the command (reaping anything else that dies meanwhile) and
+/// forward signals to it; returns pid 1's exit code and the record to send.
+fn reap_command(child: Pid) -> (i32, Record) {
     let set = handled_signals();
     loop {
         let sig = match set.wait() {
@@ -420,17 +495,18 @@ fn reap(child: Pid, report_fd: &OwnedFd) -> i32 {
         }
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(p, code)) if p == child => {
-                    report(report_fd, Record::Exited(code));
-                    return code;
-                }
-                Ok(WaitStatus::Signaled(p, s, _)) if p == child => {
-                    report(report_fd, Record::Signaled(s as i32));
-                    return 128 + s as i32;
-                }
+                Ok(WaitStatus::Exited(p, code)) if p == child => return (code, Record::Exited(code)),
+                Ok(WaitStatus::Signaled(p, s, _)) if p == child => return (128 + s as i32, Record::Signaled(s as i32)),
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(_) => {}
             }
         }
     }
+}
+
+/// Reap every child; when the command ends, report and return its status.
+fn reap(child: Pid, report_fd: &OwnedFd) -> i32 {
+    let (code, record) = reap_command(child);
+    report(report_fd, record);
+    code
 }

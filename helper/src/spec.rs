@@ -44,6 +44,26 @@ pub struct SpawnSpec {
     /// release helper refuses a spec that sets any of them.
     #[serde(default)]
     pub test_switches: TestSwitches,
+    /// How much isolation: the full sandbox, or a named degraded mode.
+    #[serde(default)]
+    pub mode: Mode,
+}
+
+/// The isolation mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Namespaces, the mount plan, Landlock, seccomp.
+    #[default]
+    Full,
+    /// For hosts that block user namespaces (Ubuntu's AppArmor restriction):
+    /// no namespaces and no mount plan; Landlock restricts reads and writes
+    /// to the planned paths, seccomp applies, IPv4/IPv6 sockets are refused
+    /// when there is no network, and the command's process tree is killed
+    /// by the cgroup or by a child-subreaper sweep. Only for unprivileged
+    /// callers, and only with Landlock ABI 6 (signal scoping protects the
+    /// sweeping process).
+    LandlockOnly,
 }
 
 /// The sandbox's single-id user namespace mapping.
@@ -149,6 +169,10 @@ pub struct LandlockSpec {
     pub deny_tcp: bool,
     /// Scope abstract unix sockets and signals to the sandbox (ABI 6).
     pub scope: bool,
+    /// When not empty, reads are restricted too: allowed only beneath these
+    /// paths (and the writable ones). Used when there is no mount plan.
+    #[serde(default)]
+    pub readable: Vec<Bytes>,
 }
 
 /// A resource limit, set with `setrlimit` just before exec.

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use portcullis_helper::report::{Applied, Record, Step, NO_DETAIL, RECORD_LEN};
+pub use portcullis_helper::spec::Mode;
 use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind, TestSwitches};
 
 pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
@@ -194,6 +195,9 @@ pub struct ExecRequest {
     pub max_output_bytes: usize,
     /// Break one layer on purpose (debug helpers only; tests).
     pub test_switches: TestSwitches,
+    /// Opt into a named degraded mode (`Mode::LandlockOnly`) where user
+    /// namespaces are unavailable. `None`: the full sandbox or a refusal.
+    pub degraded: Option<Mode>,
 }
 
 /// Default output cap: 1 MiB.
@@ -219,6 +223,7 @@ impl ExecRequest {
             limits: Limits::default(),
             max_output_bytes: DEFAULT_MAX_OUTPUT,
             test_switches: TestSwitches::default(),
+            degraded: None,
         }
     }
 }
@@ -267,6 +272,9 @@ pub enum KillMechanism {
     CgroupKill,
     /// Pid 1 of the sandbox's pid namespace exits; the kernel kills the rest.
     PidNamespace,
+    /// Landlock-only mode without a cgroup: the helper, a child subreaper,
+    /// kills every descendant when the command ends.
+    Subreaper,
 }
 
 /// How Landlock was enforced.
@@ -332,6 +340,8 @@ pub struct ExecResult {
     pub seccomp: bool,
     /// Network isolation.
     pub network: Network,
+    /// The degraded mode the run used, if one was asked for.
+    pub degraded: Option<Mode>,
     /// Which mechanism enforced each limit.
     pub limits: AppliedLimits,
     /// Captured standard output (up to the cap).
@@ -447,7 +457,11 @@ impl Sandbox {
         }
         spec.rlimits.push(Rlimit { resource: RlimitKind::Core, value: 0 });
         spec.cgroup = cg.is_some();
-        let kill_mechanism = if cg.is_some() { KillMechanism::CgroupKill } else { KillMechanism::PidNamespace };
+        let kill_mechanism = match (cg.is_some(), req.degraded) {
+            (true, _) => KillMechanism::CgroupKill,
+            (false, Some(Mode::LandlockOnly)) => KillMechanism::Subreaper,
+            (false, _) => KillMechanism::PidNamespace,
+        };
 
         let io_err = |stage| move |source| SandboxError::Io { stage, source };
         let json = serde_json::to_vec(&spec)
@@ -648,6 +662,7 @@ impl Sandbox {
             },
             seccomp: applied.seccomp,
             network: req.network,
+            degraded: req.degraded,
             limits,
             stdout,
             stderr,

@@ -17,7 +17,7 @@ use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use portcullis_helper::spec::{Identity, LandlockSpec, MountOp, Network, SpawnSpec, SPEC_VERSION};
+use portcullis_helper::spec::{Identity, LandlockSpec, Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
 
 use super::{ExecRequest, SandboxError};
 
@@ -305,11 +305,48 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         None => ws.clone(),
     };
 
-    let mut landlock_writable: Vec<PathBuf> = vec![PathBuf::from("/dev"), PathBuf::from("/tmp")];
+    let degraded = req.degraded == Some(Mode::LandlockOnly);
+    let mut landlock_writable: Vec<PathBuf> = if degraded {
+        // No private /tmp or /dev: the host's device nodes, one by one (a
+        // rule on /dev would open the host's /dev/shm), and /tmp only when
+        // granted.
+        DEV_NODES.iter().map(|n| Path::new("/dev").join(n)).filter(|p| p.exists()).collect()
+    } else {
+        vec![PathBuf::from("/dev"), PathBuf::from("/tmp")]
+    };
     if writable {
         landlock_writable.push(ws.clone());
     }
-    landlock_writable.extend(grants.iter().filter(|g| g.as_path() != Path::new("/tmp")).cloned());
+    landlock_writable.extend(grants.iter().filter(|g| !degraded || g.as_path() != Path::new("/tmp")).cloned());
+    landlock_writable.dedup();
+    let mut landlock_readable: Vec<PathBuf> = Vec::new();
+    if degraded {
+        if uid == 0 {
+            return Err(SandboxError::BadRequest(
+                "landlock-only mode is for unprivileged callers (root always has user namespaces)".into(),
+            ));
+        }
+        if !req.deny.is_empty() {
+            return Err(SandboxError::BadRequest(
+                "deny globs need the mount namespace, which landlock-only mode does not have".into(),
+            ));
+        }
+        if !protected.is_empty() {
+            return Err(SandboxError::BadRequest(format!(
+                "landlock-only mode cannot keep {} read-only inside a writable area (Landlock can only allow); \
+                 grant narrower paths with --write",
+                protected.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        landlock_readable = SYSTEM_ROOTS
+            .iter()
+            .map(Path::new)
+            .filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
+            .map(Path::to_path_buf)
+            .chain([ws.clone(), PathBuf::from("/dev"), PathBuf::from("/proc")])
+            .chain(read_roots.iter().cloned())
+            .collect();
+    }
 
     let read_only_areas =
         (!writable).then(|| ws.clone()).into_iter().chain(read_roots.iter().cloned()).chain(protected.iter().cloned());
@@ -317,8 +354,8 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         read_only_areas.filter(|a| landlock_writable.iter().any(|w| a.starts_with(w))).collect();
 
     let env = build_env(req);
-    let program =
-        portcullis_helper::filter::compile().map_err(|e| SandboxError::BadRequest(format!("seccomp filter: {e}")))?;
+    let program = portcullis_helper::filter::compile_for(degraded && req.network == Network::None)
+        .map_err(|e| SandboxError::BadRequest(format!("seccomp filter: {e}")))?;
     let seccomp_sha256 = hex(&Sha256::digest(portcullis_helper::filter::program_bytes(&program)));
 
     let spec = SpawnSpec {
@@ -332,16 +369,18 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             Identity { inside_uid: uid, inside_gid: gid, outside_uid: uid, outside_gid: gid }
         },
         network: req.network,
-        mounts,
+        mounts: if degraded { Vec::new() } else { mounts },
         landlock: LandlockSpec {
             writable: landlock_writable.iter().map(|p| bytes(p)).collect(),
             required: true,
             deny_tcp: req.network == Network::None,
             scope: true,
+            readable: landlock_readable.iter().map(|p| bytes(p)).collect(),
         },
         rlimits: Vec::new(),
         cgroup: false,
         test_switches: req.test_switches,
+        mode: req.degraded.unwrap_or(Mode::Full),
     };
     Ok(Plan {
         workspace: ws,

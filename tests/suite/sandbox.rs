@@ -886,3 +886,68 @@ fn r0032_deny_and_grant_corner_cases() {
     req.write.push(PathBuf::from("target"));
     assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("symbolic link")));
 }
+
+#[test]
+fn r0033_landlock_only_mode_is_a_named_degradation() {
+    use portcullis::sandbox::{KillMechanism, Mode};
+    let ws = Ws::new();
+    if is_root() {
+        // Root always has user namespaces; the mode is refused by name.
+        let mut req = ws.req(&["true"]);
+        req.degraded = Some(Mode::LandlockOnly);
+        assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("unprivileged")));
+        eprintln!("r0033: the landlock-only run itself is exercised in the unprivileged pass (running as root)");
+        return;
+    }
+    if !available("landlock_only", portcullis::doctor_landlock_abi() >= 6, "landlock-only mode needs Landlock ABI 6") {
+        return;
+    }
+    let outside = Ws::new();
+    let p = |r: &str| ws.join(r).display().to_string();
+    let marker = format!("sleep 6{}", std::process::id() % 1000);
+    let ops = [
+        format!("write:{}", p("src/main.rs")),
+        format!("create:{}", p("target/out.o")),
+        format!("read:{}", outside.join("README.md").display()),
+        "read:/etc/hostname".to_string(),
+        "connect:127.0.0.1:9".to_string(),
+        "write:/dev/null".to_string(),
+    ];
+    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
+    let before = super::util::snapshot(&ws.join("src"));
+    let res = probe_in(&ws, &refs, |r| {
+        r.degraded = Some(Mode::LandlockOnly);
+        r.write.push(PathBuf::from("target"));
+    });
+    assert_eq!(res[&ops[0]], "EACCES", "{res:?}");
+    assert_eq!(res[&ops[1]], "OK");
+    assert_eq!(res[&ops[2]], "EACCES", "paths outside the plan are unreadable");
+    assert!(res[&ops[3]].starts_with("OK"));
+    assert!(res[&ops[4]] == "EPERM" || res[&ops[4]] == "EACCES", "no network: {res:?}");
+    assert_eq!(res[&ops[5]], "OK");
+    assert_eq!(super::util::snapshot(&ws.join("src")), before);
+    // The tree is swept: a setsid daemon does not survive.
+    let mut req = ws.req(&["bash", "-c", &format!("(setsid {marker} &); echo started")]);
+    req.degraded = Some(Mode::LandlockOnly);
+    let r = run_ok(&req);
+    assert_eq!(r.degraded, Some(Mode::LandlockOnly));
+    assert!(matches!(r.kill_mechanism, KillMechanism::Subreaper | KillMechanism::CgroupKill));
+    let alive = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .any(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim() == marker);
+    assert!(!alive, "a daemon survived the landlock-only run");
+    // Control: the same write succeeds with the workspace writable.
+    let res = probe_in(&ws, &[&ops[0]], |r| {
+        r.degraded = Some(Mode::LandlockOnly);
+        r.writable = true;
+    });
+    assert_eq!(res[&ops[0]], "OK");
+    // What it cannot do is refused by name.
+    let mut req = ws.req(&["true"]);
+    req.degraded = Some(Mode::LandlockOnly);
+    req.deny.push(".env".into());
+    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("mount namespace")));
+}
