@@ -199,11 +199,22 @@ impl Helper {
 
 impl Drop for Helper {
     fn drop(&mut self) {
-        if !self.reaped {
-            self.kill();
-            // SAFETY: reap our own child; it was just SIGKILLed, so this
-            // returns at once.
-            unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
+        if self.reaped {
+            return;
         }
+        // An abandoned run: its lifeline is already closed (dropped first),
+        // on which the helper kills pid 1 and waits for the whole pid
+        // namespace to be torn down. Give it a bounded moment to finish that
+        // (so nothing is left running when we return), then kill it.
+        for _ in 0..1000 {
+            match self.try_reap() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
+        self.kill();
+        // SAFETY: reap our own child; it was just SIGKILLed, so this returns
+        // at once.
+        unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
     }
 }

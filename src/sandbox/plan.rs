@@ -628,7 +628,7 @@ fn deny_paths(globs: &[String], root: &Path) -> Result<Vec<PathBuf>, SandboxErro
         let hit = |p: &Path, name: &std::ffi::OsStr| {
             names.is_match(Path::new(name)) || paths.is_match(p.strip_prefix(root).unwrap_or(p))
         };
-        walk(root, root, &hit, &mut out, &mut 0)?;
+        walk(root, root, &hit, None, &mut out, &mut 0)?;
     }
     Ok(out)
 }
@@ -656,7 +656,10 @@ fn deny_paths_absolute(globs: &[String]) -> Result<Vec<PathBuf>, SandboxError> {
         if set.is_match(&prefix) {
             out.push(prefix);
         } else if prefix.is_dir() {
-            walk(&prefix, &prefix, &|p: &Path, _: &std::ffi::OsStr| set.is_match(p), &mut out, &mut 0)?;
+            // A glob without `**` matches only as deep as it has components.
+            let depth = (!g.contains("**"))
+                .then(|| Path::new(g).components().count().saturating_sub(prefix.components().count()).max(1));
+            walk(&prefix, &prefix, &|p: &Path, _: &std::ffi::OsStr| set.is_match(p), depth, &mut out, &mut 0)?;
         }
     }
     Ok(out)
@@ -681,6 +684,7 @@ fn walk(
     root: &Path,
     dir: &Path,
     hit: &dyn Fn(&Path, &std::ffi::OsStr) -> bool,
+    depth_left: Option<usize>,
     out: &mut Vec<PathBuf>,
     seen: &mut usize,
 ) -> Result<(), SandboxError> {
@@ -719,8 +723,8 @@ fn walk(
         }
         if hit(&p, &e.file_name()) {
             out.push(p);
-        } else if ft.is_dir() {
-            walk(root, &p, hit, out, seen)?;
+        } else if ft.is_dir() && depth_left != Some(1) {
+            walk(root, &p, hit, depth_left.map(|d| d.saturating_sub(1)), out, seen)?;
         }
     }
     Ok(())

@@ -635,6 +635,7 @@ fn r0025_an_abandoned_run_leaves_nothing_behind() {
         .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
         .filter(|c| c.contains(&marker))
         .collect();
+    // Dropping the run returns only once the helper tore the sandbox down.
     assert!(procs.is_empty(), "survivors of a dropped run: {procs:?}");
     if let Ok(host) = sb.cgroup_host() {
         let prefix = format!("portcullis-{}-", std::process::id());
