@@ -98,8 +98,8 @@ struct ExecArgs {
     /// Cap on output kept and shown, stdout and stderr together.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_OUTPUT)]
     max_output: usize,
-    /// Opt into a named degraded mode instead of refusing to run where user
-    /// namespaces are unavailable. The result and --explain say so.
+    /// Run in a named degraded mode (weaker isolation; the result and
+    /// --explain say so), e.g. where user namespaces are unavailable.
     #[arg(long, value_enum, value_name = "MODE")]
     degraded: Option<DegradedArg>,
     /// Print the result (with captured output) as JSON instead of streaming.
@@ -215,9 +215,15 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
     } else {
         s += "namespaces: none\n";
     }
+    let full = plan.spec.mode == portcullis::sandbox::Mode::Full;
     s += &format!(
         "network: {}\n",
-        if plan.spec.network == Network::None { "none (a private namespace with loopback only)" } else { "host" }
+        match (plan.spec.network, full) {
+            (Network::None, true) => "none (a private namespace with loopback only)",
+            (Network::None, false) => "none (IPv4, IPv6 and unix sockets refused by seccomp)",
+            (Network::Host, true) => "host",
+            (Network::Host, false) => "host (unix sockets refused by seccomp)",
+        }
     );
     let id = plan.spec.identity;
     s += &format!(
@@ -226,7 +232,9 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
         id.inside_gid,
         id.outside_uid,
         id.outside_gid,
-        if id.inside_uid != id.outside_uid {
+        if !full {
+            " (no user namespace: the caller's own ids)"
+        } else if id.inside_uid != id.outside_uid {
             " (root caller: runs as nobody; workspace and grants idmapped)"
         } else {
             ""
@@ -235,7 +243,11 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
     for (i, op) in plan.spec.mounts.iter().enumerate() {
         s += &format!("mount {i:02}: {}\n", describe_mount(op));
     }
-    s += "mount: / (root tmpfs) read-only after setup\n";
+    if full {
+        s += "mount: / (root tmpfs) read-only after setup\n";
+    } else {
+        s += "mount: none (the host's mount view; Landlock limits access)\n";
+    }
     let abi = portcullis_abi();
     let scope = if abi >= 6 { ", scope signal+abstract-unix" } else { ", no scoping (needs ABI 6)" };
     let tcp = match (plan.spec.network, abi >= 4) {
@@ -256,27 +268,37 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
             g.display()
         );
     }
+    let profile =
+        portcullis_helper::filter::Profile { degraded: !full, network_none: plan.spec.network == Network::None };
     s += &format!(
         "seccomp: sha256 {} ({} rules, x32 refused, clone3 ENOSYS)\n",
         plan.seccomp_sha256,
-        portcullis_helper::filter::entries().len()
+        portcullis_helper::filter::entries_for(profile).len()
     );
-    s += "capabilities: none (all five sets cleared), no_new_privs\n";
+    s += if full {
+        "capabilities: none (all five sets cleared), no_new_privs\n"
+    } else {
+        "capabilities: none held (an unprivileged caller), no_new_privs\n"
+    };
+    for g in &plan.git_guard {
+        s += &format!("git-guard: {} (removed after the run if the command creates it)\n", g.display());
+    }
     s += &format!(
         "limits: pids={} memory={}\n",
         req.limits.pids.map_or("none".into(), |n| n.to_string()),
         req.limits.memory.map_or("none".into(), |n| n.to_string())
     );
-    s += &format!(
-        "kill: {}\n",
+    s += &format!("kill: {}\n", {
+        let fallback =
+            if full { "pid-namespace" } else { "subreaper sweep (kill(-1) in the sandbox's Landlock domain)" };
         match sb.cgroup_host() {
             Ok(h) if nix::unistd::access(&h.parent, nix::unistd::AccessFlags::W_OK).is_ok() => {
-                format!("cgroup.kill (a leaf under {}; pid-namespace if none can be made)", h.parent.display())
+                format!("cgroup.kill (a leaf under {}; {fallback} if none can be made)", h.parent.display())
             }
-            Ok(h) => format!("pid-namespace ({} is not writable: no delegated cgroup)", h.parent.display()),
-            Err(e) => format!("pid-namespace ({e})"),
+            Ok(h) => format!("{fallback} ({} is not writable: no delegated cgroup)", h.parent.display()),
+            Err(e) => format!("{fallback} ({e})"),
         }
-    );
+    });
     s += &format!("timeout: {}\n", req.timeout.map_or("none".into(), |t| format!("{}s", t.as_secs_f64())));
     s += &format!("cwd: {}\n", String::from_utf8_lossy(&plan.spec.cwd));
     for e in &plan.spec.env {

@@ -175,6 +175,30 @@ fn landlock(spec: &SpawnSpec, applied: &mut Applied) -> Result<(), Fail> {
     Ok(())
 }
 
+/// Put the calling process in a Landlock domain that handles no filesystem
+/// right but scopes signals and abstract unix sockets (ABI 6). Used by the
+/// landlock-only mode's supervisors, so that their `kill(-1)` sweep reaches
+/// only processes of their own (and nested) domains.
+pub fn scope_signals() -> Result<(), Fail> {
+    if crate::sys::landlock_abi() < 6 {
+        return Err(Fail::errno(Step::Landlock, libc::EOPNOTSUPP));
+    }
+    let fail = |_: &dyn std::fmt::Display| Fail::errno(Step::Landlock, libc::EINVAL);
+    nix::sys::prctl::set_no_new_privs().map_err(|e| Fail::io(Step::NoNewPrivs, errno(e)))?;
+    let status = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .scope(Scope::AbstractUnixSocket | Scope::Signal)
+        .map_err(|e| fail(&e))?
+        .create()
+        .map_err(|e| fail(&e))?
+        .restrict_self()
+        .map_err(|e| fail(&e))?;
+    if status.ruleset == RulesetStatus::NotEnforced {
+        return Err(Fail::errno(Step::Landlock, libc::EOPNOTSUPP));
+    }
+    Ok(())
+}
+
 fn seccomp(filter: &BpfProgram) -> Result<(), Fail> {
     seccompiler::apply_filter(filter).map_err(|e| match e {
         seccompiler::Error::Seccomp(io) => Fail::io(Step::Seccomp, io),

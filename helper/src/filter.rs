@@ -57,6 +57,9 @@ pub enum When {
     NamespaceFlags { arg: u8 },
     /// When argument `arg`, a file mode, asks for setuid or setgid.
     SetidMode { arg: u8 },
+    /// When argument `arg` (a pid) names another process than the caller
+    /// (is not 0).
+    OtherProcess { arg: u8 },
 }
 
 /// `S_ISUID | S_ISGID` from `<linux/stat.h>`.
@@ -267,17 +270,126 @@ macro_rules! paste_nr {
 /// Every refused syscall. `clone3` (ENOSYS) and the x32 guard are handled by
 /// the prologue of [`compile`] and listed in `docs/sandbox.md` with these.
 pub fn entries() -> Vec<Entry> {
-    entries_for(false)
+    entries_for(Profile::FULL)
 }
 
-/// `AF_VSOCK`, plus `AF_INET`/`AF_INET6` when the sandbox has no network
-/// namespace of its own but must have no network (landlock-only mode).
-const SOCKET_VSOCK: &[u64] = &[AF_VSOCK];
-const SOCKET_VSOCK_INET: &[u64] = &[AF_VSOCK, libc::AF_INET as u64, libc::AF_INET6 as u64];
+/// Which variant of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Profile {
+    /// The landlock-only mode: no namespaces, no read-only mounts.
+    pub degraded: bool,
+    /// No network wanted (matters only without a network namespace).
+    pub network_none: bool,
+}
 
-/// The table, with IPv4/IPv6 sockets refused too when `deny_inet`.
-pub fn entries_for(deny_inet: bool) -> Vec<Entry> {
-    let sockets = if deny_inet { SOCKET_VSOCK_INET } else { SOCKET_VSOCK };
+impl Profile {
+    /// The full sandbox.
+    pub const FULL: Profile = Profile { degraded: false, network_none: false };
+}
+
+/// Socket families refused: vsock always; in landlock-only mode also unix
+/// sockets (host services such as a D-Bus session bus or an ssh-agent are
+/// reachable by path, and Landlock before ABI 8 cannot stop `connect`) and,
+/// without network, IPv4/IPv6.
+const SOCKETS_FULL: &[u64] = &[AF_VSOCK];
+const SOCKETS_DEGRADED: &[u64] = &[AF_VSOCK, libc::AF_UNIX as u64];
+const SOCKETS_DEGRADED_NONET: &[u64] = &[AF_VSOCK, libc::AF_UNIX as u64, libc::AF_INET as u64, libc::AF_INET6 as u64];
+
+/// File-metadata calls refused in landlock-only mode: Landlock has no right
+/// for them and there is no read-only mount, so a command could otherwise
+/// chmod, chown, touch or set xattrs on any file its uid owns.
+const METADATA: &[(&str, i64)] = &[
+    ("chmod", libc::SYS_chmod),
+    ("fchmod", libc::SYS_fchmod),
+    ("fchmodat", libc::SYS_fchmodat),
+    ("fchmodat2", 452),
+    ("chown", libc::SYS_chown),
+    ("fchown", libc::SYS_fchown),
+    ("lchown", libc::SYS_lchown),
+    ("fchownat", libc::SYS_fchownat),
+    ("utime", libc::SYS_utime),
+    ("utimes", libc::SYS_utimes),
+    ("futimesat", libc::SYS_futimesat),
+    ("utimensat", libc::SYS_utimensat),
+    ("setxattr", libc::SYS_setxattr),
+    ("lsetxattr", libc::SYS_lsetxattr),
+    ("fsetxattr", libc::SYS_fsetxattr),
+    ("removexattr", libc::SYS_removexattr),
+    ("lremovexattr", libc::SYS_lremovexattr),
+    ("fremovexattr", libc::SYS_fremovexattr),
+];
+
+/// Calls that act on another process named by pid (argument index).
+const OTHER_PROCESS: &[(&str, i64, u8)] = &[
+    ("prlimit64", libc::SYS_prlimit64, 0),
+    ("setpriority", libc::SYS_setpriority, 1),
+    ("sched_setscheduler", libc::SYS_sched_setscheduler, 0),
+    ("sched_setparam", libc::SYS_sched_setparam, 0),
+    ("sched_setattr", libc::SYS_sched_setattr, 0),
+    ("sched_setaffinity", libc::SYS_sched_setaffinity, 0),
+    ("ioprio_set", libc::SYS_ioprio_set, 1),
+    ("migrate_pages", libc::SYS_migrate_pages, 0),
+    ("move_pages", libc::SYS_move_pages, 0),
+    ("kcmp", libc::SYS_kcmp, 0),
+];
+
+/// System V IPC: shared with the host without an ipc namespace.
+const SYSV_IPC: &[(&str, i64)] = &[
+    ("shmget", libc::SYS_shmget),
+    ("shmat", libc::SYS_shmat),
+    ("shmctl", libc::SYS_shmctl),
+    ("msgget", libc::SYS_msgget),
+    ("msgsnd", libc::SYS_msgsnd),
+    ("msgrcv", libc::SYS_msgrcv),
+    ("msgctl", libc::SYS_msgctl),
+    ("semget", libc::SYS_semget),
+    ("semop", libc::SYS_semop),
+    ("semtimedop", libc::SYS_semtimedop),
+    ("semctl", libc::SYS_semctl),
+];
+
+/// The table for `profile`.
+pub fn entries_for(profile: Profile) -> Vec<Entry> {
+    let mut table = base_entries(match (profile.degraded, profile.network_none) {
+        (false, _) => SOCKETS_FULL,
+        (true, false) => SOCKETS_DEGRADED,
+        (true, true) => SOCKETS_DEGRADED_NONET,
+    });
+    if profile.degraded {
+        // No pid namespace: other processes of the same uid are in reach of
+        // these (Landlock's signal scoping does not cover them); they could
+        // starve or cripple the sweeping helper (prlimit RLIMIT_NOFILE 0).
+        for (name, nr, arg) in OTHER_PROCESS {
+            table.push(Entry {
+                name,
+                nr: *nr,
+                when: When::OtherProcess { arg: *arg },
+                why: "landlock-only mode: no acting on other processes (no pid namespace)",
+            });
+        }
+        for (name, nr) in SYSV_IPC {
+            table.push(Entry {
+                name,
+                nr: *nr,
+                when: When::Always,
+                why: "landlock-only mode: System V IPC is the host's (no ipc namespace)",
+            });
+        }
+        for (name, nr) in METADATA {
+            let why = "landlock-only mode: no metadata changes (Landlock cannot restrict them)";
+            match table.iter_mut().find(|e| e.nr == *nr) {
+                Some(e) => {
+                    e.when = When::Always;
+                    e.why = why;
+                }
+                None => table.push(Entry { name, nr: *nr, when: When::Always, why }),
+            }
+        }
+    }
+    table
+}
+
+fn base_entries(sockets: &'static [u64]) -> Vec<Entry> {
     use When::*;
     vec![
         entry!(mount, Always, "no mounts: the mount plan is fixed before the command starts"),
@@ -433,12 +545,12 @@ impl Asm {
 
 /// Compile the whole filter.
 pub fn compile() -> Result<BpfProgram, FilterError> {
-    compile_for(false)
+    compile_for(Profile::FULL)
 }
 
-/// Compile the filter for `entries_for(deny_inet)`.
-pub fn compile_for(deny_inet: bool) -> Result<BpfProgram, FilterError> {
-    let entries = entries_for(deny_inet);
+/// Compile the filter for `entries_for(profile)`.
+pub fn compile_for(profile: Profile) -> Result<BpfProgram, FilterError> {
+    let entries = entries_for(profile);
     let mut a = Asm::default();
     let (deny, enosys, allow) = (a.label(), a.label(), a.label());
     let arch_ok = a.label();
@@ -483,6 +595,12 @@ pub fn compile_for(deny_inet: bool) -> Result<BpfProgram, FilterError> {
             When::SetidMode { arg } => {
                 a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(arg));
                 a.jump_if(BPF_JSET_K, SETID_BITS as u32, deny);
+            }
+            When::OtherProcess { arg } => {
+                // pid_t is 32 bits; anything but 0 names another process
+                // (a caller naming itself by number is refused too).
+                a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(arg));
+                a.jump_if(BPF_JSET_K, u32::MAX, deny);
             }
             When::Always => {}
         }
@@ -547,12 +665,24 @@ mod tests {
         compile().unwrap_or_else(|e| panic!("{e}"))
     }
 
+    const PROFILES: [Profile; 3] = [
+        Profile::FULL,
+        Profile { degraded: true, network_none: false },
+        Profile { degraded: true, network_none: true },
+    ];
+
     const EPERM: u32 = RET_ERRNO | libc::EPERM as u32;
 
     #[test]
     fn every_entry_is_refused_and_only_when_it_should_be() {
-        let p = prog();
-        for e in entries() {
+        for profile in PROFILES {
+            check_profile(profile);
+        }
+    }
+
+    fn check_profile(profile: Profile) {
+        let p = compile_for(profile).unwrap_or_else(|e| panic!("{e}"));
+        for e in entries_for(profile) {
             let nr = e.nr as u32;
             match e.when {
                 When::Always => assert_eq!(run(&p, AUDIT_ARCH, nr, [0; 6]), EPERM, "{}", e.name),
@@ -565,7 +695,9 @@ mod tests {
                         args[usize::from(arg)] = *v | 1 << 32;
                         assert_eq!(run(&p, AUDIT_ARCH, nr, args), EPERM, "{} high bits", e.name);
                     }
-                    assert_eq!(run(&p, AUDIT_ARCH, nr, [1, 2, 3, 0, 0, 0]), RET_ALLOW, "{} benign", e.name);
+                    let mut args = [0u64; 6];
+                    args[usize::from(arg)] = 0x7fff;
+                    assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_ALLOW, "{} benign", e.name);
                 }
                 When::NamespaceFlags { arg } => {
                     for (flag, name) in NAMESPACE_FLAGS {
@@ -576,6 +708,12 @@ mod tests {
                     let mut args = [0u64; 6];
                     args[usize::from(arg)] = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_FILES) as u64;
                     assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_ALLOW, "{} thread creation", e.name);
+                }
+                When::OtherProcess { arg } => {
+                    let mut args = [0u64; 6];
+                    assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_ALLOW, "{} on itself", e.name);
+                    args[usize::from(arg)] = 1234;
+                    assert_eq!(run(&p, AUDIT_ARCH, nr, args), EPERM, "{} on another process", e.name);
                 }
                 When::SetidMode { arg } => {
                     for (mode, want) in

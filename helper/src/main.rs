@@ -169,9 +169,9 @@ fn prepare(spec: &SpawnSpec) -> Result<Prepared, Fail> {
             .map(|d| c(&[d, b"/", arg0].concat()))
             .collect::<Result<Vec<_>, _>>()?
     };
-    // Without a network namespace, "no network" needs IPv4/IPv6 refused.
-    let deny_inet = spec.mode == Mode::LandlockOnly && spec.network == Network::None;
-    let filter = filter::compile_for(deny_inet).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?;
+    let profile =
+        filter::Profile { degraded: spec.mode == Mode::LandlockOnly, network_none: spec.network == Network::None };
+    let filter = filter::compile_for(profile).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?;
     Ok(Prepared { argv, envp, candidates, filter })
 }
 
@@ -212,11 +212,14 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
     let flags = if full {
         (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64
     } else {
-        if nix::unistd::getuid().is_root() {
-            // Root has user namespaces; it never runs without them.
+        let ids = nix::unistd::getresuid().map_err(|e| Fail::io(Step::Clone, errno(e)))?;
+        if [ids.real, ids.effective, ids.saved].iter().any(|u| u.is_root()) {
+            // Root has user namespaces; it never runs without them (nor
+            // with a root effective or saved uid behind an unprivileged one).
             return Err(Fail::errno(Step::Clone, libc::EPERM));
         }
         nix::sys::prctl::set_child_subreaper(true).map_err(|e| Fail::io(Step::Clone, errno(e)))?;
+        command::scope_signals().map_err(|f| Fail { step: Step::Clone, ..f })?;
         0
     };
     let (pid, pidfd) =
@@ -435,6 +438,9 @@ fn pid1(spec: &SpawnSpec, prep: &Prepared, chan: OwnedFd, report_fd: &OwnedFd) -
 /// subreaper that sweeps every descendant when the command ends.
 fn landlock_only_pid1(spec: &SpawnSpec, prep: &Prepared, report_fd: &OwnedFd) -> Result<Never, Fail> {
     nix::sys::prctl::set_child_subreaper(true).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
+    // A domain of our own, nested in the outer helper's: our kill(-1) sweep
+    // then reaches the command's tree but not the outer helper.
+    command::scope_signals()?;
     nix::sys::prctl::set_dumpable(false).map_err(|e| Fail::io(Step::NonDumpable, errno(e)))?;
     let _ = nix::sys::prctl::set_name(c"portcullis-init");
     // SAFETY: single-threaded, as in `pid1`.
@@ -452,27 +458,27 @@ fn landlock_only_pid1(spec: &SpawnSpec, prep: &Prepared, report_fd: &OwnedFd) ->
     sys::exit_now(code)
 }
 
-/// Kill and reap every descendant of this (subreaper) process: children are
-/// killed, their orphans come to us and are killed in turn, until none is
-/// left. Bounded to about five seconds.
+/// Kill and reap every process of this process's Landlock domain (and the
+/// domains nested in it) — in landlock-only mode that is exactly the
+/// command's tree: the outer helper put itself in a scope-only domain before
+/// anything else, so `kill(-1)` reaches neither the caller nor any other
+/// process of the user. Repeated until nothing is left, so forks racing the
+/// kill are caught. Bounded to about five seconds.
 fn sweep_descendants() {
-    let me = std::process::id();
     for _ in 0..5000 {
-        let kids: Vec<i32> = std::fs::read_dir(format!("/proc/{me}/task"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-            .flat_map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<i32>>())
-            .collect();
-        for k in &kids {
-            let _ = nix::sys::signal::kill(Pid::from_raw(*k), Signal::SIGKILL);
-        }
+        // SAFETY: kill(-1, SIGKILL) is a plain syscall; Landlock's signal
+        // scoping confines it to our own domain and the ones nested in it.
+        unsafe { libc::kill(-1, libc::SIGKILL) };
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) => break,
                 Ok(_) => continue,
-                Err(nix::Error::ECHILD) if kids.is_empty() => return,
+                Err(nix::Error::ECHILD) => {
+                    // No child left. Anything still in the domain is not our
+                    // descendant any more (it was reparented past us, which a
+                    // subreaper prevents): nothing to wait for.
+                    return;
+                }
                 Err(_) => break,
             }
         }

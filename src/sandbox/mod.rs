@@ -442,6 +442,13 @@ impl Sandbox {
         if let Some(n) = req.limits.pids {
             limits.pids = Some(if cg.as_ref().is_some_and(|c| c.pids) {
                 LimitMechanism::Cgroup
+            } else if req.degraded.is_some() {
+                // Without a user namespace RLIMIT_NPROC counts every process
+                // of the uid on the host, not this sandbox's.
+                return Err(SandboxError::BadRequest(
+                    "--pids in landlock-only mode needs the cgroup pids controller (RLIMIT_NPROC would count the whole uid)"
+                        .into(),
+                ));
             } else {
                 spec.rlimits.push(Rlimit { resource: RlimitKind::Nproc, value: n });
                 LimitMechanism::RlimitNproc

@@ -94,6 +94,11 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     if req.argv.is_empty() {
         return Err(SandboxError::EmptyCommand);
     }
+    if nix::unistd::getuid() != nix::unistd::geteuid() || nix::unistd::getgid() != nix::unistd::getegid() {
+        return Err(SandboxError::BadRequest(
+            "portcullis must not run with differing real and effective ids (setuid or setgid)".into(),
+        ));
+    }
     let ws = canon(&req.workspace, "workspace")?;
     if !ws.is_dir() {
         return Err(SandboxError::NotADirectory { what: "workspace", path: ws });
@@ -317,14 +322,27 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     if writable {
         landlock_writable.push(ws.clone());
     }
-    landlock_writable.extend(grants.iter().filter(|g| !degraded || g.as_path() != Path::new("/tmp")).cloned());
+    // In the full sandbox /tmp is already in the list (private or host).
+    landlock_writable.extend(grants.iter().filter(|g| degraded || g.as_path() != Path::new("/tmp")).cloned());
     landlock_writable.dedup();
     let mut landlock_readable: Vec<PathBuf> = Vec::new();
     if degraded {
-        if uid == 0 {
+        let ids =
+            nix::unistd::getresuid().map_err(|e| SandboxError::Io { stage: "reading the uids", source: e.into() })?;
+        if uid == 0 || [ids.real, ids.effective, ids.saved].iter().any(|u| u.is_root()) {
             return Err(SandboxError::BadRequest(
                 "landlock-only mode is for unprivileged callers (root always has user namespaces)".into(),
             ));
+        }
+        if crate::sys::landlock_abi() < 6 {
+            return Err(SandboxError::LayerUnavailable {
+                layer: "Landlock ABI 6",
+                hint: format!(
+                    "landlock-only mode needs signal scoping (Landlock ABI 6, Linux 6.12); this kernel offers ABI {}",
+                    crate::sys::landlock_abi()
+                ),
+                source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+            });
         }
         if !req.deny.is_empty() {
             return Err(SandboxError::BadRequest(
@@ -343,7 +361,10 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             .map(Path::new)
             .filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
             .map(Path::to_path_buf)
-            .chain([ws.clone(), PathBuf::from("/dev"), PathBuf::from("/proc")])
+            // The device nodes one by one, not /dev (other ptys of the user,
+            // the host's /dev/shm).
+            .chain(DEV_NODES.iter().map(|n| Path::new("/dev").join(n)).filter(|p| p.exists()))
+            .chain([ws.clone(), PathBuf::from("/proc")])
             .chain(read_roots.iter().cloned())
             .collect();
     }
@@ -352,9 +373,16 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         (!writable).then(|| ws.clone()).into_iter().chain(read_roots.iter().cloned()).chain(protected.iter().cloned());
     let landlock_gaps: Vec<PathBuf> =
         read_only_areas.filter(|a| landlock_writable.iter().any(|w| a.starts_with(w))).collect();
+    if degraded && !landlock_gaps.is_empty() {
+        return Err(SandboxError::BadRequest(format!(
+            "landlock-only mode cannot keep {} read-only beneath a writable path (Landlock can only allow)",
+            landlock_gaps.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        )));
+    }
 
     let env = build_env(req);
-    let program = portcullis_helper::filter::compile_for(degraded && req.network == Network::None)
+    let profile = portcullis_helper::filter::Profile { degraded, network_none: req.network == Network::None };
+    let program = portcullis_helper::filter::compile_for(profile)
         .map_err(|e| SandboxError::BadRequest(format!("seccomp filter: {e}")))?;
     let seccomp_sha256 = hex(&Sha256::digest(portcullis_helper::filter::program_bytes(&program)));
 

@@ -951,4 +951,63 @@ fn r0033_landlock_only_mode_is_a_named_degradation() {
     req.degraded = Some(Mode::LandlockOnly);
     req.deny.push(".env".into());
     assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("mount namespace")));
+    let mut req = ws.req(&["true"]);
+    req.degraded = Some(Mode::LandlockOnly);
+    req.limits.pids = Some(5);
+    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("pids")));
+
+    // Found in review of this mode: the sweepers could be crippled with
+    // prlimit, host unix sockets and SysV IPC were reachable, metadata of
+    // any owned file could change, /dev was readable, and a fork storm
+    // could outrun the sweep.
+    let tag = format!("storm{}", std::process::id());
+    let script = format!(
+        "import os, socket, resource, ctypes, errno, time\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         def t(name, f):\n    try:\n        f(); print(name, 'OK')\n    except OSError as e:\n        print(name, errno.errorcode.get(e.errno))\n\
+         pid1 = os.getppid()\n\
+         t('prlimit', lambda: resource.prlimit(pid1, resource.RLIMIT_NOFILE, (0, 0)))\n\
+         t('setpriority', lambda: os.setpriority(os.PRIO_PROCESS, pid1, 19))\n\
+         t('kill', lambda: os.kill(pid1, 9))\n\
+         t('unix', lambda: socket.socket(socket.AF_UNIX))\n\
+         t('chmod', lambda: os.chmod('{f}', 0o777))\n\
+         t('utime', lambda: os.utime('{f}', (0, 0)))\n\
+         def shm():\n    r = libc.shmget(0x5eed, 4096, 0o1600)\n    if r < 0: raise OSError(ctypes.get_errno(), 'shmget')\n\
+         t('shmget', shm)\n\
+         t('ptmx', lambda: open('/dev/ptmx', 'rb'))\n\
+         for i in range(20):\n    if os.fork() == 0:\n        os.setsid()\n        while True:\n            try:\n                if os.fork() == 0:\n                    os.execv('/bin/sleep', ['sleep', '300', '{tag}'])\n            except OSError:\n                time.sleep(0.01)\n\
+         time.sleep(0.3)\n\
+         n = 0\n\
+         for d in os.listdir('/proc'):\n    try:\n        n += open('/proc/' + d + '/cmdline', 'rb').read().endswith(b'{tag}\\0')\n    except OSError:\n        pass\n\
+         print('storm', n)\n",
+        f = ws.join("README.md").display(),
+    );
+    let mut req = ws.req(&["/usr/bin/python3", "-c", &script]);
+    req.degraded = Some(Mode::LandlockOnly);
+    req.timeout = Some(std::time::Duration::from_secs(20));
+    let r = run_ok(&req);
+    let out = stdout(&r);
+    for (op, want) in [
+        ("prlimit", "EPERM"),
+        ("setpriority", "EPERM"),
+        ("kill", "EPERM"),
+        ("unix", "EPERM"),
+        ("chmod", "EPERM"),
+        ("utime", "EPERM"),
+        ("shmget", "EPERM"),
+        ("ptmx", "EACCES"),
+    ] {
+        assert!(out.contains(&format!("{op} {want}")), "{op}: expected {want}: {out} {}", stderr(&r));
+    }
+    let storm: usize =
+        out.lines().find_map(|l| l.strip_prefix("storm ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0);
+    assert!(storm > 0, "control: the fork storm never started: {out}");
+    let survivors = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains(&tag))
+        .count();
+    assert_eq!(survivors, 0, "the fork storm outlived the run");
 }
