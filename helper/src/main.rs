@@ -421,17 +421,22 @@ fn pid1(spec: &SpawnSpec, prep: &Prepared, chan: OwnedFd, report_fd: &OwnedFd) -
     nix::sys::prctl::set_dumpable(false).map_err(|e| Fail::io(Step::NonDumpable, errno(e)))?;
     let _ = nix::sys::prctl::set_name(c"portcullis-init");
 
+    let child = fork_command(spec, prep, report_fd)?;
+    sys::exit_now(reap(child, report_fd))
+}
+
+/// Fork the command; the child becomes it (or reports why not and exits).
+fn fork_command(spec: &SpawnSpec, prep: &Prepared, report_fd: &OwnedFd) -> Result<Pid, Fail> {
     // SAFETY: pid 1 is single-threaded (a fresh clone of the single-threaded
     // outer helper), so the child may do anything after fork.
-    let child = match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, errno(e)))? {
+    match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, errno(e)))? {
         nix::unistd::ForkResult::Child => {
             let f = command::run(spec, prep, report_fd);
             report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
             sys::exit_now(f.exit_code());
         }
-        nix::unistd::ForkResult::Parent { child } => child,
-    };
-    sys::exit_now(reap(child, report_fd))
+        nix::unistd::ForkResult::Parent { child } => Ok(child),
+    }
 }
 
 /// Pid 1 in landlock-only mode: no namespaces and no mounts; a child
@@ -443,15 +448,7 @@ fn landlock_only_pid1(spec: &SpawnSpec, prep: &Prepared, report_fd: &OwnedFd) ->
     command::scope_signals()?;
     nix::sys::prctl::set_dumpable(false).map_err(|e| Fail::io(Step::NonDumpable, errno(e)))?;
     let _ = nix::sys::prctl::set_name(c"portcullis-init");
-    // SAFETY: single-threaded, as in `pid1`.
-    let child = match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, errno(e)))? {
-        nix::unistd::ForkResult::Child => {
-            let f = command::run(spec, prep, report_fd);
-            report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
-            sys::exit_now(f.exit_code());
-        }
-        nix::unistd::ForkResult::Parent { child } => child,
-    };
+    let child = fork_command(spec, prep, report_fd)?;
     let (code, record) = reap_command(child);
     sweep_descendants();
     report(report_fd, record);

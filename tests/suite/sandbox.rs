@@ -975,11 +975,12 @@ fn r0033_landlock_only_mode_is_a_named_degradation() {
          def shm():\n    r = libc.shmget(0x5eed, 4096, 0o1600)\n    if r < 0: raise OSError(ctypes.get_errno(), 'shmget')\n\
          t('shmget', shm)\n\
          t('ptmx', lambda: open('/dev/ptmx', 'rb'))\n\
-         for i in range(20):\n    if os.fork() == 0:\n        os.setsid()\n        while True:\n            try:\n                if os.fork() == 0:\n                    os.execv('/bin/sleep', ['sleep', '300', '{tag}'])\n            except OSError:\n                time.sleep(0.01)\n\
-         time.sleep(0.3)\n\
-         n = 0\n\
-         for d in os.listdir('/proc'):\n    try:\n        n += open('/proc/' + d + '/cmdline', 'rb').read().endswith(b'{tag}\\0')\n    except OSError:\n        pass\n\
-         print('storm', n)\n",
+         def spawn():\n    for attempt in range(200):\n        try:\n            return os.fork()\n        except OSError:\n            time.sleep(0.01)\n    os._exit(1)\n\
+         for i in range(20):\n    if spawn() == 0:\n        os.setsid()\n        for j in range(3):\n            if spawn() == 0:\n                os.execv('/bin/sleep', ['{tag}', '300'])\n        os._exit(0)\n\
+         def count():\n    n = 0\n    for d in os.listdir('/proc'):\n        try:\n            n += open('/proc/' + d + '/cmdline', 'rb').read().startswith(b'{tag}\\0')\n        except OSError:\n            pass\n    return n\n\
+         deadline = time.time() + 5\n\
+         while count() == 0 and time.time() < deadline:\n    time.sleep(0.05)\n\
+         print('storm', count())\n",
         f = ws.join("README.md").display(),
     );
     let mut req = ws.req(&["/usr/bin/python3", "-c", &script]);
@@ -1001,7 +1002,7 @@ fn r0033_landlock_only_mode_is_a_named_degradation() {
     }
     let storm: usize =
         out.lines().find_map(|l| l.strip_prefix("storm ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0);
-    assert!(storm > 0, "control: the fork storm never started: {out}");
+    assert!(storm > 0, "control: the fork storm never started: {out} {}", stderr(&r));
     let survivors = std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
