@@ -255,7 +255,10 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
         (Network::None, false) => ", no tcp rules (needs ABI 4)",
         (Network::Host, _) => "",
     };
-    s += &format!("landlock: abi {abi}, handles every write right but ioctl-dev (truncate included){scope}{tcp}\n");
+    let reads = if full { "" } else { ", and reads (no mount plan to hide anything)" };
+    s += &format!(
+        "landlock: abi {abi}, handles every write right but ioctl-dev (truncate included){reads}{scope}{tcp}\n"
+    );
     for r in &plan.spec.landlock.readable {
         s += &format!("landlock-readable: {}\n", String::from_utf8_lossy(r));
     }

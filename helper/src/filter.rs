@@ -58,8 +58,11 @@ pub enum When {
     /// When argument `arg`, a file mode, asks for setuid or setgid.
     SetidMode { arg: u8 },
     /// When argument `arg` (a pid) names another process than the caller
-    /// (is not 0).
-    OtherProcess { arg: u8 },
+    /// (is not 0), or — with `which: Some((index, value))` — when argument
+    /// `index` is not `value` (`PRIO_USER`, `PRIO_PGRP`: many processes).
+    OtherProcess { arg: u8, which: Option<(u8, u32)> },
+    /// Unless argument `arg` is one of `values` (an allow list; empty: always).
+    ArgNotIn { arg: u8, values: &'static [u64] },
 }
 
 /// `S_ISUID | S_ISGID` from `<linux/stat.h>`.
@@ -317,21 +320,33 @@ const METADATA: &[(&str, i64)] = &[
     ("removexattr", libc::SYS_removexattr),
     ("lremovexattr", libc::SYS_lremovexattr),
     ("fremovexattr", libc::SYS_fremovexattr),
+    // Linux 6.13 and 6.17 (not yet in libc): <asm/unistd_64.h>.
+    ("setxattrat", 463),
+    ("removexattrat", 466),
+    ("file_setattr", 469),
 ];
 
 /// Calls that act on another process named by pid (argument index).
-const OTHER_PROCESS: &[(&str, i64, u8)] = &[
-    ("prlimit64", libc::SYS_prlimit64, 0),
-    ("setpriority", libc::SYS_setpriority, 1),
-    ("sched_setscheduler", libc::SYS_sched_setscheduler, 0),
-    ("sched_setparam", libc::SYS_sched_setparam, 0),
-    ("sched_setattr", libc::SYS_sched_setattr, 0),
-    ("sched_setaffinity", libc::SYS_sched_setaffinity, 0),
-    ("ioprio_set", libc::SYS_ioprio_set, 1),
-    ("migrate_pages", libc::SYS_migrate_pages, 0),
-    ("move_pages", libc::SYS_move_pages, 0),
-    ("kcmp", libc::SYS_kcmp, 0),
+#[allow(clippy::type_complexity)]
+const OTHER_PROCESS: &[(&str, i64, u8, Option<(u8, u32)>)] = &[
+    ("prlimit64", libc::SYS_prlimit64, 0, None),
+    // setpriority(which, who, prio): only PRIO_PROCESS (0) of itself.
+    ("setpriority", libc::SYS_setpriority, 1, Some((0, 0))),
+    ("sched_setscheduler", libc::SYS_sched_setscheduler, 0, None),
+    ("sched_setparam", libc::SYS_sched_setparam, 0, None),
+    ("sched_setattr", libc::SYS_sched_setattr, 0, None),
+    ("sched_setaffinity", libc::SYS_sched_setaffinity, 0, None),
+    // ioprio_set(which, who, ioprio): only IOPRIO_WHO_PROCESS (1) of itself.
+    ("ioprio_set", libc::SYS_ioprio_set, 1, Some((0, 1))),
+    ("migrate_pages", libc::SYS_migrate_pages, 0, None),
+    ("move_pages", libc::SYS_move_pages, 0, None),
+    ("kcmp", libc::SYS_kcmp, 0, None),
 ];
+
+/// Socket families allowed in landlock-only mode (an allow list: netlink,
+/// packet and the rest are refused): none without network, IPv4/IPv6 with.
+const SOCKETS_ALLOWED_NONET: &[u64] = &[];
+const SOCKETS_ALLOWED_HOST: &[u64] = &[libc::AF_INET as u64, libc::AF_INET6 as u64];
 
 /// System V IPC: shared with the host without an ipc namespace.
 const SYSV_IPC: &[(&str, i64)] = &[
@@ -359,11 +374,16 @@ pub fn entries_for(profile: Profile) -> Vec<Entry> {
         // No pid namespace: other processes of the same uid are in reach of
         // these (Landlock's signal scoping does not cover them); they could
         // starve or cripple the sweeping helper (prlimit RLIMIT_NOFILE 0).
-        for (name, nr, arg) in OTHER_PROCESS {
+        if let Some(sock) = table.iter_mut().find(|e| e.nr == libc::SYS_socket) {
+            let values = if profile.network_none { SOCKETS_ALLOWED_NONET } else { SOCKETS_ALLOWED_HOST };
+            sock.when = When::ArgNotIn { arg: 0, values };
+            sock.why = "landlock-only mode: only IPv4/IPv6 sockets, and only with --network host (host unix services such as a D-Bus bus or an ssh-agent stay out of reach)";
+        }
+        for (name, nr, arg, which) in OTHER_PROCESS {
             table.push(Entry {
                 name,
                 nr: *nr,
-                when: When::OtherProcess { arg: *arg },
+                when: When::OtherProcess { arg: *arg, which: *which },
                 why: "landlock-only mode: no acting on other processes (no pid namespace)",
             });
         }
@@ -596,11 +616,29 @@ pub fn compile_for(profile: Profile) -> Result<BpfProgram, FilterError> {
                 a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(arg));
                 a.jump_if(BPF_JSET_K, SETID_BITS as u32, deny);
             }
-            When::OtherProcess { arg } => {
+            When::OtherProcess { arg, which } => {
+                if let Some((idx, value)) = which {
+                    let ok = a.label();
+                    a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(idx));
+                    a.jump_if(BPF_JEQ_K, value, ok);
+                    a.stmt(BPF_RET_K, RET_ERRNO | libc::EPERM as u32);
+                    a.bind(ok);
+                }
                 // pid_t is 32 bits; anything but 0 names another process
                 // (a caller naming itself by number is refused too).
                 a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(arg));
                 a.jump_if(BPF_JSET_K, u32::MAX, deny);
+            }
+            When::ArgNotIn { arg, values } => {
+                // Jumps only go forward: the allowed values jump past a local
+                // refusal to the block's own `ret ALLOW`.
+                let ok = a.label();
+                a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(arg));
+                for v in values {
+                    a.jump_if(BPF_JEQ_K, *v as u32, ok);
+                }
+                a.stmt(BPF_RET_K, RET_ERRNO | libc::EPERM as u32);
+                a.bind(ok);
             }
             When::Always => {}
         }
@@ -709,11 +747,32 @@ mod tests {
                     args[usize::from(arg)] = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_FILES) as u64;
                     assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_ALLOW, "{} thread creation", e.name);
                 }
-                When::OtherProcess { arg } => {
+                When::OtherProcess { arg, which } => {
                     let mut args = [0u64; 6];
+                    if let Some((idx, value)) = which {
+                        args[usize::from(idx)] = u64::from(value);
+                    }
                     assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_ALLOW, "{} on itself", e.name);
-                    args[usize::from(arg)] = 1234;
-                    assert_eq!(run(&p, AUDIT_ARCH, nr, args), EPERM, "{} on another process", e.name);
+                    let mut other = args;
+                    other[usize::from(arg)] = 1234;
+                    assert_eq!(run(&p, AUDIT_ARCH, nr, other), EPERM, "{} on another process", e.name);
+                    if let Some((idx, value)) = which {
+                        let mut many = args;
+                        many[usize::from(idx)] = u64::from(value) + 1;
+                        assert_eq!(run(&p, AUDIT_ARCH, nr, many), EPERM, "{} on a group", e.name);
+                    }
+                }
+                When::ArgNotIn { arg, values } => {
+                    for v in values {
+                        let mut args = [0u64; 6];
+                        args[usize::from(arg)] = *v;
+                        assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_ALLOW, "{} allows {v}", e.name);
+                    }
+                    for v in [libc::AF_UNIX, libc::AF_NETLINK, libc::AF_PACKET] {
+                        let mut args = [0u64; 6];
+                        args[usize::from(arg)] = v as u64;
+                        assert_eq!(run(&p, AUDIT_ARCH, nr, args), EPERM, "{} refuses family {v}", e.name);
+                    }
                 }
                 When::SetidMode { arg } => {
                     for (mode, want) in

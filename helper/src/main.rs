@@ -219,7 +219,7 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
             return Err(Fail::errno(Step::Clone, libc::EPERM));
         }
         nix::sys::prctl::set_child_subreaper(true).map_err(|e| Fail::io(Step::Clone, errno(e)))?;
-        command::scope_signals().map_err(|f| Fail { step: Step::Clone, ..f })?;
+        command::scope_signals()?;
         0
     };
     let (pid, pidfd) =

@@ -412,6 +412,20 @@ impl Sandbox {
 
     /// Resolve a request into a plan without running anything.
     pub fn plan(&self, req: &ExecRequest) -> Result<Plan, SandboxError> {
+        if req.degraded.is_some() && req.limits.pids.is_some() {
+            let pids_cgroup = self.cgroup.as_ref().is_ok_and(|h| {
+                h.controllers.iter().any(|c| c == "pids")
+                    && nix::unistd::access(&h.parent, nix::unistd::AccessFlags::W_OK).is_ok()
+            });
+            if !pids_cgroup {
+                // Without a user namespace RLIMIT_NPROC counts every process
+                // of the uid on the host, not this sandbox's.
+                return Err(SandboxError::BadRequest(
+                    "--pids in landlock-only mode needs the cgroup pids controller (RLIMIT_NPROC would count the whole uid)"
+                        .into(),
+                ));
+            }
+        }
         plan::build(req, self.uid, self.gid)
     }
 
@@ -443,10 +457,10 @@ impl Sandbox {
             limits.pids = Some(if cg.as_ref().is_some_and(|c| c.pids) {
                 LimitMechanism::Cgroup
             } else if req.degraded.is_some() {
-                // Without a user namespace RLIMIT_NPROC counts every process
-                // of the uid on the host, not this sandbox's.
+                // Sandbox::plan refused this unless a pids cgroup looked
+                // usable; it could not be made after all.
                 return Err(SandboxError::BadRequest(
-                    "--pids in landlock-only mode needs the cgroup pids controller (RLIMIT_NPROC would count the whole uid)"
+                    "--pids in landlock-only mode needs the cgroup pids controller, and no pids cgroup could be made"
                         .into(),
                 ));
             } else {
