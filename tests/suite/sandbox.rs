@@ -998,6 +998,8 @@ fn r0033_landlock_only_mode_is_a_named_degradation() {
         ("setpriority", "EPERM"),
         ("kill", "EPERM"),
         ("unix", "EPERM"),
+        ("netlink", "EPERM"),
+        ("prio_user", "EPERM"),
         ("chmod", "EPERM"),
         ("utime", "EPERM"),
         ("shmget", "EPERM"),
