@@ -628,8 +628,10 @@ impl Sandbox {
         // Git redirections the command created where nothing could be mounted
         // (the files did not exist): remove them before any host git runs.
         for f in &plan.git_guard {
-            if std::fs::symlink_metadata(f).is_ok() {
-                match std::fs::remove_file(f) {
+            if let Ok(meta) = std::fs::symlink_metadata(f) {
+                // remove_dir_all does not follow symbolic links.
+                let removed = if meta.is_dir() { std::fs::remove_dir_all(f) } else { std::fs::remove_file(f) };
+                match removed {
                     Ok(()) => warnings.push(format!(
                         "removed {} created by the command: it would redirect git's config and hooks",
                         f.display()

@@ -28,7 +28,8 @@ pub const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "t
 /// Carve-outs that stay read-only inside a writable workspace.
 pub const DEFAULT_PROTECTED: &[&str] = &[".git/hooks", ".git/config"];
 /// Files in a git dir that make git read config and hooks elsewhere.
-pub const GIT_REDIRECTS: &[&str] = &["commondir", "config.worktree"];
+/// A missing `hooks` directory is guarded the same way.
+pub const GIT_REDIRECTS: &[&str] = &["commondir", "config.worktree", "hooks", "config"];
 /// The most entries the deny-glob walk visits before it refuses.
 pub const DENY_WALK_LIMIT: usize = 500_000;
 /// The host uid and gid (`nobody`) a root caller's command runs as.

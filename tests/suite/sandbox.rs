@@ -778,6 +778,18 @@ fn r0029_git_redirections_are_protected() {
     let r = run_ok(&req);
     assert!(r.warnings.iter().any(|w| w.contains("commondir")), "{:?}", r.warnings);
     assert!(!ws.join(".git/commondir").exists());
+    // A repository without .git/hooks: a hooks directory the command creates
+    // is removed after the run.
+    let ws2 = Ws::new();
+    ws2.write(".git/config", "[core]\n");
+    ws2.write(".git/HEAD", "ref: refs/heads/main\n");
+    let mut req =
+        ws2.req(&["sh", "-c", "mkdir .git/hooks && printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit"]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "control: the command could create the hook: {}", stderr(&r));
+    assert!(!ws2.join(".git/hooks").exists(), "a planted hooks directory survived the run");
+    assert!(r.warnings.iter().any(|w| w.contains("hooks")), "{:?}", r.warnings);
 }
 
 #[test]
