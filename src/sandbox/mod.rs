@@ -6,7 +6,7 @@ mod plan;
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -243,10 +243,14 @@ pub enum Stdin {
     /// `/dev/null`.
     #[default]
     Null,
-    /// The caller's stdin, copied into a pipe by a thread. The command never
-    /// gets the caller's own file descriptor: on a regular file or a terminal
-    /// it could `fchmod`, `ftruncate` or reopen it, outside every barrier.
-    /// The thread ends at end-of-file or when the command stops reading.
+    /// The caller's stdin, safely: an anonymous pipe or a socket is handed
+    /// on as it is; anything else (a regular file, a device) reaches the
+    /// command through a pipe fed by a thread, because on the caller's own
+    /// file descriptor it could `fchmod`, `ftruncate` or reopen the file
+    /// outside every barrier. A regular file is read with positional reads,
+    /// so the caller's offset does not move and nothing is consumed (a
+    /// `while read` loop around portcullis keeps all its lines). Terminals
+    /// should be given as `Null` (see the CLI).
     Copy,
 }
 
@@ -520,18 +524,20 @@ impl Sandbox {
         if let Some(c) = &cg_fd {
             fds.push((c.as_raw_fd(), portcullis_helper::CGROUP_FD));
         }
-        let stdin_pipe = match opts.stdin {
-            Stdin::Null => None,
-            Stdin::Copy => Some(
-                nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-                    .map_err(|e| SandboxError::Io { stage: "creating the stdin pipe", source: e.into() })?,
-            ),
+        let stdin = match opts.stdin {
+            Stdin::Null => StdinPlan::Null,
+            Stdin::Copy => stdin_plan().map_err(|source| SandboxError::Io { stage: "preparing stdin", source })?,
         };
-        let mut child = launch::spawn(&self.helper, &fds, stdin_pipe.as_ref().map(|(r, _)| r.as_raw_fd()))
+        let stdin_fd = match &stdin {
+            StdinPlan::Null => None,
+            StdinPlan::Pass(fd) => Some(fd.as_raw_fd()),
+            StdinPlan::Feed { read, .. } => Some(read.as_raw_fd()),
+        };
+        let mut child = launch::spawn(&self.helper, &fds, stdin_fd)
             .map_err(|source| SandboxError::Spawn { helper: self.helper.clone(), source })?;
-        if let Some((r, w)) = stdin_pipe {
-            drop(r);
-            copy_stdin(w);
+        if let StdinPlan::Feed { read, write, from } = stdin {
+            drop(read);
+            feed_stdin(write, from);
         }
         drop((memfd, report_w, life_r, cg_fd));
         let mut lifeline = Some(life_w);
@@ -694,11 +700,67 @@ impl Sandbox {
     }
 }
 
-/// Copy this process's stdin into `w` on a detached thread.
-fn copy_stdin(w: OwnedFd) {
+/// How the caller's stdin reaches the command.
+enum StdinPlan {
+    Null,
+    /// An anonymous pipe or a socket, handed on as it is: nothing of the
+    /// caller's can be changed through it, and nothing is read ahead.
+    Pass(OwnedFd),
+    /// A pipe fed by a thread: from a regular file with positional reads
+    /// (`from` is the caller's offset, which is never moved, so nothing of
+    /// the caller's input is consumed), else by plain reads.
+    Feed {
+        read: OwnedFd,
+        write: OwnedFd,
+        from: Option<u64>,
+    },
+}
+
+fn stdin_plan() -> io::Result<StdinPlan> {
+    let link = std::fs::read_link("/proc/self/fd/0").unwrap_or_default();
+    let link = link.to_string_lossy();
+    if link.starts_with("pipe:") || link.starts_with("socket:") {
+        return Ok(StdinPlan::Pass(std::io::stdin().as_fd().try_clone_to_owned()?));
+    }
+    let meta = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?).metadata()?;
+    let from = if meta.is_file() {
+        // SAFETY: lseek on fd 0 with offset 0 from the current position only
+        // reports the offset.
+        let pos = unsafe { libc::lseek(0, 0, libc::SEEK_CUR) };
+        Some(u64::try_from(pos).map_err(|_| io::Error::last_os_error())?)
+    } else {
+        None
+    };
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    Ok(StdinPlan::Feed { read, write, from })
+}
+
+/// Feed the caller's stdin into `w` on a detached thread; it ends at
+/// end-of-file or when the command closes its end.
+fn feed_stdin(w: OwnedFd, from: Option<u64>) {
     let _ = std::thread::Builder::new().name("portcullis-stdin".into()).spawn(move || {
         let mut out = std::fs::File::from(w);
-        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut out);
+        match (from, std::io::stdin().as_fd().try_clone_to_owned()) {
+            (Some(mut pos), Ok(fd)) => {
+                use std::os::unix::fs::FileExt;
+                let file = std::fs::File::from(fd);
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match file.read_at(&mut buf, pos) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if io::Write::write_all(&mut out, &buf[..n]).is_err() {
+                                return;
+                            }
+                            pos += n as u64;
+                        }
+                    }
+                }
+            }
+            _ => {
+                let _ = std::io::copy(&mut std::io::stdin().lock(), &mut out);
+            }
+        }
     });
 }
 

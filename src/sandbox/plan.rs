@@ -256,22 +256,23 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         .chain(grants.iter().filter(|g| g.as_path() != Path::new("/tmp")).cloned())
         .collect();
     let protected = protected_paths(req, &ws, &writable_areas)?;
-    let git_guard: Vec<PathBuf> = git_dirs(&ws)
-        .iter()
-        .filter(|gd| writable_areas.iter().any(|a| gd.starts_with(a)))
-        .flat_map(|gd| GIT_REDIRECTS.iter().map(move |n| gd.join(n)))
-        .filter(|f| fs::symlink_metadata(f).is_err())
-        .collect();
-    let pinned = pinned_ancestors(&protected, &writable_areas);
-    let mut mounts = base;
-    let mut carve: Vec<MountOp> = protected
-        .iter()
-        .map(|p| MountOp::ReadOnly { dst: bytes(p) })
-        .chain(pinned.iter().map(|p| MountOp::Pin { dst: bytes(p) }))
-        .collect();
-    carve.sort_by_key(|op| depth(op.dst()));
-    mounts.extend(carve);
-
+    // Files git would read config or hooks from that do not exist yet (so
+    // nothing can be mounted over them): each git dir's redirections, the
+    // configured hooksPath and include targets, and a HEAD at the workspace
+    // root (with it, git's bare-repository fallback would make the workspace
+    // itself a git dir with a config of the command's choosing).
+    let mut git_guard: Vec<PathBuf> = Vec::new();
+    for gd in git_dirs(&ws).iter().filter(|gd| writable_areas.iter().any(|a| gd.starts_with(a))) {
+        git_guard.extend(GIT_REDIRECTS.iter().map(|n| gd.join(n)));
+        if let Some(hp) = hooks_path(&gd.join("config")) {
+            git_guard.push(if hp.is_absolute() { hp } else { ws.join(hp) });
+        }
+        git_guard.extend(git_includes(&gd.join("config")));
+    }
+    if writable {
+        git_guard.push(ws.join("HEAD"));
+    }
+    git_guard.retain(|f| fs::symlink_metadata(f).is_err() && writable_areas.iter().any(|a| f.starts_with(a)));
     // Masks: the deny list.
     let mut masked = deny_paths(&req.deny, &ws)?;
     masked.extend(deny_paths_absolute(&req.deny)?);
@@ -289,6 +290,21 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     let dirs: Vec<PathBuf> = masked.iter().filter(|m| m.is_dir()).cloned().collect();
     masked.retain(|m| !dirs.iter().any(|d| m.starts_with(d) && m != d));
     masked.sort_by_key(|p| depth(p.as_os_str().as_bytes()));
+    // Pin the parents of protected paths and of masks in writable areas:
+    // renaming a parent would carry the read-only file or the mask away, and
+    // the next run would find the file unprotected under its new name.
+    let pin_for: Vec<PathBuf> = protected.iter().chain(masked.iter()).cloned().collect();
+    let pinned: Vec<PathBuf> =
+        pinned_ancestors(&pin_for, &writable_areas).into_iter().filter(|p| !masked.contains(p)).collect();
+    let mut mounts = base;
+    let mut carve: Vec<MountOp> = protected
+        .iter()
+        .map(|p| MountOp::ReadOnly { dst: bytes(p) })
+        .chain(pinned.iter().map(|p| MountOp::Pin { dst: bytes(p) }))
+        .collect();
+    carve.sort_by_key(|op| depth(op.dst()));
+    mounts.extend(carve);
+
     for m in &masked {
         mounts.push(MountOp::Mask { dst: bytes(m) });
     }
@@ -494,6 +510,9 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
         if let Some(hp) = hooks_path(&gd.join("config")) {
             wanted.push(if hp.is_absolute() { hp } else { ws.join(hp) });
         }
+        // `[include] path = …` and `[includeIf …] path = …` files are read as
+        // part of the config.
+        wanted.extend(git_includes(&gd.join("config")));
     }
     // A worktree's `.git` is a file `gitdir: <path>`; it stays read-only, so
     // it cannot be pointed elsewhere.
@@ -585,6 +604,37 @@ fn collect_modules(gd: &Path, depth: u32, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The files a git config includes (`path =` lines of `[include]` and
+/// `[includeIf …]` sections), resolved as git does: relative to the
+/// including file's directory, `~/` against `$HOME`.
+fn git_includes(config: &Path) -> Vec<PathBuf> {
+    let Ok(text) = fs::read_to_string(config) else { return Vec::new() };
+    let base = config.parent().unwrap_or(Path::new("/"));
+    let mut in_include = false;
+    let mut out = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            let section = line.trim_start_matches('[').to_ascii_lowercase();
+            in_include = section.starts_with("include]") || section.starts_with("includeif ");
+            continue;
+        }
+        if !in_include {
+            continue;
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            if k.trim().eq_ignore_ascii_case("path") {
+                let v = v.trim().trim_matches('"');
+                let p = match v.strip_prefix("~/") {
+                    Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
+                    None => Some(base.join(v)),
+                };
+                out.extend(p.map(|p| lexical(&p)));
+            }
+        }
+    }
+    out
+}
+
 /// `core.hooksPath` from a git config file, if set (a plain line scan).
 fn hooks_path(config: &Path) -> Option<PathBuf> {
     let text = fs::read_to_string(config).ok()?;
@@ -649,8 +699,36 @@ fn compile_globs(globs: &[String]) -> Result<(GlobSet, GlobSet), SandboxError> {
     Ok((b(names)?, b(paths)?))
 }
 
+/// Refuse a deny glob whose literal directory part goes through a symbolic
+/// link: the walk never follows links, so its matches would silently stay
+/// unmasked (fail closed instead).
+fn check_glob_prefix(glob: &str, prefix: &Path) -> Result<(), SandboxError> {
+    let mut cur = PathBuf::new();
+    for c in prefix.components() {
+        cur.push(c);
+        if fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(SandboxError::Glob {
+                glob: glob.to_string(),
+                reason: format!("{} is a symbolic link; spell the glob with the real path", cur.display()),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn deny_paths(globs: &[String], root: &Path) -> Result<Vec<PathBuf>, SandboxError> {
     let rel: Vec<String> = globs.iter().filter(|g| !g.starts_with('/')).cloned().collect();
+    for g in rel.iter().filter(|g| g.trim_end_matches('/').contains('/')) {
+        let spelled = g.trim_start_matches("./").trim_end_matches('/');
+        let lit = glob_prefix(spelled);
+        // A fully literal glob names the matched path itself (a link there
+        // is masked through its target); only the directories on the way
+        // matter. Otherwise every literal component is a directory walked.
+        let dirs = if lit.as_os_str() == spelled { lit.parent().map(Path::to_path_buf) } else { Some(lit) };
+        if let Some(dir) = dirs {
+            check_glob_prefix(g, &root.join(dir))?;
+        }
+    }
     let mut out = Vec::new();
     if !rel.is_empty() {
         let (names, paths) = compile_globs(&rel)?;
@@ -668,6 +746,12 @@ fn deny_paths_absolute(globs: &[String]) -> Result<Vec<PathBuf>, SandboxError> {
     let mut out = Vec::new();
     for g in globs.iter().filter(|g| g.starts_with('/')) {
         let prefix = glob_prefix(g);
+        let spelled = g.trim_end_matches('/');
+        let dirs =
+            if prefix.as_os_str() == spelled { prefix.parent().map(Path::to_path_buf) } else { Some(prefix.clone()) };
+        if let Some(dir) = dirs {
+            check_glob_prefix(g, &dir)?;
+        }
         if prefix.components().count() < 2 {
             return Err(SandboxError::Glob {
                 glob: g.clone(),

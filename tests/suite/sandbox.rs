@@ -1031,3 +1031,80 @@ fn r0033_landlock_only_mode_is_a_named_degradation() {
         .count();
     assert_eq!(survivors, 0, "the fork storm outlived the run");
 }
+
+#[test]
+fn r0034_git_includes_missing_hookspath_and_bare_fallback() {
+    // Found in the last review: an included config file, a configured but
+    // missing hooksPath, and a HEAD at the workspace root (git's bare-repo
+    // fallback) let a writable run make the host's git run code.
+    let ws = Ws::with_git();
+    ws.write(".git/config", "[core]\n\thooksPath = .githooks\n[include]\n\tpath = ../.gitconfig-shared\n");
+    ws.write(".gitconfig-shared", "[user]\n");
+    let p = |r: &str| ws.join(r).display().to_string();
+    let op = format!("append:{}", p(".gitconfig-shared"));
+    let res = probe_in(&ws, &[&op], |r| r.writable = true);
+    assert_eq!(res[&op], "EROFS", "an included config must be read-only");
+    let script =
+        "mkdir .githooks && echo x > .githooks/pre-commit && echo 'ref: refs/heads/main' > HEAD && echo created";
+    let mut req = ws.req(&["sh", "-c", script]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert!(stdout(&r).contains("created"), "control: the command could write: {}", stderr(&r));
+    assert!(!ws.join(".githooks").exists(), "a missing hooksPath created by the command survived");
+    assert!(!ws.join("HEAD").exists(), "a HEAD at the workspace root survived");
+    assert!(r.warnings.len() >= 2, "{:?}", r.warnings);
+    // Control: an ordinary file the command creates stays.
+    let mut req = ws.req(&["sh", "-c", "echo ok > notes.txt"]);
+    req.writable = true;
+    run_ok(&req);
+    assert_eq!(ws.read("notes.txt"), "ok\n");
+}
+
+#[test]
+fn r0035_masks_stay_put_and_globs_through_links_are_refused() {
+    // Found in the last review: renaming a masked file's parent carried the
+    // mask away for the next run; globs spelled through a symlink matched
+    // nothing, silently.
+    let ws = Ws::new();
+    ws.write("config/.env", "SECRET\n");
+    let mut req = ws.req(&["sh", "-c", "mv config config2; echo rc=$?"]);
+    req.writable = true;
+    req.deny.push("config/.env".into());
+    let r = run_ok(&req);
+    assert!(stdout(&r).contains("rc=1"), "renaming a masked file's parent must fail: {} {}", stdout(&r), stderr(&r));
+    assert!(ws.join("config/.env").exists() && !ws.join("config2").exists());
+    // Control: without the mask the rename works.
+    let r = run_ok(&{
+        let mut q = ws.req(&["sh", "-c", "mv config config2 && mv config2 config && echo rc=0"]);
+        q.writable = true;
+        q
+    });
+    assert!(stdout(&r).contains("rc=0"), "{}", stderr(&r));
+
+    std::os::unix::fs::symlink(ws.join("config"), ws.join("cfglink")).unwrap_or_else(|e| panic!("{e}"));
+    for glob in ["cfglink/.env".to_string(), format!("{}/*", ws.join("cfglink").display())] {
+        let mut req = ws.req(&["true"]);
+        req.deny.push(glob.clone());
+        assert!(matches!(run(&req), Err(SandboxError::Glob { .. })), "{glob} through a link must be refused");
+    }
+}
+
+#[test]
+fn r0036_piped_and_redirected_input_is_not_consumed() {
+    // Found in the last review: the stdin copy thread read the caller's
+    // input ahead; a `while read` loop around portcullis lost its lines.
+    let ws = Ws::new();
+    ws.write("lines", "1\n2\n3\n4\n5\n");
+    let w = ws.path().display().to_string();
+    let bin = bin_dir().join("portcullis");
+    let script = format!(
+        "n=0; while read l; do n=$((n+1)); {} exec --workspace {w} -- true; done < {w}/lines; echo $n",
+        bin.display()
+    );
+    let out = std::process::Command::new("sh").args(["-c", &script]).output().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5", "{}", String::from_utf8_lossy(&out.stderr));
+    // Control: the command still receives the input when it reads it.
+    let script = format!("{} exec --workspace {w} -- wc -l < {w}/lines", bin.display());
+    let out = std::process::Command::new("sh").args(["-c", &script]).output().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5");
+}
