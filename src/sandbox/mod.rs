@@ -703,8 +703,9 @@ impl Sandbox {
 /// How the caller's stdin reaches the command.
 enum StdinPlan {
     Null,
-    /// An anonymous pipe or a socket, handed on as it is: nothing of the
-    /// caller's can be changed through it, and nothing is read ahead.
+    /// An anonymous pipe or a socket, handed on as it is: it names no file of
+    /// the caller's, and nothing is read ahead. (Its status flags, such as
+    /// O_NONBLOCK, are shared with the caller, as with any inherited pipe.)
     Pass(OwnedFd),
     /// A pipe fed by a thread: from a regular file with positional reads
     /// (`from` is the caller's offset, which is never moved, so nothing of
