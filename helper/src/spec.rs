@@ -86,13 +86,6 @@ pub struct Identity {
     pub outside_gid: u32,
 }
 
-impl Identity {
-    /// Whether the command's host ids differ from the caller's (root caller).
-    pub fn remapped(&self, caller_uid: u32) -> bool {
-        self.outside_uid != caller_uid
-    }
-}
-
 /// Network isolation of the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

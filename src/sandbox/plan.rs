@@ -604,44 +604,50 @@ fn collect_modules(gd: &Path, depth: u32, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The files a git config includes (`path =` lines of `[include]` and
-/// `[includeIf …]` sections), resolved as git does: relative to the
-/// including file's directory, `~/` against `$HOME`.
-fn git_includes(config: &Path) -> Vec<PathBuf> {
+/// `(section, key, value)` of a git config file, from a plain line scan:
+/// sections and keys lowercased (`[includeIf "gitdir:x"]` gives section
+/// `includeif`), values unquoted; `[section] key = value` on one line is
+/// understood too. Not a full parser: enough to find what git would run.
+fn git_config_entries(config: &Path) -> Vec<(String, String, String)> {
     let Ok(text) = fs::read_to_string(config) else { return Vec::new() };
-    let base = config.parent().unwrap_or(Path::new("/"));
-    let mut in_include = false;
+    let mut section = String::new();
     let mut out = Vec::new();
-    for line in text.lines().map(str::trim) {
-        if line.starts_with('[') {
-            let section = line.trim_start_matches('[').to_ascii_lowercase();
-            in_include = section.starts_with("include]") || section.starts_with("includeif ");
-            continue;
-        }
-        if !in_include {
-            continue;
+    for raw in text.lines() {
+        let mut line = raw.trim();
+        if let Some(rest) = line.strip_prefix('[') {
+            let Some((head, tail)) = rest.split_once(']') else { continue };
+            section = head.split_whitespace().next().unwrap_or("").to_ascii_lowercase();
+            line = tail.trim();
         }
         if let Some((k, v)) = line.split_once('=') {
-            if k.trim().eq_ignore_ascii_case("path") {
-                let v = v.trim().trim_matches('"');
-                let p = match v.strip_prefix("~/") {
-                    Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
-                    None => Some(base.join(v)),
-                };
-                out.extend(p.map(|p| lexical(&p)));
-            }
+            out.push((section.clone(), k.trim().to_ascii_lowercase(), v.trim().trim_matches('"').to_string()));
         }
     }
     out
 }
 
-/// `core.hooksPath` from a git config file, if set (a plain line scan).
+/// The files a git config includes (`path =` in `[include]` and
+/// `[includeIf …]` sections), resolved as git does: relative to the
+/// including file's directory, `~/` against `$HOME`.
+fn git_includes(config: &Path) -> Vec<PathBuf> {
+    let base = config.parent().unwrap_or(Path::new("/"));
+    git_config_entries(config)
+        .into_iter()
+        .filter(|(sec, key, _)| (sec == "include" || sec == "includeif") && key == "path")
+        .filter_map(|(_, _, v)| match v.strip_prefix("~/") {
+            Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
+            None => Some(base.join(&v)),
+        })
+        .map(|p| lexical(&p))
+        .collect()
+}
+
+/// `core.hooksPath` from a git config file, if set.
 fn hooks_path(config: &Path) -> Option<PathBuf> {
-    let text = fs::read_to_string(config).ok()?;
-    text.lines().find_map(|l| {
-        let (k, v) = l.trim().split_once('=')?;
-        k.trim().eq_ignore_ascii_case("hookspath").then(|| PathBuf::from(v.trim().trim_matches('"')))
-    })
+    git_config_entries(config)
+        .into_iter()
+        .find(|(sec, key, _)| sec == "core" && key == "hookspath")
+        .map(|(_, _, v)| PathBuf::from(v))
 }
 
 /// Directories strictly between a writable root and each protected path.
@@ -928,6 +934,19 @@ mod tests {
         let p = build(&req(&d), 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.spec.identity.inside_uid, p.spec.identity.outside_uid), (1000, 1000));
         assert!(!p.spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })));
+    }
+
+    #[test]
+    fn git_config_scan_finds_includes_and_hooks_path_in_both_forms() {
+        let d = tree();
+        let cfg = d.path().join("config");
+        fs::write(&cfg, "[core]\n\thooksPath = .githooks\n[include] path = ../shared\n[includeIf \"gitdir:x\"]\n\tpath = \"other\"\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(hooks_path(&cfg), Some(PathBuf::from(".githooks")));
+        let base = d.path();
+        assert_eq!(git_includes(&cfg), vec![lexical(&base.join("../shared")), base.join("other")]);
+        fs::write(&cfg, "[core] hooksPath = h\n").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(hooks_path(&cfg), Some(PathBuf::from("h")));
     }
 
     #[test]
