@@ -267,7 +267,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         if let Some(hp) = hooks_path(&gd.join("config")) {
             git_guard.push(if hp.is_absolute() { hp } else { ws.join(hp) });
         }
-        git_guard.extend(git_includes(&gd.join("config")));
+        git_guard.extend(git_includes_deep(&gd.join("config")));
     }
     if writable {
         git_guard.push(ws.join("HEAD"));
@@ -512,7 +512,7 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
         }
         // `[include] path = …` and `[includeIf …] path = …` files are read as
         // part of the config.
-        wanted.extend(git_includes(&gd.join("config")));
+        wanted.extend(git_includes_deep(&gd.join("config")));
     }
     // A worktree's `.git` is a file `gitdir: <path>`; it stays read-only, so
     // it cannot be pointed elsewhere.
@@ -640,6 +640,23 @@ fn git_includes(config: &Path) -> Vec<PathBuf> {
         })
         .map(|p| lexical(&p))
         .collect()
+}
+
+/// Includes of includes too (git follows them up to a depth of 10).
+fn git_includes_deep(config: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut todo = vec![(config.to_path_buf(), 0)];
+    while let Some((file, depth)) = todo.pop() {
+        for inc in git_includes(&file) {
+            if !out.contains(&inc) {
+                if depth < 10 {
+                    todo.push((inc.clone(), depth + 1));
+                }
+                out.push(inc);
+            }
+        }
+    }
+    out
 }
 
 /// `core.hooksPath` from a git config file, if set.

@@ -1039,11 +1039,14 @@ fn r0034_git_includes_missing_hookspath_and_bare_fallback() {
     // fallback) let a writable run make the host's git run code.
     let ws = Ws::with_git();
     ws.write(".git/config", "[core]\n\thooksPath = .githooks\n[include]\n\tpath = ../.gitconfig-shared\n");
-    ws.write(".gitconfig-shared", "[user]\n");
+    ws.write(".gitconfig-shared", "[include]\n\tpath = .gitconfig-nested\n");
+    ws.write(".gitconfig-nested", "[user]\n");
     let p = |r: &str| ws.join(r).display().to_string();
     let op = format!("append:{}", p(".gitconfig-shared"));
-    let res = probe_in(&ws, &[&op], |r| r.writable = true);
+    let op2 = format!("append:{}", p(".gitconfig-nested"));
+    let res = probe_in(&ws, &[&op, &op2], |r| r.writable = true);
     assert_eq!(res[&op], "EROFS", "an included config must be read-only");
+    assert_eq!(res[&op2], "EROFS", "an include of an include too");
     let script =
         "mkdir .githooks && echo x > .githooks/pre-commit && echo 'ref: refs/heads/main' > HEAD && echo created";
     let mut req = ws.req(&["sh", "-c", script]);
