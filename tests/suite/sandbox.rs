@@ -52,8 +52,7 @@ fn r0002_every_kind_of_write_is_refused_with_erofs() {
     let ws = Ws::new();
     let before = ws.snapshot();
     let ops = write_ops(&ws);
-    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
-    let res = probe_in(&ws, &refs, |_| {});
+    let res = probe_in(&ws, &ops, |_| {});
     for op in &ops {
         assert_eq!(res.get(op).map(String::as_str), Some("EROFS"), "{op} was not refused with EROFS: {res:?}");
     }
@@ -62,8 +61,7 @@ fn r0002_every_kind_of_write_is_refused_with_erofs() {
     // Control: the same operations succeed in a writable workspace.
     let ws2 = Ws::new();
     let ops2 = write_ops(&ws2);
-    let refs2: Vec<&str> = ops2.iter().map(String::as_str).collect();
-    let res2 = probe_in(&ws2, &refs2, |r| r.writable = true);
+    let res2 = probe_in(&ws2, &ops2, |r| r.writable = true);
     for op in &ops2 {
         assert_eq!(res2.get(op).map(String::as_str), Some("OK"), "control {op} failed: {res2:?}");
     }
@@ -84,8 +82,7 @@ fn r0003_write_grant_on_target_leaves_src_alone() {
         format!("rename:{}:{}", p("src/main.rs"), p("target/main.rs")),
         format!("create:{}", p("src/new.rs")),
     ];
-    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
-    let res = probe_in(&ws, &refs, |r| r.write.push(PathBuf::from("target")));
+    let res = probe_in(&ws, &ops, |r| r.write.push(PathBuf::from("target")));
     assert_eq!(res[&ops[0]], "OK", "the grant must allow writing in target/");
     assert_eq!(res[&ops[1]], "EROFS", "a link in target/ must not write through to src/");
     assert_eq!(res[&ops[2]], "EROFS");
@@ -117,8 +114,7 @@ fn r0004_host_paths_are_read_only_and_home_is_invisible() {
         "create:/portcullis-probe".into(),
         "create:/tmp/ok".into(),
     ];
-    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
-    let res = probe_in(&ws, &refs, |r| r.writable = true);
+    let res = probe_in(&ws, &ops, |r| r.writable = true);
     assert_eq!(res[&ops[0]], "EROFS");
     assert_eq!(res[&ops[1]], "EROFS");
     if !home.starts_with("/tmp") {
@@ -150,8 +146,7 @@ fn r0005_denied_paths_are_masked() {
         format!("listdir:{}", p("secrets")),
         format!("read:{}", p("config/app.toml")),
     ];
-    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
-    let res = probe_in(&ws, &refs, |r| {
+    let res = probe_in(&ws, &ops, |r| {
         r.deny.push(".env*".into());
         r.deny.push("secrets".into());
     });
@@ -161,7 +156,7 @@ fn r0005_denied_paths_are_masked() {
     assert_eq!(res[&ops[3]], "EACCES");
     assert_eq!(res[&ops[4]], "OK:3");
     // Control: without the deny list everything is readable.
-    let res = probe_in(&ws, &refs, |_| {});
+    let res = probe_in(&ws, &ops, |_| {});
     assert_eq!(res[&ops[0]], "OK:13");
     assert_eq!(res[&ops[2]], "OK:4");
     // The mask left nothing behind in the tree.
@@ -182,8 +177,7 @@ fn r0006_protected_paths_stay_read_only_in_a_writable_workspace() {
         format!("write:{}", p("src/main.rs")),
         format!("rename:{}:{}", p(".git/hooks"), p("hooks-moved")),
     ];
-    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
-    let res = probe_in(&ws, &refs, |r| {
+    let res = probe_in(&ws, &ops, |r| {
         r.writable = true;
         r.protect.push(PathBuf::from(".github/workflows"));
     });
@@ -583,14 +577,7 @@ fn r0023_cancellation_kills_the_whole_tree() {
     assert!(r.cancelled && !r.timed_out, "{r:?}");
     assert_eq!(r.signal, Some(9));
     assert!(start.elapsed() < std::time::Duration::from_secs(5));
-    let left: Vec<String> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains(&marker))
-        .collect();
+    let left: Vec<String> = host_procs_containing(&marker);
     assert!(left.is_empty(), "survivors: {left:?}");
     // Control: without cancellation the same command would still be running.
     let mut quick = ws.req(&["sleep", "0.2"]);
@@ -627,14 +614,7 @@ fn r0025_an_abandoned_run_leaves_nothing_behind() {
         tokio::time::timeout(std::time::Duration::from_millis(400), sb.run(&req, RunOptions::default())).await
     });
     assert!(dropped.is_err(), "the run should still have been going");
-    let procs: Vec<String> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains(&marker))
-        .collect();
+    let procs: Vec<String> = host_procs_containing(&marker);
     // Dropping the run returns only once the helper tore the sandbox down.
     assert!(procs.is_empty(), "survivors of a dropped run: {procs:?}");
     if let Ok(host) = sb.cgroup_host() {
@@ -763,8 +743,7 @@ fn r0029_git_redirections_are_protected() {
         format!("create:{}", p(".git/commondir")),
         format!("create:{}", p(".git/index.lock")),
     ];
-    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
-    let res = probe_in(&ws, &refs, |r| r.writable = true);
+    let res = probe_in(&ws, &ops, |r| r.writable = true);
     assert_eq!(res[&ops[0]], "EROFS");
     assert_eq!(res[&ops[1]], "EROFS");
     assert_eq!(res[&ops[2]], "EROFS");
@@ -828,12 +807,7 @@ fn r0031_a_killed_caller_leaves_no_process_and_no_cgroup() {
     // argv holds the marker too, so a substring match would see the CLI).
     let alive = |suffix: &str| {
         let want = format!("sleep\0{n}{suffix}\0");
-        std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .any(|c| c == want.as_bytes())
+        host_cmdlines().iter().any(|c| c == want.as_bytes())
     };
     let start = std::time::Instant::now();
     while !alive("1") && start.elapsed() < std::time::Duration::from_secs(5) {
@@ -879,8 +853,7 @@ fn r0032_deny_and_grant_corner_cases() {
     let secret = cache.join("secret").display().to_string();
     let key = ws.join("secrets/a/key").display().to_string();
     let ops = [format!("read:{secret}"), format!("read:{key}")];
-    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
-    let res = probe_in(&ws, &refs, |r| {
+    let res = probe_in(&ws, &ops, |r| {
         r.write.push(cache.path().to_path_buf());
         r.deny.push(format!("{}/secret", cache.path().canonicalize().unwrap_or_default().display()));
         r.deny.push("secrets".into());
@@ -889,7 +862,7 @@ fn r0032_deny_and_grant_corner_cases() {
     assert_eq!(res[&ops[0]], "EACCES", "a deny glob inside an outside grant must mask");
     assert!(res[&ops[1]] == "EACCES" || res[&ops[1]] == "ENOENT", "{res:?}");
     // Control: both are readable without the deny list.
-    let res = probe_in(&ws, &refs, |r| r.write.push(cache.path().to_path_buf()));
+    let res = probe_in(&ws, &ops, |r| r.write.push(cache.path().to_path_buf()));
     assert!(res[&ops[0]].starts_with("OK") && res[&ops[1]].starts_with("OK"), "{res:?}");
 
     let ws2 = Ws::new();
@@ -926,9 +899,8 @@ fn r0033_landlock_only_mode_is_a_named_degradation() {
         "connect:127.0.0.1:9".to_string(),
         "write:/dev/null".to_string(),
     ];
-    let refs: Vec<&str> = ops.iter().map(String::as_str).collect();
     let before = super::util::snapshot(&ws.join("src"));
-    let res = probe_in(&ws, &refs, |r| {
+    let res = probe_in(&ws, &ops, |r| {
         r.degraded = Some(Mode::LandlockOnly);
         r.write.push(PathBuf::from("target"));
     });
@@ -945,12 +917,7 @@ fn r0033_landlock_only_mode_is_a_named_degradation() {
     let r = run_ok(&req);
     assert_eq!(r.degraded, Some(Mode::LandlockOnly));
     assert!(matches!(r.kill_mechanism, KillMechanism::Subreaper | KillMechanism::CgroupKill));
-    let alive = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .any(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim() == marker);
+    let alive = host_procs_containing(&marker).iter().any(|c| c.trim() == marker);
     assert!(!alive, "a daemon survived the landlock-only run");
     // Control: the same write succeeds with the workspace writable.
     let res = probe_in(&ws, &[&ops[0]], |r| {
@@ -1022,13 +989,7 @@ fn r0033_landlock_only_mode_is_a_named_degradation() {
     let storm: usize =
         out.lines().find_map(|l| l.strip_prefix("storm ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0);
     assert!(storm > 0, "control: the fork storm never started: {out} {}", stderr(&r));
-    let survivors = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .filter(|c| String::from_utf8_lossy(c).contains(&tag))
-        .count();
+    let survivors = host_procs_containing(&tag).len();
     assert_eq!(survivors, 0, "the fork storm outlived the run");
 }
 

@@ -212,11 +212,11 @@ pub fn probe_results(out: &str) -> BTreeMap<String, String> {
 }
 
 /// Run the probe with `ops` in a sandbox for `ws` built by `tweak`.
-pub fn probe_in(ws: &Ws, ops: &[&str], tweak: impl FnOnce(&mut ExecRequest)) -> BTreeMap<String, String> {
+pub fn probe_in<S: AsRef<str>>(ws: &Ws, ops: &[S], tweak: impl FnOnce(&mut ExecRequest)) -> BTreeMap<String, String> {
     let pd = ProbeDir::new();
     let script = pd.script();
     let mut argv = vec!["/usr/bin/python3", script.as_str()];
-    argv.extend_from_slice(ops);
+    argv.extend(ops.iter().map(AsRef::as_ref));
     let mut req = ws.req(&argv);
     req.read.push(pd.dir.path().to_path_buf());
     tweak(&mut req);
@@ -236,4 +236,23 @@ pub fn probe_on_host(cwd: &Path, ops: &[&str]) -> BTreeMap<String, String> {
         .unwrap_or_else(|e| panic!("python3: {e}"));
     assert!(out.status.success(), "host probe failed: {}", String::from_utf8_lossy(&out.stderr));
     probe_results(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The raw command lines (NUL-separated argv) of every process on the host.
+pub fn host_cmdlines() -> Vec<Vec<u8>> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .collect()
+}
+
+/// Host command lines (NULs as spaces) that contain `needle`.
+pub fn host_procs_containing(needle: &str) -> Vec<String> {
+    host_cmdlines()
+        .into_iter()
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(needle))
+        .collect()
 }
