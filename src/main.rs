@@ -1,4 +1,4 @@
-//! The `portcullis` command line: `exec`, `doctor`.
+//! The `portcullis` command line: `exec`, `check`, `doctor`.
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -9,9 +9,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use portcullis::sandbox::{
-    describe_mount, ExecRequest, Limits, RunOptions, Sandbox, Stdin, Stream, DEFAULT_MAX_OUTPUT,
-};
+use portcullis::policy::{quote_argv, quote_word, Interpreter, PlannedCommand, Refusal, Verdict, WorkspacePolicy};
+use portcullis::sandbox::{describe_mount, ExecRequest, RunOptions, Sandbox, Stdin, Stream};
 use portcullis::{error_chain, Network};
 
 #[derive(Parser)]
@@ -29,6 +28,8 @@ struct Cli {
 enum Cmd {
     /// Run one command in the sandbox.
     Exec(Box<ExecArgs>),
+    /// Judge a command line against a policy, running nothing.
+    Check(CheckArgs),
     /// Report what this host offers each sandbox layer.
     Doctor {
         /// Print JSON.
@@ -51,10 +52,43 @@ enum NetArg {
 }
 
 #[derive(Args)]
-struct ExecArgs {
-    /// The workspace directory.
+struct CheckArgs {
+    /// The policy file (TOML, or JSON if it ends in .json). Without one,
+    /// no command may run.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// The workspace directory (default: the policy's, else the current one).
     #[arg(long, value_name = "DIR")]
-    workspace: PathBuf,
+    workspace: Option<PathBuf>,
+    /// Read the line as `sh` syntax, whatever the policy says.
+    #[arg(long)]
+    sh: bool,
+    /// The directory the line would run in (default: the workspace).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// Print the verdict as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The command line, as one argument; several arguments are taken as
+    /// an argv already split (as `exec` takes them), argv mode only.
+    #[arg(last = true, required = true, value_name = "LINE")]
+    line: Vec<String>,
+}
+
+#[derive(Args)]
+struct ExecArgs {
+    /// The workspace directory (overrides the policy's).
+    #[arg(long, value_name = "DIR", required_unless_present = "policy")]
+    workspace: Option<PathBuf>,
+    /// Check the command against this policy first, and take readable
+    /// roots, deny globs, write grants, environment and limits from it
+    /// (the flags below override or extend them).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// With --policy: the command is one `sh` line, checked command by
+    /// command, then run with /bin/sh -c.
+    #[arg(long, requires = "policy")]
+    sh: bool,
     /// The workspace is read-only (the default).
     #[arg(long, conflicts_with = "writable")]
     read_only: bool,
@@ -80,9 +114,9 @@ struct ExecArgs {
     /// Kill the whole command tree after SECS seconds (exit status 124).
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
-    /// Network access.
-    #[arg(long, value_enum, default_value = "none")]
-    network: NetArg,
+    /// Network access (default: none, or the policy's).
+    #[arg(long, value_enum)]
+    network: Option<NetArg>,
     /// Set an environment variable.
     #[arg(long = "env", value_name = "K=V")]
     env: Vec<String>,
@@ -95,9 +129,10 @@ struct ExecArgs {
     /// Most memory, in bytes.
     #[arg(long, value_name = "BYTES")]
     memory: Option<u64>,
-    /// Cap on output kept and shown, stdout and stderr together.
-    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_OUTPUT)]
-    max_output: usize,
+    /// Cap on output kept and shown, stdout and stderr together (default:
+    /// 1 MiB, or the policy's).
+    #[arg(long, value_name = "BYTES")]
+    max_output: Option<usize>,
     /// Run in a named degraded mode (weaker isolation; the result and
     /// --explain say so), e.g. where user namespaces are unavailable.
     #[arg(long, value_enum, value_name = "MODE")]
@@ -131,6 +166,7 @@ fn main() -> ExitCode {
     rt.block_on(async {
         match cli.cmd {
             Cmd::Exec(a) => exec(*a).await,
+            Cmd::Check(a) => check(a),
             Cmd::Doctor { json } => {
                 let r = portcullis::doctor::run().await;
                 if json {
@@ -148,38 +184,207 @@ fn main() -> ExitCode {
     })
 }
 
-fn request(a: &ExecArgs) -> Result<ExecRequest, String> {
-    let mut req = ExecRequest::new(a.workspace.clone(), a.command.clone());
-    req.writable = a.writable;
-    req.write = a.write.clone();
-    req.read = a.read.clone();
-    req.deny = a.deny.clone();
-    req.protect = a.protect.clone();
-    req.cwd = a.cwd.clone();
-    req.network = match a.network {
-        NetArg::None => Network::None,
-        NetArg::Host => Network::Host,
+/// Why `exec` stops before running anything.
+enum Stop {
+    /// Bad flags, a bad policy file: exit 2.
+    BadInput(String),
+    /// The policy refused the command: exit 1.
+    Refused(Refusal),
+}
+
+fn bad(e: impl std::fmt::Display) -> Stop {
+    Stop::BadInput(e.to_string())
+}
+
+fn request(a: &ExecArgs) -> Result<ExecRequest, Stop> {
+    let mut req = match &a.policy {
+        Some(file) => policy_request(a, file)?,
+        None => {
+            let ws = a.workspace.clone().ok_or_else(|| bad("--workspace DIR (or --policy FILE) is required"))?;
+            let mut req = ExecRequest::new(ws, a.command.clone());
+            req.writable = a.writable;
+            req
+        }
     };
+    req.write.extend(a.write.iter().cloned());
+    req.read.extend(a.read.iter().cloned());
+    req.deny.extend(a.deny.iter().cloned());
+    req.protect.extend(a.protect.iter().cloned());
+    req.cwd = a.cwd.clone();
+    if let Some(n) = a.network {
+        req.network = match n {
+            NetArg::None => Network::None,
+            NetArg::Host => Network::Host,
+        };
+    }
     for e in &a.env {
-        let (k, v) = e.split_once('=').ok_or_else(|| format!("--env {e:?}: expected NAME=VALUE"))?;
+        let (k, v) = e.split_once('=').ok_or_else(|| bad(format!("--env {e:?}: expected NAME=VALUE")))?;
         if k.is_empty() {
-            return Err(format!("--env {e:?}: empty name"));
+            return Err(bad(format!("--env {e:?}: empty name")));
+        }
+        if a.policy.is_some() && portcullis::policy::is_startup_var(k) {
+            return Err(bad(format!("--env {k}: a shell start-up or loader variable is never passed to a command")));
         }
         req.env.push((k.into(), v.into()));
     }
-    req.inherit_env = a.inherit_env.clone();
+    for n in &a.inherit_env {
+        if a.policy.is_some() && portcullis::policy::is_startup_var(&n.to_string_lossy()) {
+            return Err(bad(format!(
+                "--inherit-env {}: a shell start-up or loader variable is never passed to a command",
+                n.to_string_lossy()
+            )));
+        }
+        req.inherit_env.push(n.clone());
+    }
     if let Some(t) = a.timeout {
         if !(t.is_finite() && t > 0.0) {
-            return Err(format!("--timeout {t}: must be a positive number of seconds"));
+            return Err(bad(format!("--timeout {t}: must be a positive number of seconds")));
         }
         req.timeout = Some(Duration::from_secs_f64(t));
     }
-    req.limits = Limits { pids: a.pids, memory: a.memory };
-    req.max_output_bytes = a.max_output;
+    if a.pids.is_some() {
+        req.limits.pids = a.pids;
+    }
+    if a.memory.is_some() {
+        req.limits.memory = a.memory;
+    }
+    if let Some(m) = a.max_output {
+        req.max_output_bytes = m;
+    }
     req.test_switches.skip_readonly = a.test_skip_readonly;
     req.test_switches.skip_landlock = a.test_skip_landlock;
-    req.degraded = a.degraded.map(|DegradedArg::LandlockOnly| portcullis::sandbox::Mode::LandlockOnly);
+    if let Some(DegradedArg::LandlockOnly) = a.degraded {
+        req.degraded = Some(portcullis::sandbox::Mode::LandlockOnly);
+    }
     Ok(req)
+}
+
+/// Read the policy, check the command against it, and build the request
+/// from both. `--writable` grants the policy's write list (the whole
+/// workspace if it has none); `--write` adds grants.
+fn policy_request(a: &ExecArgs, file: &std::path::Path) -> Result<ExecRequest, Stop> {
+    let mut policy = WorkspacePolicy::from_file(file).map_err(|e| bad(error_chain(&e)))?;
+    if let Some(ws) = &a.workspace {
+        policy.workspace = Some(std::path::absolute(ws).map_err(|e| bad(format!("{}: {e}", ws.display())))?);
+    }
+    let mut checker = policy.checker().map_err(|e| bad(error_chain(&e)))?;
+    if a.sh {
+        checker = checker.with_interpreter(Interpreter::Sh);
+    }
+    if let Some(cwd) = &a.cwd {
+        checker = checker.with_cwd(cwd).map_err(|e| bad(format!("--cwd: {}", error_chain(&e))))?;
+    }
+    let words = a
+        .command
+        .iter()
+        .map(|w| {
+            w.to_str().map(str::to_string).ok_or_else(|| bad(format!("{w:?}: the policy checker reads UTF-8 text")))
+        })
+        .collect::<Result<Vec<String>, Stop>>()?;
+    let verdict = match checker.interpreter() {
+        Interpreter::Sh => match words.as_slice() {
+            [line] => checker.check(line),
+            _ => return Err(bad("with --sh, pass the line as one argument: -- 'LINE'")),
+        },
+        Interpreter::None => checker.check_argv(&words),
+    };
+    let plan = match verdict {
+        Verdict::Accepted(p) => p,
+        Verdict::Refused(r) => return Err(Stop::Refused(r)),
+    };
+    let mut req = policy.exec_request(&plan, a.writable).map_err(|e| bad(error_chain(&e)))?;
+    req.policy_file = Some(file.to_path_buf());
+    Ok(req)
+}
+
+fn check(a: CheckArgs) -> ExitCode {
+    let fail = |m: String| {
+        eprintln!("portcullis: {m}");
+        ExitCode::from(2)
+    };
+    let mut policy = match &a.policy {
+        Some(f) => match WorkspacePolicy::from_file(f) {
+            Ok(p) => p,
+            Err(e) => return fail(error_chain(&e)),
+        },
+        None => WorkspacePolicy::default(),
+    };
+    if let Some(ws) = &a.workspace {
+        policy.workspace = Some(ws.clone());
+    }
+    if policy.workspace.is_none() {
+        match std::env::current_dir() {
+            Ok(d) => policy.workspace = Some(d),
+            Err(e) => return fail(format!("no workspace and no current directory: {e}")),
+        }
+    }
+    let mut checker = match policy.checker() {
+        Ok(c) if a.sh => c.with_interpreter(Interpreter::Sh),
+        Ok(c) => c,
+        Err(e) => return fail(error_chain(&e)),
+    };
+    if let Some(cwd) = &a.cwd {
+        checker = match checker.with_cwd(cwd) {
+            Ok(c) => c,
+            Err(e) => return fail(format!("--cwd: {}", error_chain(&e))),
+        };
+    }
+    let verdict = match (a.line.as_slice(), checker.interpreter()) {
+        ([line], _) => checker.check(line),
+        (words, Interpreter::None) => checker.check_argv(words),
+        (_, Interpreter::Sh) => return fail("in sh mode, pass the line as one argument: -- 'LINE'".into()),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&verdict).unwrap_or_default());
+    } else {
+        print!("{}", render_verdict(&verdict));
+    }
+    match verdict {
+        Verdict::Accepted(_) => ExitCode::SUCCESS,
+        Verdict::Refused(_) => ExitCode::from(1),
+    }
+}
+
+fn render_verdict(v: &Verdict) -> String {
+    fn cmd(out: &mut String, c: &PlannedCommand, indent: usize, n: Option<usize>) {
+        let lead = match n {
+            Some(n) => format!("{:indent$}{n}. ", ""),
+            None => format!("{:indent$}runs: ", ""),
+        };
+        let mut line = quote_argv(&c.argv);
+        let mut last_op: Option<&str> = None;
+        for r in &c.redirects {
+            let path = quote_word(&r.path.to_string_lossy());
+            if last_op == Some(r.op.as_str()) {
+                line += &format!(" or {path}");
+            } else {
+                line += &format!(" {} {path}", r.op);
+            }
+            last_op = Some(r.op.as_str());
+        }
+        *out += &format!("{lead}{line}\n");
+        for inner in &c.runs {
+            cmd(out, inner, indent + 5, None);
+        }
+    }
+    match v {
+        Verdict::Accepted(p) => {
+            let mode = match p.interpreter {
+                Interpreter::None => "argv mode",
+                Interpreter::Sh => "sh mode",
+            };
+            let mut s = format!(
+                "accepted ({mode}): {} command{}\n",
+                p.commands.len(),
+                if p.commands.len() == 1 { "" } else { "s" }
+            );
+            for (i, c) in p.commands.iter().enumerate() {
+                cmd(&mut s, c, 2, Some(i + 1));
+            }
+            s
+        }
+        Verdict::Refused(r) => format!("refused: {}\n  command: {}\n  why: {}\n", r.reason, r.command, r.message),
+    }
 }
 
 fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
@@ -320,9 +525,16 @@ fn portcullis_abi() -> u32 {
 async fn exec(a: ExecArgs) -> ExitCode {
     let req = match request(&a) {
         Ok(r) => r,
-        Err(e) => {
+        Err(Stop::BadInput(e)) => {
             eprintln!("portcullis: {e}");
             return ExitCode::from(2);
+        }
+        Err(Stop::Refused(r)) => {
+            if a.json {
+                println!("{}", serde_json::to_string(&Verdict::Refused(r.clone())).unwrap_or_default());
+            }
+            eprintln!("portcullis: {r}");
+            return ExitCode::from(1);
         }
     };
     let fail = |e: &portcullis::SandboxError, json: bool| {

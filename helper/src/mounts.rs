@@ -372,8 +372,17 @@ const PROC_MASKED: &[&str] = &[
 ];
 
 /// The directory (on the host, in our private mount namespace) the new root
-/// is attached to while it is built. Nothing is created there.
+/// is attached to while it is built. Nothing is created there. One that lies
+/// in a tree the plan binds is skipped: the bind clones its tree with every
+/// mount below it, and would carry the half-built root along (a grant of
+/// the host's `/tmp` would show the root tmpfs instead of `/tmp`).
 const ATTACH_POINTS: &[&CStr] = &[c"/tmp", c"/mnt", c"/"];
+
+/// Whether `point` is `src` or lies below it.
+fn within(point: &[u8], src: &[u8]) -> bool {
+    let src = src.strip_suffix(b"/").unwrap_or(src);
+    point == src || src.is_empty() || (point.starts_with(src) && point.get(src.len()) == Some(&b'/'))
+}
 
 /// Build the whole sandbox root and pivot into it.
 pub fn build_root(spec: &SpawnSpec, sources: &Sources) -> Result<(), Fail> {
@@ -388,7 +397,15 @@ pub fn build_root(spec: &SpawnSpec, sources: &Sources) -> Result<(), Fail> {
     )
     .map_err(|e| Fail::io(Step::MakePrivate, errno(e)))?;
 
-    let mut root = mount_root(skip_readonly).map_err(|e| Fail::io(Step::MountRoot, e))?;
+    let bound: Vec<&[u8]> = spec
+        .mounts
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::Bind { src, .. } => Some(src.as_slice()),
+            _ => None,
+        })
+        .collect();
+    let mut root = mount_root(skip_readonly, &bound).map_err(|e| Fail::io(Step::MountRoot, e))?;
     for (i, op) in spec.mounts.iter().enumerate() {
         root.apply(op, sources.0.get(i).and_then(Option::as_ref)).map_err(|e| Fail::io(Step::Mount, e).detail(i))?;
     }
@@ -408,13 +425,13 @@ pub fn build_root(spec: &SpawnSpec, sources: &Sources) -> Result<(), Fail> {
 
 const MASK_DIR: &[u8] = b".portcullis-mask";
 
-fn mount_root(skip_readonly: bool) -> io::Result<Root> {
+fn mount_root(skip_readonly: bool, bound: &[&[u8]]) -> io::Result<Root> {
     let ctx = sys::fsopen(c"tmpfs")?;
     sys::fsconfig_set(ctx.as_fd(), c"mode", c"0755")?;
     sys::fsconfig_set(ctx.as_fd(), c"size", c"1m")?;
     let m = sys::fs_create_mount(ctx.as_fd(), sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV)?;
     let mut attached = Err(io::Error::from_raw_os_error(libc::ENOENT));
-    for p in ATTACH_POINTS {
+    for p in ATTACH_POINTS.iter().filter(|p| !bound.iter().any(|src| within(p.to_bytes(), src))) {
         let at = match nix::fcntl::open(
             *p,
             OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,

@@ -13,7 +13,7 @@ use std::fs;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{GlobBuilder, GlobSetBuilder};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -697,31 +697,6 @@ fn read_gitdir(dotgit: &Path) -> Option<PathBuf> {
     fs::canonicalize(p).ok()
 }
 
-/// Compile deny globs. A pattern without `/` matches a name at any depth;
-/// one with `/` matches the path relative to the root. A match on a
-/// directory hides everything below it.
-fn compile_globs(globs: &[String]) -> Result<(GlobSet, GlobSet), SandboxError> {
-    let mut names = GlobSetBuilder::new();
-    let mut paths = GlobSetBuilder::new();
-    for g in globs {
-        let trimmed = g.trim_end_matches('/');
-        let anchored = trimmed.trim_start_matches("./");
-        let glob = GlobBuilder::new(anchored.trim_start_matches('/'))
-            .literal_separator(true)
-            .backslash_escape(true)
-            .build()
-            .map_err(|e| SandboxError::Glob { glob: g.clone(), reason: e.kind().to_string() })?;
-        if anchored.contains('/') {
-            paths.add(glob);
-        } else {
-            names.add(glob);
-        }
-    }
-    let b =
-        |s: GlobSetBuilder| s.build().map_err(|e| SandboxError::Glob { glob: globs.join(" "), reason: e.to_string() });
-    Ok((b(names)?, b(paths)?))
-}
-
 /// Refuse a deny glob whose literal directory part goes through a symbolic
 /// link: the walk never follows links, so its matches would silently stay
 /// unmasked (fail closed instead).
@@ -754,10 +729,10 @@ fn deny_paths(globs: &[String], root: &Path) -> Result<Vec<PathBuf>, SandboxErro
     }
     let mut out = Vec::new();
     if !rel.is_empty() {
-        let (names, paths) = compile_globs(&rel)?;
-        let hit = |p: &Path, name: &std::ffi::OsStr| {
-            names.is_match(Path::new(name)) || paths.is_match(p.strip_prefix(root).unwrap_or(p))
-        };
+        // The same reading of the globs as the policy's path jail.
+        let deny =
+            crate::policy::DenyGlobs::new(&rel).map_err(|reason| SandboxError::Glob { glob: rel.join(" "), reason })?;
+        let hit = |p: &Path, _: &std::ffi::OsStr| deny.matching(root, p).is_some();
         walk(root, root, &hit, None, &mut out, &mut 0)?;
     }
     Ok(out)

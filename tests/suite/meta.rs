@@ -24,3 +24,22 @@ fn helper_links_no_tokio() {
     let needle = b"tokio::runtime";
     assert!(!bytes.windows(needle.len()).any(|w| w == needle), "the helper links tokio");
 }
+
+/// The example policies in examples/ are valid (read from the clone, like the docs).
+#[test]
+fn example_policies_parse() {
+    use portcullis::policy::WorkspacePolicy;
+
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "toml" || x == "json") {
+            if let Err(err) = WorkspacePolicy::from_file(&p) {
+                panic!("{}: {err}", p.display());
+            }
+            n += 1;
+        }
+    }
+    assert!(n >= 3, "want at least three example policies in {}, found {n}", dir.display());
+}

@@ -2,4 +2,8 @@ mod util;
 
 mod escapes;
 mod meta;
+mod policy;
+mod policy_corpus;
+mod policy_diff;
+mod policy_fuzz;
 mod sandbox;

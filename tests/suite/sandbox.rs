@@ -1072,3 +1072,26 @@ fn r0036_piped_and_redirected_input_is_not_consumed() {
     let out = std::process::Command::new("sh").args(["-c", &script]).output().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5");
 }
+
+/// Regression: a grant of the host's `/tmp` bound the half-built root
+/// tmpfs along with it (the root was attached at `/tmp` while it was
+/// built), so writes to `/tmp` never reached the host.
+#[test]
+fn r0037_a_grant_of_host_tmp_reaches_the_host() {
+    let ws = Ws::new();
+    let name = format!("pc-r0037-{}-{}", std::process::id(), nix::unistd::getuid());
+    let host = PathBuf::from("/tmp").join(&name);
+    let _ = std::fs::remove_file(&host);
+    let line = format!("echo granted > /tmp/{name} && grep -c ' /tmp ' /proc/self/mountinfo");
+    // Control: without the grant the write lands in the private /tmp only.
+    let r = run_ok(&ws.req(&["sh", "-c", &line]));
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert!(!host.exists(), "the private /tmp is not the host's");
+    let mut req = ws.req(&["sh", "-c", &line]);
+    req.write.push(PathBuf::from("/tmp"));
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(stdout(&r).trim(), "1", "exactly one mount at /tmp: the host's");
+    assert_eq!(std::fs::read_to_string(&host).unwrap_or_default(), "granted\n");
+    let _ = std::fs::remove_file(&host);
+}

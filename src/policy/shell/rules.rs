@@ -1,0 +1,742 @@
+//! The rules every command of a line must pass, and the wrappers whose
+//! inner command is checked too.
+
+use std::ops::Range;
+use std::path::Path;
+
+use super::sh::{is_name, Word};
+use super::{quote_word, CommandCtx, Decision, PlannedCommand, Refusal, RefusalReason};
+use crate::policy::{is_startup_var, DenyPattern, RuleAction, ShellPolicy};
+
+/// Deepest chain of wrappers followed (`nice timeout env … cmd`).
+const MAX_WRAPPERS: usize = 8;
+
+/// Programs that run commands the checker cannot see: a shell reading a
+/// string or a script, a string evaluated, a list read from input, another
+/// user or root, another root or namespace, a tracer. Refused while deny
+/// rules are in force unless `allow` names them.
+const RUNNERS: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "ksh93",
+    "mksh",
+    "pdksh",
+    "ash",
+    "yash",
+    "posh",
+    "rbash",
+    "fish",
+    "csh",
+    "tcsh",
+    "busybox",
+    "toybox",
+    "eval",
+    "source",
+    ".",
+    "trap",
+    "fc",
+    "xargs",
+    "parallel",
+    "sudo",
+    "doas",
+    "su",
+    "runuser",
+    "pkexec",
+    "sg",
+    "newgrp",
+    "setsid",
+    "setpriv",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "systemd-run",
+    "stdbuf",
+    "ionice",
+    "chrt",
+    "taskset",
+    "flock",
+    "watch",
+    "script",
+    "strace",
+    "ltrace",
+    "gdb",
+    "valgrind",
+    "perf",
+    "expect",
+    "ssh",
+    "tmux",
+    "screen",
+    "dbus-run-session",
+    "start-stop-daemon",
+    "daemonize",
+    "at",
+    "batch",
+    "firejail",
+    "bwrap",
+    "proot",
+    "fakeroot",
+    "fakechroot",
+    "catchsegv",
+    "unbuffer",
+    "compgen",
+    "complete",
+];
+
+/// `sh` builtins the checker refuses: they change how later words of the
+/// line are read, or (bash) evaluate arithmetic, where an array subscript
+/// such as `a[$(cmd)]` runs `cmd` (`let`, `declare -i`, a `-C` callback).
+const RESHAPERS: &[&str] = &[
+    "alias",
+    "hash",
+    "enable",
+    "shopt",
+    "pushd",
+    "popd",
+    "bind",
+    "let",
+    "declare",
+    "typeset",
+    "local",
+    "mapfile",
+    "readarray",
+];
+
+/// `sh` builtins that assign the variables they name.
+const ASSIGNERS: &[&str] = &["export", "readonly"];
+const READERS: &[&str] = &["read", "getopts"];
+
+/// `sh` builtins that take variable names: bash evaluates an array
+/// subscript in a name (`read 'a[$(cmd)]'` runs `cmd`), so no word of theirs
+/// may hold a `[`.
+const NAME_TAKERS: &[&str] = &["export", "readonly", "read", "getopts", "unset", "wait", "printf", "test", "["];
+
+/// The line being checked.
+pub(super) struct LineCtx<'a> {
+    pub line: &'a str,
+    pub workspace: &'a Path,
+    pub sh: bool,
+}
+
+/// One word of a command.
+#[derive(Clone, Debug)]
+pub(super) struct Arg {
+    pub text: String,
+    pub dynamic: bool,
+}
+
+impl Arg {
+    pub fn literal(text: String) -> Self {
+        Arg { text, dynamic: false }
+    }
+
+    pub fn from_word(w: &Word) -> Self {
+        Arg { text: w.text.clone(), dynamic: !w.is_literal() }
+    }
+}
+
+/// How far a pattern matches a command.
+enum Match {
+    No,
+    /// A word decided at run time could complete it.
+    Maybe(usize),
+    Yes,
+}
+
+/// The shell section, ready to check commands.
+pub(super) struct Rules<'p> {
+    sh: &'p ShellPolicy,
+    allow: Option<Vec<String>>,
+    deny: Vec<String>,
+    in_force: bool,
+}
+
+impl<'p> Rules<'p> {
+    pub fn new(sh: &'p ShellPolicy) -> Self {
+        let allow = sh.allow.as_ref().map(|a| a.iter().map(|n| n.to_lowercase()).collect());
+        let deny = sh.deny.iter().map(|n| n.to_lowercase()).collect();
+        let in_force = sh.allow.is_some()
+            || !sh.deny.is_empty()
+            || !sh.deny_patterns.is_empty()
+            || !sh.allow_command.is_empty()
+            || sh.predicate.is_some();
+        Rules { sh, allow, deny, in_force }
+    }
+
+    /// `cd` needs no allow entry in `sh` mode, but the deny list still applies.
+    pub fn check_cd_allowed(&self, args: &[Arg]) -> Result<(), Refusal> {
+        if self.deny.iter().any(|d| d == "cd") {
+            return Err(self.refusal(
+                RefusalReason::DeniedExecutable,
+                args,
+                "`cd` is denied by this workspace's policy",
+            ));
+        }
+        Ok(())
+    }
+
+    fn refusal(&self, reason: RefusalReason, args: &[Arg], message: impl Into<String>) -> Refusal {
+        Refusal { reason, command: shown(args), message: message.into() }
+    }
+
+    /// Check one command (and what it runs).
+    pub fn check(&self, ctx: &LineCtx<'_>, args: &[Arg], via: &[String]) -> Result<PlannedCommand, Refusal> {
+        let Some(exe) = args.first() else {
+            return Err(self.refusal(RefusalReason::UnsupportedSyntax, args, "a wrapper with no command after it"));
+        };
+        if via.len() > MAX_WRAPPERS {
+            return Err(self.refusal(
+                RefusalReason::UnsupportedSyntax,
+                args,
+                format!("more than {MAX_WRAPPERS} wrappers around one command"),
+            ));
+        }
+        if exe.dynamic {
+            return Err(self.refusal(
+                RefusalReason::UnsupportedSyntax,
+                args,
+                format!("the command name `{}` is decided at run time: write the command literally", exe.text),
+            ));
+        }
+        let base = basename(&exe.text);
+        let lower = base.to_lowercase();
+        if base.is_empty() {
+            return Err(self.refusal(RefusalReason::NotAllowed, args, format!("`{}` names no program", exe.text)));
+        }
+        let shown_cmd = shown(args);
+        let final_word = "do not retry it in another form";
+
+        if self.deny.contains(&lower) {
+            return Err(self.refusal(
+                RefusalReason::DeniedExecutable,
+                args,
+                format!("`{base}` is denied by this workspace's policy; {final_word}"),
+            ));
+        }
+        let named = self.allow.as_ref().is_some_and(|a| a.contains(&lower) || a.contains(&exe.text.to_lowercase()));
+        if let Some(allow) = &self.allow {
+            if !named {
+                if RUNNERS.contains(&lower.as_str()) {
+                    return Err(self.nested(args, base));
+                }
+                let mut list: Vec<&str> = allow.iter().map(String::as_str).take(24).collect();
+                if allow.len() > 24 {
+                    list.push("…");
+                }
+                let list = if list.is_empty() { "nothing".to_string() } else { list.join(", ") };
+                return Err(self.refusal(
+                    RefusalReason::NotAllowed,
+                    args,
+                    format!("`{base}` is not on this workspace's allow list (allowed: {list})"),
+                ));
+            }
+        }
+
+        let joined = joined(&lower, args);
+        let any_dynamic = args.iter().any(|a| a.dynamic);
+        for p in &self.sh.deny_patterns {
+            match p {
+                DenyPattern::Prefix(words) => match prefix_match(words, args) {
+                    Match::Yes => {
+                        return Err(self.refusal(
+                            RefusalReason::DeniedPattern,
+                            args,
+                            format!(
+                                "`{shown_cmd}` matches the denied pattern `{}`; {final_word}",
+                                super::quote_argv(words)
+                            ),
+                        ))
+                    }
+                    Match::Maybe(i) => {
+                        return Err(self.maybe(
+                            RefusalReason::DeniedPattern,
+                            args,
+                            i,
+                            &format!("the denied pattern `{}`", super::quote_argv(words)),
+                        ))
+                    }
+                    Match::No => {}
+                },
+                DenyPattern::Regex(re) => {
+                    if re.is_match(&joined) {
+                        return Err(self.refusal(
+                            RefusalReason::DeniedPattern,
+                            args,
+                            format!("`{shown_cmd}` matches the denied pattern /{}/; {final_word}", re.as_str()),
+                        ));
+                    }
+                    if any_dynamic && regex_may_apply(re.as_str(), &lower, args) {
+                        let i = args.iter().position(|a| a.dynamic).unwrap_or(0);
+                        return Err(self.maybe(
+                            RefusalReason::DeniedPattern,
+                            args,
+                            i,
+                            &format!("the denied pattern /{}/", re.as_str()),
+                        ));
+                    }
+                }
+            }
+        }
+
+        for rule in &self.sh.allow_command {
+            let m = match (&rule.argv, &rule.regex) {
+                (Some(words), _) => prefix_match(words, args),
+                // A regex cannot vouch for words it only saw as `$X`: an
+                // allow rule does not match through them.
+                (None, Some(_)) if any_dynamic && rule.action == RuleAction::Allow => Match::No,
+                (None, Some(re)) if re.is_match(&joined) => Match::Yes,
+                (None, Some(re)) if any_dynamic && regex_may_apply(re.as_str(), &lower, args) => {
+                    Match::Maybe(args.iter().position(|a| a.dynamic).unwrap_or(0))
+                }
+                _ => Match::No,
+            };
+            match (m, rule.action) {
+                (Match::No, _) | (Match::Maybe(_), RuleAction::Allow) => continue,
+                (Match::Yes, RuleAction::Allow) => break,
+                (Match::Yes, RuleAction::Deny) => {
+                    let why =
+                        rule.reason.clone().unwrap_or_else(|| "a command rule of this workspace refuses it".into());
+                    return Err(self.refusal(RefusalReason::NotAllowed, args, format!("`{shown_cmd}`: {why}")));
+                }
+                (Match::Maybe(i), RuleAction::Deny) => {
+                    let why = rule.reason.as_deref().unwrap_or("a command rule of this workspace");
+                    return Err(self.maybe(RefusalReason::NotAllowed, args, i, &format!("a command rule ({why})")));
+                }
+            }
+        }
+
+        if let Some(pred) = &self.sh.predicate {
+            let texts: Vec<String> = args.iter().map(|a| a.text.clone()).collect();
+            let dynamic: Vec<bool> = args.iter().map(|a| a.dynamic).collect();
+            let cctx = CommandCtx { line: ctx.line, via, dynamic: &dynamic, workspace: ctx.workspace };
+            if let Decision::Deny(why) = pred(&texts, &cctx) {
+                let why = why.unwrap_or_else(|| "this workspace's policy refuses it".into());
+                return Err(self.refusal(RefusalReason::NotAllowed, args, format!("`{shown_cmd}`: {why}")));
+            }
+        }
+
+        if ctx.sh {
+            self.sh_builtin(&lower, args)?;
+        }
+        if RUNNERS.contains(&lower.as_str()) && self.in_force && !named {
+            return Err(self.nested(args, base));
+        }
+
+        let mut runs = Vec::new();
+        match wrapped(&lower, args, ctx.sh).map_err(|m| self.refusal(RefusalReason::UnsupportedSyntax, args, m))? {
+            Wrapped::Not | Wrapped::Nothing => {}
+            Wrapped::Inner(ranges) => {
+                let mut via2 = via.to_vec();
+                via2.push(lower.clone());
+                for r in ranges {
+                    let inner = &args[r];
+                    runs.push(self.check(ctx, inner, &via2)?);
+                }
+            }
+        }
+        Ok(PlannedCommand {
+            argv: args.iter().map(|a| a.text.clone()).collect(),
+            dynamic: args.iter().enumerate().filter(|(_, a)| a.dynamic).map(|(i, _)| i).collect(),
+            runs,
+            redirects: Vec::new(),
+        })
+    }
+
+    fn nested(&self, args: &[Arg], base: &str) -> Refusal {
+        self.refusal(
+            RefusalReason::NestedCommand,
+            args,
+            format!(
+                "`{base}` runs commands the checker cannot see into, so it is refused under this workspace's rules; \
+                 run the inner command directly"
+            ),
+        )
+    }
+
+    fn maybe(&self, reason: RefusalReason, args: &[Arg], i: usize, what: &str) -> Refusal {
+        let word = args.get(i).map_or("", |a| a.text.as_str());
+        self.refusal(
+            reason,
+            args,
+            format!(
+                "`{word}` is decided at run time and could make this command match {what}; write the argument literally"
+            ),
+        )
+    }
+
+    /// `sh` builtins that reshape the line or assign variables.
+    fn sh_builtin(&self, lower: &str, args: &[Arg]) -> Result<(), Refusal> {
+        if RESHAPERS.contains(&lower) {
+            return Err(self.refusal(
+                RefusalReason::UnsupportedSyntax,
+                args,
+                format!("`{lower}` changes how the rest of the line is read, which the checker cannot follow"),
+            ));
+        }
+        if NAME_TAKERS.contains(&lower) {
+            let names_vars = match lower {
+                // `test -v NAME` / `[ -v NAME ]` (bash) name a variable; other
+                // tests take strings and files.
+                "test" | "[" => args.iter().any(|a| matches!(a.text.as_str(), "-v" | "-R")),
+                // `printf -v NAME` is refused below; its other words are data.
+                "printf" => false,
+                _ => true,
+            };
+            if names_vars && args[1..].iter().any(|a| a.text.contains('[')) {
+                return Err(self.refusal(
+                    RefusalReason::UnsupportedSyntax,
+                    args,
+                    format!("`{lower}` with a `[` in a variable name: bash evaluates it as an array subscript"),
+                ));
+            }
+        }
+        let assigner = ASSIGNERS.contains(&lower);
+        let reader = READERS.contains(&lower);
+        if lower == "printf" && args.get(1).is_some_and(|a| a.text == "-v" || a.dynamic) {
+            return Err(self.refusal(
+                RefusalReason::UnsupportedSyntax,
+                args,
+                "`printf -v` assigns a variable (bash-only); print the value instead",
+            ));
+        }
+        if assigner || reader {
+            for a in &args[1..] {
+                if a.dynamic {
+                    return Err(self.refusal(
+                        RefusalReason::UnsupportedSyntax,
+                        args,
+                        format!("`{lower}` with a word decided at run time could assign any variable"),
+                    ));
+                }
+                let name = a.text.split('=').next().unwrap_or_default();
+                if is_name(name) {
+                    check_assignment(name, &shown(args))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Variables a line may not assign: they change what the rest of the line
+/// (or a shell it starts) runs.
+pub(super) fn check_assignment(name: &str, src: &str) -> Result<(), Refusal> {
+    let message = if name == "PATH" {
+        "assigning `PATH` changes which programs the checked names run; set PATH in the policy \
+         (shell.env or shell.inherit_env) instead"
+            .to_string()
+    } else if is_startup_var(name) {
+        format!("`{name}` changes how a shell or the loader reads what follows, so a line may not assign it")
+    } else {
+        return Ok(());
+    };
+    Err(Refusal { reason: RefusalReason::UnsupportedSyntax, command: src.to_string(), message })
+}
+
+fn basename(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+fn shown(args: &[Arg]) -> String {
+    args.iter().map(|a| if a.dynamic { a.text.clone() } else { quote_word(&a.text) }).collect::<Vec<_>>().join(" ")
+}
+
+fn joined(lower_base: &str, args: &[Arg]) -> String {
+    let mut s = lower_base.to_string();
+    for a in &args[1..] {
+        s.push(' ');
+        s.push_str(&a.text);
+    }
+    s
+}
+
+fn prefix_match(words: &[String], args: &[Arg]) -> Match {
+    for (i, w) in words.iter().enumerate() {
+        let Some(a) = args.get(i) else { return Match::No };
+        if i == 0 {
+            if !basename(&a.text).eq_ignore_ascii_case(basename(w)) {
+                return Match::No;
+            }
+            continue;
+        }
+        if a.dynamic {
+            return Match::Maybe(i);
+        }
+        if a.text != *w {
+            return Match::No;
+        }
+    }
+    Match::Yes
+}
+
+/// Whether a regex over the words joined by spaces might match some
+/// command that begins with the literal words of `args` (up to the first
+/// word decided at run time). False only when the regex is anchored (`^`)
+/// on literal text that the command's literal start already contradicts.
+fn regex_may_apply(re: &str, base: &str, args: &[Arg]) -> bool {
+    let Some(rest) = re.strip_prefix('^') else { return true };
+    let lit: String = rest.chars().take_while(|c| !"\\.+*?()|[]{}^$".contains(*c)).collect();
+    // A quantifier applies to the character before it: drop that one.
+    let lit: String = match rest[lit.len()..].chars().next() {
+        Some('*' | '?' | '{') => lit.chars().take(lit.chars().count().saturating_sub(1)).collect(),
+        _ => lit,
+    };
+    let mut known = base.to_string();
+    for a in &args[1..] {
+        known.push(' ');
+        if a.dynamic {
+            break;
+        }
+        known.push_str(&a.text);
+    }
+    lit.chars().zip(known.chars()).all(|(a, b)| a == b)
+}
+
+/// What a wrapper runs.
+enum Wrapped {
+    /// Not a wrapper.
+    Not,
+    /// A wrapper that runs nothing here (`command -v`, `env` alone).
+    Nothing,
+    /// The commands it runs: ranges of the argv.
+    Inner(Vec<Range<usize>>),
+}
+
+/// Find the command a wrapper runs. An error is the reason the checker
+/// cannot tell.
+fn wrapped(lower: &str, args: &[Arg], sh: bool) -> Result<Wrapped, String> {
+    let n = args.len();
+    let at = |i: usize| args.get(i).map(|a| a.text.as_str());
+    let inner_from = |i: usize| -> Result<Wrapped, String> {
+        if let Some(d) = args[..i.min(n)].iter().position(|a| a.dynamic) {
+            return Err(format!(
+                "`{}`: `{}` is decided at run time, so the command it runs cannot be known",
+                lower, args[d].text
+            ));
+        }
+        Ok(if i < n { Wrapped::Inner(std::iter::once(i..n).collect()) } else { Wrapped::Nothing })
+    };
+    let unknown = |o: &str| Err(format!("`{lower}`: unknown option `{o}`, so the command it runs cannot be known"));
+    match lower {
+        "env" => {
+            let mut i = 1;
+            while let Some(a) = at(i) {
+                match a {
+                    "--" => {
+                        i += 1;
+                        break;
+                    }
+                    "-i"
+                    | "--ignore-environment"
+                    | "-0"
+                    | "--null"
+                    | "-v"
+                    | "--debug"
+                    | "-"
+                    | "--list-signal-handling" => i += 1,
+                    "-u" | "--unset" | "-C" | "--chdir" => i += 2,
+                    "-S" | "--split-string" => return Err(env_s()),
+                    _ if a.starts_with("-S") || a.starts_with("--split-string=") => return Err(env_s()),
+                    _ if a.starts_with("--unset=")
+                        || a.starts_with("--chdir=")
+                        || a.starts_with("--block-signal")
+                        || a.starts_with("--default-signal")
+                        || a.starts_with("--ignore-signal") =>
+                    {
+                        i += 1
+                    }
+                    _ if a.starts_with("-u") || a.starts_with("-C") => i += 1,
+                    _ if a.starts_with('-') && a.len() > 1 && a[1..].chars().all(|c| "i0v".contains(c)) => i += 1,
+                    _ if a.starts_with('-') => return unknown(a),
+                    _ => break,
+                }
+            }
+            while let Some(a) = args.get(i) {
+                let Some((name, _)) = a.text.split_once('=') else { break };
+                if a.dynamic {
+                    return Err(format!("`env`: `{}` is decided at run time", a.text));
+                }
+                if !name.is_empty() {
+                    check_assignment(name, a.text.as_str()).map_err(|r| r.message)?;
+                }
+                i += 1;
+            }
+            inner_from(i)
+        }
+        // bash's `time` keyword takes only `-p`; GNU time's options would be
+        // run as a command there.
+        "time" if sh && at(1).is_some_and(|a| a.starts_with('-') && a != "-p") => {
+            Err("in sh mode `time` takes only `-p` (bash's `time` keyword knows no other option)".into())
+        }
+        // dash's `exec` takes no options: it would run `-a` as the command.
+        "exec" if sh && at(1).is_some_and(|a| a.starts_with('-')) => {
+            Err("in sh mode `exec` takes no options (sh's `exec` would run the option as a command)".into())
+        }
+        "time" => {
+            let mut i = 1;
+            while let Some(a) = at(i) {
+                match a {
+                    "--" => {
+                        i += 1;
+                        break;
+                    }
+                    "-p" | "-v" | "-a" | "-q" | "--verbose" | "--portability" | "--append" | "--quiet" => i += 1,
+                    "-f" | "-o" | "--format" | "--output" => i += 2,
+                    _ if a.starts_with("--format=") || a.starts_with("--output=") => i += 1,
+                    _ if a.starts_with('-') => return unknown(a),
+                    _ => break,
+                }
+            }
+            inner_from(i)
+        }
+        "timeout" => {
+            let mut i = 1;
+            while let Some(a) = at(i) {
+                match a {
+                    "--" => {
+                        i += 1;
+                        break;
+                    }
+                    "--preserve-status" | "--foreground" | "-v" | "--verbose" => i += 1,
+                    "-s" | "--signal" | "-k" | "--kill-after" => i += 2,
+                    _ if a.starts_with("--signal=") || a.starts_with("--kill-after=") => i += 1,
+                    _ if (a.starts_with("-s") || a.starts_with("-k")) && a.len() > 2 => i += 1,
+                    _ if a.starts_with('-') => return unknown(a),
+                    _ => break,
+                }
+            }
+            // The duration, then the command.
+            if at(i).is_none() {
+                return Err("`timeout` needs a duration and a command".into());
+            }
+            if args[i].dynamic {
+                return Err(format!("`timeout`: `{}` is decided at run time", args[i].text));
+            }
+            if i + 1 >= n {
+                return Err("`timeout` needs a command after the duration".into());
+            }
+            inner_from(i + 1)
+        }
+        "nice" => {
+            let mut i = 1;
+            while let Some(a) = at(i) {
+                match a {
+                    "--" => {
+                        i += 1;
+                        break;
+                    }
+                    "-n" | "--adjustment" => i += 2,
+                    _ if a.starts_with("--adjustment=") => i += 1,
+                    _ if a.starts_with("-n") && a.len() > 2 => i += 1,
+                    _ if a.len() > 1
+                        && a.starts_with('-')
+                        && a.trim_start_matches('-').chars().all(|c| c.is_ascii_digit())
+                        && !a.trim_start_matches('-').is_empty() =>
+                    {
+                        i += 1
+                    }
+                    _ if a.starts_with('-') => return unknown(a),
+                    _ => break,
+                }
+            }
+            inner_from(i)
+        }
+        "nohup" => {
+            let i = if at(1) == Some("--") { 2 } else { 1 };
+            if at(i).is_some_and(|a| a.starts_with('-')) {
+                return unknown(at(i).unwrap_or_default());
+            }
+            inner_from(i)
+        }
+        "command" => {
+            let mut i = 1;
+            let mut lookup = false;
+            while let Some(a) = at(i) {
+                if a == "--" {
+                    i += 1;
+                    break;
+                }
+                if a.starts_with('-') && a.len() > 1 && a[1..].chars().all(|c| "pvV".contains(c)) {
+                    lookup |= a.contains(['v', 'V']);
+                    i += 1;
+                } else if a.starts_with('-') && a.len() > 1 {
+                    return unknown(a);
+                } else {
+                    break;
+                }
+            }
+            if lookup {
+                // `command -v NAME` looks NAME up and runs nothing.
+                return inner_from(n).map(|_| Wrapped::Nothing);
+            }
+            inner_from(i)
+        }
+        "builtin" => inner_from(if at(1) == Some("--") { 2 } else { 1 }),
+        "exec" => {
+            let mut i = 1;
+            while let Some(a) = at(i) {
+                match a {
+                    "--" => {
+                        i += 1;
+                        break;
+                    }
+                    "-c" | "-l" | "-cl" | "-lc" => i += 1,
+                    "-a" => i += 2,
+                    _ if a.starts_with('-') && a.len() > 1 => return unknown(a),
+                    _ => break,
+                }
+            }
+            inner_from(i)
+        }
+        "find" => {
+            if let Some(d) = args.iter().position(|a| a.dynamic) {
+                return Err(format!(
+                    "`find`: `{}` is decided at run time and could add `-exec`; write the arguments literally",
+                    args[d].text
+                ));
+            }
+            let mut ranges = Vec::new();
+            let mut i = 1;
+            while i < n {
+                let a = args[i].text.as_str();
+                if matches!(a, "-exec" | "-execdir" | "-ok" | "-okdir") {
+                    let start = i + 1;
+                    let mut j = start;
+                    let mut end = None;
+                    while j < n {
+                        let t = args[j].text.as_str();
+                        if t == ";" || (t == "+" && j > start && args[j - 1].text == "{}") {
+                            end = Some(j);
+                            break;
+                        }
+                        j += 1;
+                    }
+                    let Some(end) = end else {
+                        return Err(format!("`find {a}` is not ended by `;` or `{{}} +`"));
+                    };
+                    if end == start {
+                        return Err(format!("`find {a}` has no command"));
+                    }
+                    if args[start].text.contains("{}") {
+                        return Err(format!(
+                            "`find {a} {}`: the command would be the file found, decided at run time",
+                            args[start].text
+                        ));
+                    }
+                    ranges.push(start..end);
+                    i = end + 1;
+                } else {
+                    i += 1;
+                }
+            }
+            Ok(if ranges.is_empty() { Wrapped::Not } else { Wrapped::Inner(ranges) })
+        }
+        _ => Ok(Wrapped::Not),
+    }
+}
+
+fn env_s() -> String {
+    "`env -S` splits a string into a command the checker does not parse; pass the words separately".into()
+}
