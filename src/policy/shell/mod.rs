@@ -526,8 +526,10 @@ fn cd_target(words: &[Word], src: &str) -> Result<(String, bool), Refusal> {
     let mut rest = &words[1..];
     let mut physical = false;
     while let Some((w, tail)) = rest.split_first() {
-        if w.is_literal() && matches!(w.text.as_str(), "-L" | "-P" | "-e" | "-LP" | "-PL" | "-Pe" | "-eP") {
-            // The last of -L and -P wins.
+        // An option cluster (`-P`, `-LP`, `-eL`): the shell reads every
+        // letter; the last of -L and -P wins.
+        let cluster = w.text.len() > 1 && w.text.starts_with('-') && w.text[1..].chars().all(|c| "LPe".contains(c));
+        if w.is_literal() && cluster {
             if let Some(last) = w.text.chars().rev().find(|c| matches!(c, 'L' | 'P')) {
                 physical = last == 'P';
             }
@@ -536,9 +538,11 @@ fn cd_target(words: &[Word], src: &str) -> Result<(String, bool), Refusal> {
             break;
         }
     }
+    let mut dashdash = false;
     if let Some((w, tail)) = rest.split_first() {
         if w.is_literal() && w.text == "--" {
             rest = tail;
+            dashdash = true;
         }
     }
     let [dir] = rest else {
@@ -557,6 +561,16 @@ fn cd_target(words: &[Word], src: &str) -> Result<(String, bool), Refusal> {
     }
     if dir.text == "-" || dir.text.is_empty() {
         return Err(refuse(RefusalReason::UnsupportedSyntax, src, "`cd`: name the directory".into()));
+    }
+    if dir.text.starts_with('-') && !dashdash {
+        return Err(refuse(
+            RefusalReason::UnsupportedSyntax,
+            src,
+            format!(
+                "`cd {}`: an unknown option (only -L, -P and -e); write `cd -- DIR` for a name starting with `-`",
+                dir.text
+            ),
+        ));
     }
     Ok((dir.text.clone(), physical))
 }

@@ -104,15 +104,6 @@ const RESHAPERS: &[&str] = &[
     "readarray",
 ];
 
-/// `sh` builtins that assign the variables they name.
-const ASSIGNERS: &[&str] = &["export", "readonly"];
-const READERS: &[&str] = &["read", "getopts"];
-
-/// `sh` builtins that take variable names: bash evaluates an array
-/// subscript in a name (`read 'a[$(cmd)]'` runs `cmd`), so no word of theirs
-/// may hold a `[`.
-const NAME_TAKERS: &[&str] = &["export", "readonly", "read", "getopts", "unset", "wait", "printf", "test", "["];
-
 /// The line being checked.
 pub(super) struct LineCtx<'a> {
     pub line: &'a str,
@@ -368,56 +359,117 @@ impl<'p> Rules<'p> {
 
     /// `sh` builtins that reshape the line or assign variables.
     fn sh_builtin(&self, lower: &str, args: &[Arg]) -> Result<(), Refusal> {
+        let unsupported = |m: String| self.refusal(RefusalReason::UnsupportedSyntax, args, m);
         if RESHAPERS.contains(&lower) {
-            return Err(self.refusal(
-                RefusalReason::UnsupportedSyntax,
-                args,
-                format!("`{lower}` changes how the rest of the line is read, which the checker cannot follow"),
-            ));
+            return Err(unsupported(format!(
+                "`{lower}` changes how the rest of the line is read, which the checker cannot follow"
+            )));
         }
-        if NAME_TAKERS.contains(&lower) {
-            let names_vars = match lower {
-                // `test -v NAME` / `[ -v NAME ]` (bash) name a variable; other
-                // tests take strings and files.
-                "test" | "[" => args.iter().any(|a| matches!(a.text.as_str(), "-v" | "-R")),
-                // `printf -v NAME` is refused below; its other words are data.
-                "printf" => false,
-                _ => true,
-            };
-            if names_vars && args[1..].iter().any(|a| a.text.contains('[')) {
-                return Err(self.refusal(
-                    RefusalReason::UnsupportedSyntax,
-                    args,
-                    format!("`{lower}` with a `[` in a variable name: bash evaluates it as an array subscript"),
-                ));
+        let rest = &args[1..];
+        match lower {
+            // bash's `test -v NAME` evaluates an array subscript in NAME, and a
+            // word decided at run time may turn out to be `-v` (or split
+            // into `-v NAME`).
+            "test" | "[" => {
+                if rest.iter().any(|a| a.dynamic) {
+                    return Err(unsupported(format!(
+                        "`{lower}` with a word decided at run time (bash's `{lower} -v` would evaluate it as a \
+                         variable name); test a literal path or string"
+                    )));
+                }
+                if rest.iter().any(|a| matches!(a.text.as_str(), "-v" | "-R"))
+                    && rest.iter().any(|a| a.text.contains('['))
+                {
+                    return Err(unsupported(format!(
+                        "`{lower} -v` with a `[`: bash evaluates it as an array subscript"
+                    )));
+                }
             }
+            // `printf -v NAME` (also `-vNAME`) assigns a variable.
+            "printf" if args.get(1).is_some_and(|a| a.dynamic || a.text.starts_with("-v")) => {
+                return Err(unsupported("`printf -v` assigns a variable (bash-only); print the value instead".into()));
+            }
+            // `set` options that change how later words are read: only a
+            // known list passes.
+            "set" => set_options(rest).map_err(unsupported)?,
+            _ => {}
         }
-        let assigner = ASSIGNERS.contains(&lower);
-        let reader = READERS.contains(&lower);
-        if lower == "printf" && args.get(1).is_some_and(|a| a.text == "-v" || a.dynamic) {
-            return Err(self.refusal(
-                RefusalReason::UnsupportedSyntax,
-                args,
-                "`printf -v` assigns a variable (bash-only); print the value instead",
-            ));
-        }
-        if assigner || reader {
-            for a in &args[1..] {
-                if a.dynamic {
-                    return Err(self.refusal(
-                        RefusalReason::UnsupportedSyntax,
-                        args,
-                        format!("`{lower}` with a word decided at run time could assign any variable"),
-                    ));
+        let names: &[Arg] = match lower {
+            "export" | "readonly" | "unset" | "wait" => rest,
+            // `read` takes only `-r` here: bash's `-a NAME`, `-p`, `-u` … can
+            // hide a variable name inside an option (`-aPATH`).
+            "read" => {
+                let mut i = 0;
+                while let Some(a) = rest.get(i).filter(|a| a.text.starts_with('-') && !a.dynamic) {
+                    if a.text == "--" {
+                        i += 1;
+                        break;
+                    }
+                    if a.text != "-r" {
+                        return Err(unsupported(format!("`read {}`: only `read -r NAME…` is supported", a.text)));
+                    }
+                    i += 1;
                 }
-                let name = a.text.split('=').next().unwrap_or_default();
-                if is_name(name) {
-                    check_assignment(name, &shown(args))?;
-                }
+                &rest[i.min(rest.len())..]
+            }
+            "getopts" => rest.get(1..).unwrap_or_default(),
+            _ => return Ok(()),
+        };
+        for a in names {
+            if a.dynamic {
+                return Err(unsupported(format!("`{lower}` with a word decided at run time could name any variable")));
+            }
+            if a.text.starts_with('-') {
+                continue;
+            }
+            let name = a.text.split('=').next().unwrap_or_default();
+            if name.contains('[') {
+                return Err(unsupported(format!(
+                    "`{lower}` with a `[` in a variable name: bash evaluates it as an array subscript"
+                )));
+            }
+            if is_name(name) {
+                check_assignment(name, &shown(args))?;
             }
         }
         Ok(())
     }
+}
+
+/// The `set` options a line may use: they change error handling and
+/// tracing, not how words are read (`-k`, `-H`, `-o posix` … do).
+fn set_options(rest: &[Arg]) -> Result<(), String> {
+    const FLAGS: &str = "euxfvaCn";
+    const NAMED: &[&str] =
+        &["errexit", "nounset", "xtrace", "noglob", "verbose", "allexport", "noclobber", "noexec", "pipefail"];
+    let mut i = 0;
+    while let Some(a) = rest.get(i) {
+        let t = a.text.as_str();
+        if a.dynamic {
+            return Err(format!("`set {t}`: a word decided at run time could be any option"));
+        }
+        if t == "--" || t == "-" || !(t.starts_with('-') || t.starts_with('+')) {
+            // Positional parameters follow.
+            return Ok(());
+        }
+        if t == "-o" || t == "+o" {
+            match rest.get(i + 1) {
+                Some(n) if !n.dynamic && NAMED.contains(&n.text.as_str()) => i += 2,
+                Some(n) => return Err(format!("`set {t} {}`: only {} are supported", n.text, NAMED.join(", "))),
+                None => return Ok(()),
+            }
+            continue;
+        }
+        if !t[1..].chars().all(|c| FLAGS.contains(c)) {
+            return Err(format!(
+                "`set {t}`: only the options -{} and -o {} are supported (others change how later words are read)",
+                FLAGS,
+                NAMED.join("|")
+            ));
+        }
+        i += 1;
+    }
+    Ok(())
 }
 
 /// Variables a line may not assign: they change what the rest of the line

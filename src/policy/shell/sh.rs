@@ -102,7 +102,15 @@ pub enum Event {
 
 /// Parse `line`.
 pub fn parse(line: &str) -> Result<Vec<Event>, Refusal> {
-    let mut p = Parser { s: line.as_bytes(), src: line, pos: 0, events: Vec::new(), heredocs: Vec::new(), depth: 0 };
+    let mut p = Parser {
+        s: line.as_bytes(),
+        src: line,
+        pos: 0,
+        events: Vec::new(),
+        heredocs: Vec::new(),
+        outer_pending: 0,
+        depth: 0,
+    };
     p.list(None)?;
     if !p.heredocs.is_empty() {
         return Err(p.unsupported("a here-document is missing its end line"));
@@ -122,6 +130,10 @@ struct Parser<'a> {
     pos: usize,
     events: Vec<Event>,
     heredocs: Vec<PendingHeredoc>,
+    /// Here-documents opened before the `(`, `$(` or `` ` `` being read,
+    /// whose bodies are still to come: a newline inside would be read
+    /// differently by dash and bash, so it is refused.
+    outer_pending: usize,
     depth: usize,
 }
 
@@ -179,12 +191,33 @@ impl<'a> Parser<'a> {
         loop {
             self.blanks();
             if self.peek() == Some(b'\n') {
+                if self.outer_pending > 0 {
+                    return Err(self.unsupported(
+                        "a newline inside `( )`, `$( )` or `` ` ` `` while a here-document opened before it is \
+                         still waiting for its body: end the here-document first",
+                    ));
+                }
                 self.pos += 1;
                 self.heredoc_bodies()?;
             } else {
                 return Ok(());
             }
         }
+    }
+
+    /// Read a nested list up to `)`, keeping the here-documents pending
+    /// outside apart from the ones opened inside (which must end inside).
+    fn nested_list(&mut self) -> Result<(), Refusal> {
+        let saved = std::mem::take(&mut self.heredocs);
+        self.outer_pending += saved.len();
+        let r = self.list(Some(b')'));
+        self.outer_pending -= saved.len();
+        r?;
+        if !self.heredocs.is_empty() {
+            return Err(self.unsupported("a here-document opened inside `( )` or `$( )` must end inside it"));
+        }
+        self.heredocs = saved;
+        Ok(())
     }
 
     fn enter(&mut self) -> Result<(), Refusal> {
@@ -290,7 +323,7 @@ impl<'a> Parser<'a> {
             let start = self.pos;
             self.pos += 1;
             self.enter()?;
-            self.list(Some(b')'))?;
+            self.nested_list()?;
             self.pos += 1;
             self.leave();
             // Redirections of the subshell itself.
@@ -525,7 +558,7 @@ impl<'a> Parser<'a> {
         let mut text: Vec<u8> = Vec::new();
         let mut name_prefix = true;
         let mut open_bracket = false;
-        let mut brace_open: Option<usize> = None;
+        let mut braces: Vec<usize> = Vec::new();
         while let Some(c) = self.peek() {
             match c {
                 b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'<' | b'>' | b'(' | b')' => break,
@@ -594,9 +627,9 @@ impl<'a> Parser<'a> {
                         b'[' => open_bracket = true,
                         b']' if open_bracket => w.pattern = true,
                         b'~' if self.pos == start => w.pattern = true,
-                        b'{' => brace_open = Some(self.pos),
+                        b'{' => braces.push(self.pos),
                         b'}' => {
-                            if let Some(o) = brace_open.take() {
+                            if let Some(o) = braces.pop() {
                                 let inner = &self.src[o + 1..self.pos];
                                 if inner.contains(',') || inner.contains("..") {
                                     return Err(self.unsupported(format!(
@@ -689,7 +722,7 @@ impl<'a> Parser<'a> {
                 }
                 self.pos += 1;
                 self.enter()?;
-                self.list(Some(b')'))?;
+                self.nested_list()?;
                 self.pos += 1;
                 self.leave();
                 w.dynamic = true;
@@ -774,6 +807,7 @@ impl<'a> Parser<'a> {
             pos: 0,
             events: Vec::new(),
             heredocs: Vec::new(),
+            outer_pending: self.outer_pending + self.heredocs.len(),
             depth: self.depth,
         };
         sub.list(None)?;
