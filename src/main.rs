@@ -9,7 +9,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use portcullis::policy::{quote_argv, quote_word, Interpreter, PlannedCommand, Refusal, Verdict, WorkspacePolicy};
+use portcullis::policy::{
+    quote_argv, quote_word, Interpreter, Plan, PlannedCommand, Refusal, Verdict, WorkspacePolicy,
+};
 use portcullis::sandbox::{describe_mount, ExecRequest, RunOptions, Sandbox, Stdin, Stream};
 use portcullis::{error_chain, Network};
 
@@ -196,14 +198,18 @@ fn bad(e: impl std::fmt::Display) -> Stop {
     Stop::BadInput(e.to_string())
 }
 
-fn request(a: &ExecArgs) -> Result<ExecRequest, Stop> {
-    let mut req = match &a.policy {
-        Some(file) => policy_request(a, file)?,
+/// The request, and the policy's verdict when there is a policy.
+fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<Plan>), Stop> {
+    let (mut req, checked) = match &a.policy {
+        Some(file) => {
+            let (req, plan) = policy_request(a, file)?;
+            (req, Some(plan))
+        }
         None => {
             let ws = a.workspace.clone().ok_or_else(|| bad("--workspace DIR (or --policy FILE) is required"))?;
             let mut req = ExecRequest::new(ws, a.command.clone());
             req.writable = a.writable;
-            req
+            (req, None)
         }
     };
     req.write.extend(a.write.iter().cloned());
@@ -256,13 +262,13 @@ fn request(a: &ExecArgs) -> Result<ExecRequest, Stop> {
     if let Some(DegradedArg::LandlockOnly) = a.degraded {
         req.degraded = Some(portcullis::sandbox::Mode::LandlockOnly);
     }
-    Ok(req)
+    Ok((req, checked))
 }
 
 /// Read the policy, check the command against it, and build the request
 /// from both. `--writable` grants the policy's write list (the whole
 /// workspace if it has none); `--write` adds grants.
-fn policy_request(a: &ExecArgs, file: &std::path::Path) -> Result<ExecRequest, Stop> {
+fn policy_request(a: &ExecArgs, file: &std::path::Path) -> Result<(ExecRequest, Plan), Stop> {
     let mut policy = WorkspacePolicy::from_file(file).map_err(|e| bad(error_chain(&e)))?;
     if let Some(ws) = &a.workspace {
         policy.workspace = Some(std::path::absolute(ws).map_err(|e| bad(format!("{}: {e}", ws.display())))?);
@@ -294,7 +300,7 @@ fn policy_request(a: &ExecArgs, file: &std::path::Path) -> Result<ExecRequest, S
     };
     let mut req = policy.exec_request(&plan, a.writable).map_err(|e| bad(error_chain(&e)))?;
     req.policy_file = Some(file.to_path_buf());
-    Ok(req)
+    Ok((req, plan))
 }
 
 fn check(a: CheckArgs) -> ExitCode {
@@ -387,8 +393,25 @@ fn render_verdict(v: &Verdict) -> String {
     }
 }
 
-fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest) -> String {
+fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Option<&Plan>) -> String {
     let mut s = String::from("portcullis plan v1\n");
+    if let (Some(checked), Some(file)) = (checked, &req.policy_file) {
+        let mode = match checked.interpreter {
+            Interpreter::None => "argv mode",
+            Interpreter::Sh => "sh mode, run with /bin/sh -c",
+        };
+        s += &format!("policy: {} (accepted, {mode})\n", file.display());
+        fn walk(s: &mut String, cmds: &[PlannedCommand], depth: usize) {
+            for c in cmds {
+                *s += &format!("policy-command: {}{}\n", "  ".repeat(depth), quote_argv(&c.argv));
+                for r in &c.redirects {
+                    *s += &format!("policy-redirect: {}{} {}\n", "  ".repeat(depth + 1), r.op, r.path.display());
+                }
+                walk(s, &c.runs, depth + 1);
+            }
+        }
+        walk(&mut s, &checked.commands, 0);
+    }
     if plan.spec.mode == portcullis::sandbox::Mode::LandlockOnly {
         s += "mode: DEGRADED landlock-only (no namespaces, no mount plan: Landlock limits reads and writes)\n";
     }
@@ -523,7 +546,7 @@ fn portcullis_abi() -> u32 {
 }
 
 async fn exec(a: ExecArgs) -> ExitCode {
-    let req = match request(&a) {
+    let (req, checked) = match request(&a) {
         Ok(r) => r,
         Err(Stop::BadInput(e)) => {
             eprintln!("portcullis: {e}");
@@ -557,7 +580,7 @@ async fn exec(a: ExecArgs) -> ExitCode {
         if a.json {
             println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());
         } else {
-            print!("{}", explain(&sb, &plan, &req));
+            print!("{}", explain(&sb, &plan, &req, checked.as_ref()));
         }
         return ExitCode::SUCCESS;
     }

@@ -281,6 +281,14 @@ timeout = "20s"
         assert_eq!(ws.snapshot(), before, "nothing ran");
         let multi = run(&["exec", "--policy", &p, "--sh", "--", "echo", "two"]);
         assert_eq!(code(&multi), 2, "sh mode takes the line as one argument");
+        // --explain shows the policy's verdict above the sandbox plan.
+        let ex = run(&["exec", "--policy", &p, "--sh", "--explain", "--", "ls src > out/x && cat out/x"]);
+        let text = String::from_utf8_lossy(&ex.stdout);
+        assert_eq!(code(&ex), 0, "{}", String::from_utf8_lossy(&ex.stderr));
+        assert!(text.contains("(accepted, sh mode, run with /bin/sh -c)"), "{text}");
+        assert!(text.contains("policy-command: ls src\n") && text.contains("policy-command: cat out/x\n"), "{text}");
+        assert!(text.contains("policy-redirect:   > ") && text.contains("argv: [\"/bin/sh\", \"-c\""), "{text}");
+        assert_eq!(ws.snapshot(), before, "explain runs nothing");
     }
 
     #[test]
