@@ -10,57 +10,14 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use portcullis::policy::shell::sh;
-use portcullis::policy::{tokenize_command, Interpreter, ShellChecker, Verdict, WorkspacePolicy};
+use portcullis::policy::{tokenize_command, Interpreter, ShellChecker, Verdict};
 
-/// The corpus policy of the tests (allow list, deny list, deny patterns, a
-/// command rule, write roots and deny paths).
-const POLICY: &str = r#"
-deny_paths = [".env*", "secrets/**"]
-write = ["target", "/tmp"]
+/// The tests' corpus: its policy, its workspace and its realistic line.
+#[path = "../tests/suite/policy_corpus.rs"]
+mod policy_corpus;
 
-[shell]
-allow = [
-  "git", "cargo", "ls", "cat", "grep", "wc", "head", "tail", "sort", "uniq", "cut", "tr", "echo",
-  "printf", "env", "time", "timeout", "nice", "nohup", "command", "builtin", "exec", "find", "test",
-  "true", "false", "mkdir", "touch", "sed", "diff", "make", "npm", "node", "date", "id", "basename",
-  "dirname", "export", "read", "set", "[", "pwd", "unset", "tee", "xxd", "stat", "du",
-]
-deny = ["rm", "curl", "wget", "dd"]
-deny_patterns = ["git push --force", { regex = '^git reset --hard\b' }, "npm publish"]
-inherit_env = ["PATH", "LANG"]
-timeout = "60s"
+use policy_corpus::{realistic_line, CorpusWs};
 
-[[shell.allow_command]]
-argv = ["git", "push"]
-reason = "CI pushes; commit and stop."
-"#;
-
-/// A ~1 KB `sh` line: pipelines, substitutions, redirections inside the
-/// workspace, a subshell with `cd`.
-fn sh_line(min: usize) -> String {
-    const SEGMENTS: &[&str] = &[
-        "git status --porcelain | grep -v '^??' | wc -l > logs/dirty.txt",
-        "cargo build --release 2>&1 | tail -n 20 | tee logs/build.txt",
-        "echo \"commit: $(git rev-parse --short HEAD) on $(date +%Y-%m-%d)\" >> logs/info.txt",
-        "find src -name '*.rs' -type f | sort | head -n 50 > target/files.txt",
-        "cat README.md | tr a-z A-Z | cut -c1-40 | sort | uniq -c",
-        "test -d target && mkdir -p target/out && touch target/out/stamp",
-        "grep -c main src/main.rs 2>/dev/null; sed 's/a/b/' README.md > logs/sed.txt",
-        "(cd src && ls -la) > logs/src-listing.txt",
-    ];
-    let mut line = String::new();
-    let mut i = 0;
-    while line.len() < min {
-        if !line.is_empty() {
-            line.push_str(if i % 3 == 0 { "\n" } else { " && " });
-        }
-        line.push_str(SEGMENTS[i % SEGMENTS.len()]);
-        i += 1;
-    }
-    line
-}
-
-/// A ~1 KB argv-mode line: one command with many quoted arguments.
 fn argv_line(min: usize) -> String {
     let mut line = String::from("git commit -m 'fix: the checker reads \"quoted\" words' --author='A B <a@b.c>'");
     let mut i = 0;
@@ -129,27 +86,8 @@ fn accepted(what: &str, v: &Verdict) {
 
 fn main() {
     let iters: usize = std::env::var("CHECK_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let ws = match tempfile::Builder::new().prefix("pc-bench-check-").tempdir() {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("tempdir: {e}");
-            std::process::exit(1);
-        }
-    };
-    for d in ["src", "target", "logs", "docs"] {
-        if let Err(e) = std::fs::create_dir_all(ws.path().join(d)) {
-            eprintln!("mkdir {d}: {e}");
-            std::process::exit(1);
-        }
-    }
-    let mut policy = match WorkspacePolicy::from_toml(POLICY) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("policy: {e}");
-            std::process::exit(1);
-        }
-    };
-    policy.workspace = Some(ws.path().to_path_buf());
+    let ws = CorpusWs::new();
+    let policy = ws.policy();
     let build = || match ShellChecker::new(&policy) {
         Ok(c) => c,
         Err(e) => {
@@ -159,7 +97,7 @@ fn main() {
     };
 
     let argv_text = argv_line(1024);
-    let sh_text = sh_line(1024);
+    let sh_text = realistic_line(1024);
     let argv = build().with_interpreter(Interpreter::None);
     let shc = build().with_interpreter(Interpreter::Sh);
     accepted("argv line", &argv.check(&argv_text));

@@ -117,6 +117,31 @@ fn must<T, E: std::fmt::Display>(r: Result<T, E>, what: &str) -> T {
     }
 }
 
+/// A realistic `sh` line of at least `min` bytes: pipelines, substitutions
+/// and redirections inside the workspace.
+pub fn realistic_line(min: usize) -> String {
+    const SEGMENTS: &[&str] = &[
+        "git status --porcelain | grep -v '^??' | wc -l > logs/dirty.txt",
+        "cargo build --release 2>&1 | tail -n 20 | tee logs/build.txt",
+        "echo \"commit: $(git rev-parse --short HEAD) on $(date +%Y-%m-%d)\" >> logs/info.txt",
+        "find src -name '*.rs' -type f | sort | head -n 50 > target/files.txt",
+        "cat README.md | tr a-z A-Z | cut -c1-40 | sort | uniq -c",
+        "test -d target && mkdir -p target/out && touch target/out/stamp",
+        "grep -c main src/main.rs 2>/dev/null; sed 's/a/b/' README.md > logs/sed.txt",
+        "(cd src && ls -la) > logs/src-listing.txt",
+    ];
+    let mut line = String::new();
+    let mut i = 0;
+    while line.len() < min {
+        if !line.is_empty() {
+            line.push_str(if i % 3 == 0 { "\n" } else { " && " });
+        }
+        line.push_str(SEGMENTS[i % SEGMENTS.len()]);
+        i += 1;
+    }
+    line
+}
+
 /// The interpreter of a mode.
 pub fn interpreter(m: Mode) -> Interpreter {
     match m {
@@ -545,4 +570,17 @@ pub const CORPUS: &[(Mode, &str, Want)] = &[
     (Sh, "echo $(cat <<EOF\ninside\nEOF\n)", Ok(&["cat", "echo"])),
     (Sh, "env -u {{}X,rm} ls -rf x", No(UnsupportedSyntax)),
     (Sh, "find . -maxdepth 0 ! -name {{}x,-a,-exec} rm -rf x \\;", No(UnsupportedSyntax)),
+    // Wrapper options read as GNU getopt reads them.
+    (Argv, "env git commit -S -m signed", Ok(&["env"])),
+    (Argv, "env --block-signal=INT git status", Ok(&["env"])),
+    (Argv, "env -iv git status", Ok(&["env"])),
+    (Argv, "env -iu HOME git status", No(UnsupportedSyntax)),
+    (Argv, "env --ign git status", No(UnsupportedSyntax)),
+    (Argv, "nice --5 make", Ok(&["nice"])),
+    (Argv, "time -pv cargo test", Ok(&["time"])),
+    (Argv, "timeout -v --kill-after=5 10 cargo test", Ok(&["timeout"])),
+    (Argv, "timeout --sig=KILL 5 make", No(UnsupportedSyntax)),
+    (Argv, "command -pv rm", Ok(&["command"])),
+    (Argv, "exec -cl -a name git status", Ok(&["exec"])),
+    (Argv, "nohup --help rm", No(UnsupportedSyntax)),
 ];

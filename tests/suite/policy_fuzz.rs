@@ -19,7 +19,7 @@ use portcullis::policy::{
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use super::policy_corpus::{CorpusWs, Mode, CORPUS};
+use super::policy_corpus::{realistic_line, CorpusWs, Mode, CORPUS};
 
 /// Longest a single input may take before it counts as a hang.
 const HANG: Duration = Duration::from_secs(10);
@@ -510,31 +510,6 @@ fn verdicts_survive_json() {
 }
 
 // --- deterministic extremes -------------------------------------------------
-
-/// A realistic `sh` line of at least `min` bytes: pipelines, substitutions
-/// and redirections inside the workspace.
-pub fn realistic_line(min: usize) -> String {
-    const SEGMENTS: &[&str] = &[
-        "git status --porcelain | grep -v '^??' | wc -l > logs/dirty.txt",
-        "cargo build --release 2>&1 | tail -n 20 | tee logs/build.txt",
-        "echo \"commit: $(git rev-parse --short HEAD) on $(date +%Y-%m-%d)\" >> logs/info.txt",
-        "find src -name '*.rs' -type f | sort | head -n 50 > target/files.txt",
-        "cat README.md | tr a-z A-Z | cut -c1-40 | sort | uniq -c",
-        "test -d target && mkdir -p target/out && touch target/out/stamp",
-        "grep -c main src/main.rs 2>/dev/null; sed 's/a/b/' README.md > logs/sed.txt",
-        "(cd src && ls -la) > logs/src-listing.txt",
-    ];
-    let mut line = String::new();
-    let mut i = 0;
-    while line.len() < min {
-        if !line.is_empty() {
-            line.push_str(if i % 3 == 0 { "\n" } else { " && " });
-        }
-        line.push_str(SEGMENTS[i % SEGMENTS.len()]);
-        i += 1;
-    }
-    line
-}
 
 fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
     let start = Instant::now();

@@ -52,6 +52,18 @@ pub enum RefusalReason {
 }
 
 impl RefusalReason {
+    /// Every reason, in the order of this enum.
+    pub const ALL: [RefusalReason; 8] = [
+        RefusalReason::Metacharacter,
+        RefusalReason::UnbalancedQuotes,
+        RefusalReason::DeniedExecutable,
+        RefusalReason::NotAllowed,
+        RefusalReason::DeniedPattern,
+        RefusalReason::NestedCommand,
+        RefusalReason::UnsupportedSyntax,
+        RefusalReason::PathEscape,
+    ];
+
     /// The reason's name, as in JSON (`denied-pattern`).
     pub fn as_str(self) -> &'static str {
         match self {

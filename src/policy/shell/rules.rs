@@ -558,6 +558,89 @@ enum Wrapped {
 
 /// Find the command a wrapper runs. An error is the reason the checker
 /// cannot tell.
+/// How a wrapper reads its options (GNU getopt, no abbreviations: an
+/// option not listed here is refused, since the checker could not tell
+/// where the command starts).
+struct Opts {
+    /// Options that take no argument.
+    flags: &'static [&'static str],
+    /// Options with an argument: apart (`-s KILL`, `--signal KILL`) or
+    /// attached (`-sKILL`, `--signal=KILL`).
+    with_arg: &'static [&'static str],
+    /// Long options whose argument is optional and only attached (`--block-signal[=SIG]`).
+    optional_arg: &'static [&'static str],
+    /// Short flags that may be bundled (`-iv`).
+    bundle: &'static str,
+    /// `-N` (digits) is an option (`nice -10`).
+    numeric: bool,
+}
+
+const ENV: Opts = Opts {
+    flags: &["-i", "--ignore-environment", "-0", "--null", "-v", "--debug", "-", "--list-signal-handling"],
+    with_arg: &["-u", "--unset", "-C", "--chdir"],
+    optional_arg: &["--block-signal", "--default-signal", "--ignore-signal"],
+    bundle: "i0v",
+    numeric: false,
+};
+const TIME: Opts = Opts {
+    flags: &["-p", "-v", "-a", "-q", "--verbose", "--portability", "--append", "--quiet"],
+    with_arg: &["-f", "-o", "--format", "--output"],
+    optional_arg: &[],
+    bundle: "pvaq",
+    numeric: false,
+};
+const TIMEOUT: Opts = Opts {
+    flags: &["--preserve-status", "--foreground", "-v", "--verbose"],
+    with_arg: &["-s", "--signal", "-k", "--kill-after"],
+    optional_arg: &[],
+    bundle: "v",
+    numeric: false,
+};
+const NICE: Opts = Opts { flags: &[], with_arg: &["-n", "--adjustment"], optional_arg: &[], bundle: "", numeric: true };
+const NOHUP: Opts = Opts { flags: &[], with_arg: &[], optional_arg: &[], bundle: "", numeric: false };
+const COMMAND: Opts =
+    Opts { flags: &["-p", "-v", "-V"], with_arg: &[], optional_arg: &[], bundle: "pvV", numeric: false };
+const EXEC: Opts = Opts { flags: &["-c", "-l"], with_arg: &["-a"], optional_arg: &[], bundle: "cl", numeric: false };
+const BUILTIN: Opts = Opts { flags: &[], with_arg: &[], optional_arg: &[], bundle: "", numeric: false };
+
+/// The index of the first operand after the options of `args[0]`.
+fn skip_options(lower: &str, args: &[Arg], o: &Opts) -> Result<usize, String> {
+    let mut i = 1;
+    while let Some(a) = args.get(i).map(|a| a.text.as_str()) {
+        let attached = |opt: &&str| {
+            if opt.starts_with("--") {
+                a.strip_prefix(*opt).is_some_and(|r| r.starts_with('='))
+            } else {
+                a.len() > opt.len() && a.starts_with(*opt)
+            }
+        };
+        if a == "--" {
+            return Ok(i + 1);
+        }
+        if o.flags.contains(&a) {
+            i += 1;
+            continue;
+        }
+        if !a.starts_with('-') || a == "-" {
+            break;
+        }
+        if o.with_arg.contains(&a) {
+            i += 2;
+            continue;
+        }
+        let one_word = o.with_arg.iter().any(attached)
+            || o.optional_arg.contains(&a)
+            || o.optional_arg.iter().any(|opt| a.strip_prefix(*opt).is_some_and(|r| r.starts_with('=')))
+            || (!a.starts_with("--") && !o.bundle.is_empty() && a[1..].chars().all(|c| o.bundle.contains(c)))
+            || (o.numeric && is_digits(a[1..].trim_start_matches('-')));
+        if !one_word {
+            return Err(format!("`{lower}`: unknown option `{a}`, so the command it runs cannot be known"));
+        }
+        i += 1;
+    }
+    Ok(i)
+}
+
 fn wrapped(lower: &str, args: &[Arg], sh: bool) -> Result<Wrapped, String> {
     let n = args.len();
     let at = |i: usize| args.get(i).map(|a| a.text.as_str());
@@ -570,41 +653,13 @@ fn wrapped(lower: &str, args: &[Arg], sh: bool) -> Result<Wrapped, String> {
         }
         Ok(if i < n { Wrapped::Inner(std::iter::once(i..n).collect()) } else { Wrapped::Nothing })
     };
-    let unknown = |o: &str| Err(format!("`{lower}`: unknown option `{o}`, so the command it runs cannot be known"));
     match lower {
         "env" => {
-            let mut i = 1;
-            while let Some(a) = at(i) {
-                match a {
-                    "--" => {
-                        i += 1;
-                        break;
-                    }
-                    "-i"
-                    | "--ignore-environment"
-                    | "-0"
-                    | "--null"
-                    | "-v"
-                    | "--debug"
-                    | "-"
-                    | "--list-signal-handling" => i += 1,
-                    "-u" | "--unset" | "-C" | "--chdir" => i += 2,
-                    "-S" | "--split-string" => return Err(env_s()),
-                    _ if a.starts_with("-S") || a.starts_with("--split-string=") => return Err(env_s()),
-                    _ if a.starts_with("--unset=")
-                        || a.starts_with("--chdir=")
-                        || a.starts_with("--block-signal")
-                        || a.starts_with("--default-signal")
-                        || a.starts_with("--ignore-signal") =>
-                    {
-                        i += 1
-                    }
-                    _ if a.starts_with("-u") || a.starts_with("-C") => i += 1,
-                    _ if a.starts_with('-') && a.len() > 1 && a[1..].chars().all(|c| "i0v".contains(c)) => i += 1,
-                    _ if a.starts_with('-') => return unknown(a),
-                    _ => break,
-                }
+            let options = args[1..].iter().take_while(|a| a.text.starts_with('-') && a.text != "--");
+            if options.into_iter().any(|a| a.text.starts_with("-S") || a.text.starts_with("--split-string")) {
+                return Err(env_s());
             }
+            let mut i = skip_options(lower, args, &ENV)?;
             while let Some(a) = args.get(i) {
                 let Some((name, _)) = a.text.split_once('=') else { break };
                 if a.dynamic {
@@ -626,119 +681,26 @@ fn wrapped(lower: &str, args: &[Arg], sh: bool) -> Result<Wrapped, String> {
         "exec" if sh && at(1).is_some_and(|a| a.starts_with('-')) => {
             Err("in sh mode `exec` takes no options (sh's `exec` would run the option as a command)".into())
         }
-        "time" => {
-            let mut i = 1;
-            while let Some(a) = at(i) {
-                match a {
-                    "--" => {
-                        i += 1;
-                        break;
-                    }
-                    "-p" | "-v" | "-a" | "-q" | "--verbose" | "--portability" | "--append" | "--quiet" => i += 1,
-                    "-f" | "-o" | "--format" | "--output" => i += 2,
-                    _ if a.starts_with("--format=") || a.starts_with("--output=") => i += 1,
-                    _ if a.starts_with('-') => return unknown(a),
-                    _ => break,
-                }
-            }
-            inner_from(i)
-        }
+        "time" => inner_from(skip_options(lower, args, &TIME)?),
+        "nice" => inner_from(skip_options(lower, args, &NICE)?),
+        "nohup" => inner_from(skip_options(lower, args, &NOHUP)?),
+        "builtin" => inner_from(skip_options(lower, args, &BUILTIN)?),
+        "exec" => inner_from(skip_options(lower, args, &EXEC)?),
         "timeout" => {
-            let mut i = 1;
-            while let Some(a) = at(i) {
-                match a {
-                    "--" => {
-                        i += 1;
-                        break;
-                    }
-                    "--preserve-status" | "--foreground" | "-v" | "--verbose" => i += 1,
-                    "-s" | "--signal" | "-k" | "--kill-after" => i += 2,
-                    _ if a.starts_with("--signal=") || a.starts_with("--kill-after=") => i += 1,
-                    _ if (a.starts_with("-s") || a.starts_with("-k")) && a.len() > 2 => i += 1,
-                    _ if a.starts_with('-') => return unknown(a),
-                    _ => break,
-                }
-            }
             // The duration, then the command.
-            if at(i).is_none() {
-                return Err("`timeout` needs a duration and a command".into());
+            let i = skip_options(lower, args, &TIMEOUT)?;
+            match args.get(i) {
+                None => Err("`timeout` needs a duration and a command".into()),
+                Some(d) if d.dynamic => Err(format!("`timeout`: `{}` is decided at run time", d.text)),
+                Some(_) if i + 1 >= n => Err("`timeout` needs a command after the duration".into()),
+                Some(_) => inner_from(i + 1),
             }
-            if args[i].dynamic {
-                return Err(format!("`timeout`: `{}` is decided at run time", args[i].text));
-            }
-            if i + 1 >= n {
-                return Err("`timeout` needs a command after the duration".into());
-            }
-            inner_from(i + 1)
-        }
-        "nice" => {
-            let mut i = 1;
-            while let Some(a) = at(i) {
-                match a {
-                    "--" => {
-                        i += 1;
-                        break;
-                    }
-                    "-n" | "--adjustment" => i += 2,
-                    _ if a.starts_with("--adjustment=") => i += 1,
-                    _ if a.starts_with("-n") && a.len() > 2 => i += 1,
-                    _ if a.len() > 1
-                        && a.starts_with('-')
-                        && a.trim_start_matches('-').chars().all(|c| c.is_ascii_digit())
-                        && !a.trim_start_matches('-').is_empty() =>
-                    {
-                        i += 1
-                    }
-                    _ if a.starts_with('-') => return unknown(a),
-                    _ => break,
-                }
-            }
-            inner_from(i)
-        }
-        "nohup" => {
-            let i = if at(1) == Some("--") { 2 } else { 1 };
-            if at(i).is_some_and(|a| a.starts_with('-')) {
-                return unknown(at(i).unwrap_or_default());
-            }
-            inner_from(i)
         }
         "command" => {
-            let mut i = 1;
-            let mut lookup = false;
-            while let Some(a) = at(i) {
-                if a == "--" {
-                    i += 1;
-                    break;
-                }
-                if a.starts_with('-') && a.len() > 1 && a[1..].chars().all(|c| "pvV".contains(c)) {
-                    lookup |= a.contains(['v', 'V']);
-                    i += 1;
-                } else if a.starts_with('-') && a.len() > 1 {
-                    return unknown(a);
-                } else {
-                    break;
-                }
-            }
-            if lookup {
+            let i = skip_options(lower, args, &COMMAND)?;
+            if args[1..i].iter().any(|a| a.text != "--" && a.text.contains(['v', 'V'])) {
                 // `command -v NAME` looks NAME up and runs nothing.
                 return inner_from(n).map(|_| Wrapped::Nothing);
-            }
-            inner_from(i)
-        }
-        "builtin" => inner_from(if at(1) == Some("--") { 2 } else { 1 }),
-        "exec" => {
-            let mut i = 1;
-            while let Some(a) = at(i) {
-                match a {
-                    "--" => {
-                        i += 1;
-                        break;
-                    }
-                    "-c" | "-l" | "-cl" | "-lc" => i += 1,
-                    "-a" => i += 2,
-                    _ if a.starts_with('-') && a.len() > 1 => return unknown(a),
-                    _ => break,
-                }
             }
             inner_from(i)
         }
@@ -787,6 +749,10 @@ fn wrapped(lower: &str, args: &[Arg], sh: bool) -> Result<Wrapped, String> {
         }
         _ => Ok(Wrapped::Not),
     }
+}
+
+fn is_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit())
 }
 
 fn env_s() -> String {
