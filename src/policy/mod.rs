@@ -689,6 +689,9 @@ pub fn is_startup_var(name: &str) -> bool {
         "POSIXLY_CORRECT",
         "BASH_LOADABLES_PATH",
         "ZDOTDIR",
+        // glibc loads iconv modules from here, in any program.
+        "GCONV_PATH",
+        "GETCONF_DIR",
     ];
     NAMES.contains(&name) || name.starts_with("BASH_FUNC_") || name.starts_with("LD_")
 }

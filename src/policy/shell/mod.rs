@@ -470,7 +470,11 @@ impl<'p> ShellChecker<'p> {
         src: &str,
         what: &str,
     ) -> Result<Vec<PathBuf>, Refusal> {
-        if DEVICES.contains(&path) {
+        let devices = match access {
+            Access::Read => READ_DEVICES,
+            Access::Write => WRITE_DEVICES,
+        };
+        if devices.contains(&path) {
             return Ok(vec![PathBuf::from(path)]);
         }
         let mut out = Vec::new();
@@ -524,9 +528,14 @@ fn lexical(base: &Path, p: &Path) -> PathBuf {
     out
 }
 
-/// Device files a redirection may always name.
-const DEVICES: &[&str] =
-    &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/stdin", "/dev/stdout", "/dev/stderr"];
+/// Device files a redirection may always read. `/dev/stdin` reopens what
+/// fd 0 already reads.
+const READ_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin"];
+
+/// Device files a redirection may always write. Not `/dev/stdout` or
+/// `/dev/stderr`: they reopen whatever file fd 1 or 2 points to, for
+/// writing (`exec 1< ro-file; echo x > /dev/stdout`); write `>&2` instead.
+const WRITE_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
 
 fn refuse(reason: RefusalReason, command: &str, message: String) -> Refusal {
     Refusal { reason, command: command.to_string(), message }

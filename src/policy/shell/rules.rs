@@ -322,8 +322,16 @@ impl<'p> Rules<'p> {
                 let mut via2 = via.to_vec();
                 via2.push(lower.clone());
                 for r in ranges {
-                    let inner = &args[r];
-                    runs.push(self.check(ctx, inner, &via2)?);
+                    // find puts the file found wherever `{}` stands in a
+                    // word: those words are decided at run time.
+                    let inner: Vec<Arg> = args[r]
+                        .iter()
+                        .map(|a| Arg {
+                            text: a.text.clone(),
+                            dynamic: a.dynamic || (lower == "find" && a.text.contains("{}")),
+                        })
+                        .collect();
+                    runs.push(self.check(ctx, &inner, &via2)?);
                 }
             }
         }
@@ -394,39 +402,52 @@ impl<'p> Rules<'p> {
             "set" => set_options(rest).map_err(unsupported)?,
             _ => {}
         }
-        let names: &[Arg] = match lower {
-            "export" | "readonly" | "unset" | "wait" => rest,
-            // `read` takes only `-r` here: bash's `-a NAME`, `-p`, `-u` … can
-            // hide a variable name inside an option (`-aPATH`).
-            "read" => {
-                let mut i = 0;
-                while let Some(a) = rest.get(i).filter(|a| a.text.starts_with('-') && !a.dynamic) {
-                    if a.text == "--" {
-                        i += 1;
-                        break;
-                    }
-                    if a.text != "-r" {
-                        return Err(unsupported(format!("`read {}`: only `read -r NAME…` is supported", a.text)));
-                    }
-                    i += 1;
-                }
-                &rest[i.min(rest.len())..]
-            }
-            "getopts" => rest.get(1..).unwrap_or_default(),
+        // The option letters each takes (none with an argument: bash's
+        // `read -aNAME`, `wait -pNAME`, `export -f` are refused), then the
+        // variable names.
+        let letters = match lower {
+            "export" => "np",
+            "readonly" => "p",
+            "unset" => "v",
+            "wait" => "nf",
+            "read" => "r",
+            "getopts" => "",
             _ => return Ok(()),
         };
+        let mut i = 0;
+        while let Some(a) = rest.get(i).filter(|a| a.text.starts_with('-') && a.text.len() > 1 && !a.dynamic) {
+            i += 1;
+            if a.text == "--" {
+                break;
+            }
+            if !a.text[1..].chars().all(|c| letters.contains(c)) {
+                return Err(unsupported(format!(
+                    "`{lower} {}`: only the options {} are supported here",
+                    a.text,
+                    if letters.is_empty() { "(none)".to_string() } else { format!("-{letters}") }
+                )));
+            }
+        }
+        let mut names = rest.get(i..).unwrap_or_default();
+        if lower == "getopts" {
+            // `getopts OPTSTRING NAME [ARG…]`: only NAME is a variable.
+            names = names.get(1..2).unwrap_or_default();
+        }
         for a in names {
             if a.dynamic {
                 return Err(unsupported(format!("`{lower}` with a word decided at run time could name any variable")));
             }
-            if a.text.starts_with('-') {
-                continue;
-            }
             let name = a.text.split('=').next().unwrap_or_default();
+            if name.ends_with('+') {
+                return Err(unsupported(format!("`{lower} {name}=…`: `+=` appends (bash-only)")));
+            }
             if name.contains('[') {
                 return Err(unsupported(format!(
                     "`{lower}` with a `[` in a variable name: bash evaluates it as an array subscript"
                 )));
+            }
+            if !is_name(name) && lower != "wait" {
+                return Err(unsupported(format!("`{lower}`: `{name}` is not a variable name")));
             }
             if is_name(name) {
                 check_assignment(name, &shown(args))?;
@@ -676,6 +697,15 @@ fn wrapped(lower: &str, args: &[Arg], sh: bool) -> Result<Wrapped, String> {
         // run as a command there.
         "time" if sh && at(1).is_some_and(|a| a.starts_with('-') && a != "-p") => {
             Err("in sh mode `time` takes only `-p` (bash's `time` keyword knows no other option)".into())
+        }
+        // bash's `time` is followed by a pipeline, in which `!`, `[[`,
+        // `coproc`, `{` … keep their meaning as reserved words.
+        "time" if sh && args.get(if at(1) == Some("-p") { 2 } else { 1 }).is_some_and(|a| {
+            super::sh::RESERVED.contains(&a.text.as_str()) || a.text == "time"
+        }) =>
+        {
+            Err("in sh mode `time` must be followed by a simple command (bash reads `!`, `[[`, `{` … after it as syntax)"
+                .into())
         }
         // dash's `exec` takes no options: it would run `-a` as the command.
         "exec" if sh && at(1).is_some_and(|a| a.starts_with('-')) => {

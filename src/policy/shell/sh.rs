@@ -137,7 +137,8 @@ struct Parser<'a> {
     depth: usize,
 }
 
-const RESERVED: &[&str] = &[
+/// Words that are syntax, not commands, in command position (in dash or bash).
+pub(super) const RESERVED: &[&str] = &[
     "if", "then", "else", "elif", "fi", "do", "done", "case", "esac", "while", "until", "for", "in", "{", "}", "!",
     "[[", "]]", "function", "select", "coproc",
 ];
