@@ -261,12 +261,12 @@ pub fn loopback_up() -> io::Result<()> {
         *d = *s as libc::c_char;
     }
     // SAFETY: a valid ifreq naming "lo" on an open socket.
-    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) as libc::c_long })?;
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as libc::Ioctl, &mut ifr) as libc::c_long })?;
     // SAFETY: reading the flags member the kernel just filled in.
     let flags = unsafe { ifr.ifr_ifru.ifru_flags };
     ifr.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
     // SAFETY: as above.
-    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) as libc::c_long }).map(drop)
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as libc::Ioctl, &ifr) as libc::c_long }).map(drop)
 }
 
 /// `execve(path, argv, envp)`; returns only on failure.
