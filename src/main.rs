@@ -643,3 +643,8 @@ async fn exec(a: ExecArgs) -> ExitCode {
         Err(e) => fail(&e, a.json),
     }
 }
+
+/// The static musl build's allocator (see Cargo.toml).
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;

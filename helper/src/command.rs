@@ -77,8 +77,14 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, report: &OwnedFd) -> Result<Never, F
 }
 
 /// Clear the bounding set first (it needs CAP_SETPCAP, still effective),
-/// then ambient and inheritable, then permitted and effective. Without this a
+/// then ambient, then inheritable, permitted and effective. Without this a
 /// uid-0 command would get every capability back at exec (bubblewrap#287).
+///
+/// Done with the raw calls: one `PR_CAPBSET_DROP` per capability number
+/// until the kernel answers `EINVAL` (so capabilities newer than any list
+/// compiled in here are dropped too), `PR_CAP_AMBIENT_CLEAR_ALL`, and one
+/// `capset` that zeroes the three other sets at once — about 45 syscalls
+/// instead of the ~90 a read-then-drop loop per set costs.
 fn drop_caps() -> io::Result<()> {
     let to_io = |e: caps::errors::CapsError| io::Error::other(e.to_string());
     // Without CAP_SETPCAP (landlock-only mode: an unprivileged caller with no
@@ -86,13 +92,10 @@ fn drop_caps() -> io::Result<()> {
     // matter: with no_new_privs and no permitted capabilities, exec grants
     // none. Every set we can clear is cleared.
     if caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SETPCAP).map_err(to_io)? {
-        caps::clear(None, CapSet::Bounding).map_err(to_io)?;
+        crate::sys::clear_bounding_set()?;
     }
-    caps::clear(None, CapSet::Ambient).map_err(to_io)?;
-    caps::clear(None, CapSet::Inheritable).map_err(to_io)?;
-    caps::clear(None, CapSet::Effective).map_err(to_io)?;
-    caps::clear(None, CapSet::Permitted).map_err(to_io)?;
-    Ok(())
+    crate::sys::clear_ambient_set()?;
+    crate::sys::capset_none()
 }
 
 fn abi_of(v: u32) -> ABI {

@@ -513,3 +513,9 @@ fn reap(child: Pid, report_fd: &OwnedFd) -> i32 {
     report(report_fd, record);
     code
 }
+
+/// The static musl build's allocator (see Cargo.toml). The helper is
+/// single-threaded, so its lock is never held across the fork-style clones.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;

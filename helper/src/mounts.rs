@@ -161,8 +161,83 @@ impl Root {
     /// Walk to `path` without following links. A missing component is
     /// created (a directory, or for the last one a directory or an empty
     /// file) only when its parent is on the sandbox's own root tmpfs.
+    ///
+    /// Fast path: one `openat2(RESOLVE_NO_SYMLINKS)` of the whole path (or,
+    /// when only the last component is missing, of its parent) instead of an
+    /// open and a close per component; the mount plan makes ~25 of these
+    /// walks and pays ~45 mounts on pid 1's critical path. `RESOLVE_NO_SYMLINKS`
+    /// refuses a link in any component, as the walk's `O_NOFOLLOW` does, and
+    /// crosses mount points as it does. Anything but success takes the
+    /// component walk, so every error (and its errno) stays the walk's own.
     fn walk(&self, path: &[u8], create: Option<bool>) -> io::Result<OwnedFd> {
         let parts = components(path)?;
+        if let Some(fd) = self.walk_fast(&parts, create)? {
+            return Ok(fd);
+        }
+        self.walk_slow(&parts, create)
+    }
+
+    /// `openat2` of `parts` below the root, refusing every symbolic link.
+    fn open_beneath(&self, parts: &[&[u8]], extra: OFlag) -> io::Result<OwnedFd> {
+        let rel = cstr(&parts.join(&b'/'))?;
+        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | extra;
+        sys::openat2(self.fd.as_raw_fd(), &rel, flags.bits(), sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS)
+    }
+
+    /// The walk in one or two `openat2` calls; `Ok(None)`: take the component
+    /// walk instead.
+    fn walk_fast(&self, parts: &[&[u8]], create: Option<bool>) -> io::Result<Option<OwnedFd>> {
+        let Some((name, parent_parts)) = parts.split_last() else {
+            return Ok(None);
+        };
+        match self.open_beneath(parts, OFlag::empty()) {
+            // A trailing link comes back as an O_PATH fd of the link itself.
+            Ok(fd) if is_symlink(fd.as_fd())? => return Ok(None),
+            Ok(fd) => return Ok(Some(fd)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create.is_some() => {}
+            Err(_) => return Ok(None),
+        }
+        // Only the last component may be missing here; deeper gaps take the
+        // component walk, which creates (and checks) one level at a time.
+        let parent = if parent_parts.is_empty() {
+            None
+        } else {
+            match self.open_beneath(parent_parts, OFlag::O_DIRECTORY) {
+                Ok(fd) => Some(fd),
+                Err(_) => return Ok(None),
+            }
+        };
+        let dir = parent.as_ref().map_or(self.fd.as_fd(), |p| p.as_fd());
+        if !self.on_root_tmpfs(dir)? {
+            // Never create a mount point in the user's tree (the component
+            // walk reports this case).
+            return Ok(None);
+        }
+        let c = cstr(name)?;
+        let made = if create != Some(false) {
+            mkdirat(dir, c.as_c_str(), Mode::from_bits_truncate(0o755)).map_err(errno)
+        } else {
+            openat(
+                dir,
+                c.as_c_str(),
+                OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+                Mode::from_bits_truncate(0o644),
+            )
+            .map(drop)
+            .map_err(errno)
+        };
+        if made.is_err() {
+            return Ok(None);
+        }
+        let fd = open_path(dir, name, OFlag::empty())?;
+        if is_symlink(fd.as_fd())? {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        }
+        Ok(Some(fd))
+    }
+
+    /// The component walk: one `O_NOFOLLOW` open per component.
+    fn walk_slow(&self, parts: &[&[u8]], create: Option<bool>) -> io::Result<OwnedFd> {
         let mut cur = open_path(self.fd.as_fd(), b".", OFlag::O_DIRECTORY)?;
         for (i, name) in parts.iter().enumerate() {
             let last = i + 1 == parts.len();

@@ -261,12 +261,79 @@ pub fn loopback_up() -> io::Result<()> {
         *d = *s as libc::c_char;
     }
     // SAFETY: a valid ifreq naming "lo" on an open socket.
-    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) as libc::c_long })?;
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as libc::Ioctl, &mut ifr) as libc::c_long })?;
     // SAFETY: reading the flags member the kernel just filled in.
     let flags = unsafe { ifr.ifr_ifru.ifru_flags };
     ifr.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
     // SAFETY: as above.
-    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) as libc::c_long }).map(drop)
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as libc::Ioctl, &ifr) as libc::c_long }).map(drop)
+}
+
+/// Drop every capability from the bounding set: `PR_CAPBSET_DROP` for each
+/// number from 0 until the kernel answers `EINVAL` (no such capability), so
+/// capabilities newer than this code are dropped too. Needs CAP_SETPCAP.
+pub fn clear_bounding_set() -> io::Result<()> {
+    // Linux has 41 capabilities (0..=40) as of 6.18; the bound only keeps a
+    // kernel that never says EINVAL from looping forever.
+    for cap in 0..=255 as libc::c_ulong {
+        // SAFETY: a plain prctl with integer arguments.
+        let r = unsafe {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong)
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
+                return Ok(());
+            }
+            return Err(e);
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::E2BIG))
+}
+
+/// Clear the ambient set (`PR_CAP_AMBIENT_CLEAR_ALL`).
+pub fn clear_ambient_set() -> io::Result<()> {
+    // SAFETY: a plain prctl with integer arguments.
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    cvt(r as libc::c_long).map(drop)
+}
+
+/// `struct __user_cap_header_struct` of <linux/capability.h>.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct` of <linux/capability.h>.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`: two `CapData`, 64 capability bits.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Empty the effective, permitted and inheritable sets of this thread in one
+/// `capset` (dropping capabilities is always allowed).
+pub fn capset_none() -> io::Result<()> {
+    let mut header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
+    let data = [CapData { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: capset reads a valid header and two data structs (version 3),
+    // all of which outlive the call.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut CapHeader, data.as_ptr()) };
+    cvt(r).map(drop)
 }
 
 /// `execve(path, argv, envp)`; returns only on failure.

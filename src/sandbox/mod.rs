@@ -250,7 +250,8 @@ pub enum Stdin {
     /// outside every barrier. A regular file is read with positional reads,
     /// so the caller's offset does not move and nothing is consumed (a
     /// `while read` loop around portcullis keeps all its lines). Terminals
-    /// should be given as `Null` (see the CLI).
+    /// should be given as `Null` (see the CLI). A stdin that is the null
+    /// device itself is treated as `Null` (no thread, nothing shared).
     Copy,
 }
 
@@ -718,6 +719,16 @@ enum StdinPlan {
 }
 
 fn stdin_plan() -> io::Result<StdinPlan> {
+    // The caller's stdin is /dev/null (the usual case for an agent's tool
+    // call): the command gets a /dev/null of its own, as with `Stdin::Null`,
+    // and no feeding thread is started. Only the real null device (char 1:3)
+    // qualifies; nothing of the caller's is handed on.
+    if let Ok(st) = nix::sys::stat::fstat(std::io::stdin().as_fd()) {
+        let kind = nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT;
+        if kind == nix::sys::stat::SFlag::S_IFCHR && st.st_rdev == libc::makedev(1, 3) {
+            return Ok(StdinPlan::Null);
+        }
+    }
     let link = std::fs::read_link("/proc/self/fd/0").unwrap_or_default();
     let link = link.to_string_lossy();
     if link.starts_with("pipe:") || link.starts_with("socket:") {

@@ -1095,3 +1095,29 @@ fn r0037_a_grant_of_host_tmp_reaches_the_host() {
     assert_eq!(std::fs::read_to_string(&host).unwrap_or_default(), "granted\n");
     let _ = std::fs::remove_file(&host);
 }
+
+#[test]
+fn r0038_null_stdin_is_the_null_device_and_other_devices_still_go_through_a_pipe() {
+    // Speed: a stdin that is /dev/null (what an agent's tool call usually
+    // gives) needs no feeding thread; the command gets /dev/null of its own.
+    let ws = Ws::new();
+    let w = ws.path().display().to_string();
+    let code = "import os, stat\n\
+                st = os.fstat(0)\n\
+                print(stat.S_ISCHR(st.st_mode), os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_ISFIFO(st.st_mode))\n\
+                print(os.read(0, 10))\n";
+    let run = |stdin: std::fs::File| {
+        let out = cli()
+            .args(["exec", "--workspace", &w, "--", "/usr/bin/python3", "-c", code])
+            .stdin(stdin)
+            .output()
+            .unwrap_or_else(|e| panic!("cli: {e}"));
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    };
+    let null = std::fs::File::open("/dev/null").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run(null), "True 1 3 False\nb''\n");
+    // Control: another device (/dev/zero) is not handed on but copied
+    // through a pipe, as before.
+    let zero = std::fs::File::open("/dev/zero").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run(zero), "False 0 0 True\nb'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00'\n");
+}
