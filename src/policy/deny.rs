@@ -26,6 +26,19 @@ pub struct DenyGlobs {
     abs_src: Vec<String>,
 }
 
+/// A glob with `//`, `/./`, a leading `./` and a trailing `/` or `/.`
+/// removed: the spelling of the paths it is matched against.
+pub fn normalize_glob(g: &str) -> String {
+    let abs = g.starts_with('/');
+    let parts: Vec<&str> = g.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    let joined = parts.join("/");
+    if abs {
+        format!("/{joined}")
+    } else {
+        joined
+    }
+}
+
 impl DenyGlobs {
     /// Compile `globs`; the error names the bad glob.
     pub fn new(globs: &[String]) -> Result<Self, String> {
@@ -33,14 +46,15 @@ impl DenyGlobs {
         let mut paths = (GlobSetBuilder::new(), Vec::new());
         let mut abs = (GlobSetBuilder::new(), Vec::new());
         for g in globs {
-            let trimmed = g.trim_end_matches('/');
-            if trimmed.is_empty() {
+            let normal = normalize_glob(g);
+            let trimmed = normal.as_str();
+            if trimmed.is_empty() || trimmed == "/" {
                 return Err(format!("{g:?} would deny everything"));
             }
             let (set, text) = if trimmed.starts_with('/') {
                 (&mut abs, trimmed.to_string())
             } else {
-                let rel = trimmed.trim_start_matches("./").to_string();
+                let rel = trimmed.to_string();
                 if rel.split('/').any(|c| c == "..") {
                     return Err(format!("{g:?}: `..` is not allowed in a deny glob"));
                 }
@@ -151,6 +165,17 @@ mod tests {
         assert!(d.matching(root, Path::new("/ws/secrets/deep/file")).is_some());
         assert!(d.matching(root, Path::new("/ws/config/prod/db.toml")).is_some());
         assert!(d.matching(root, Path::new("/ws/config/dev/db.toml")).is_none());
+    }
+
+    #[test]
+    fn odd_spellings_mean_the_same() {
+        let d = globs(&[".//secrets", "config/./prod/", "/etc//ssh/./*_key"]);
+        let root = Path::new("/ws");
+        assert!(d.matching(root, Path::new("/ws/secrets/k")).is_some());
+        assert!(d.matching(root, Path::new("/ws/config/prod/db")).is_some());
+        assert!(d.matching(root, Path::new("/etc/ssh/ssh_host_ed25519_key")).is_some());
+        assert_eq!(normalize_glob("./a//b/./c/."), "a/b/c");
+        assert_eq!(normalize_glob("//x/"), "/x");
     }
 
     #[test]

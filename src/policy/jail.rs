@@ -52,16 +52,31 @@ impl PathJail {
                 .map_err(|e| PolicyError::invalid(format!("allow_paths[{i}]"), format!("{}: {e}", p.display())))?;
             allow.push(real);
         }
-        // Grants outside the workspace (`/tmp`, a cache directory); a grant
-        // that does not exist grants nothing here.
-        let grants = policy
-            .write
-            .iter()
-            .filter(|p| p.is_absolute())
-            .filter_map(|p| fs::canonicalize(p).ok())
-            .filter(|p| !p.starts_with(&root))
-            .collect();
-        let deny = DenyGlobs::new(&policy.deny_paths).map_err(|e| PolicyError::invalid("deny_paths", e))?;
+        // Grants outside the workspace (`/tmp`, a cache directory), read as
+        // the sandbox reads them: one spelled inside the workspace is the
+        // workspace's (writable anyway; the sandbox refuses it if a link
+        // leads out), one that contains the workspace or a system directory
+        // is refused there and grants nothing here, nor does a missing one.
+        let mut grants = Vec::new();
+        for g in policy.write.iter().filter(|p| p.is_absolute()) {
+            if g.strip_prefix(ws).is_ok() || g.starts_with(&root) {
+                continue;
+            }
+            let Ok(real) = fs::canonicalize(g) else { continue };
+            let system =
+                crate::sandbox::SYSTEM_ROOTS.iter().any(|r| real.starts_with(r) || Path::new(r).starts_with(&real));
+            if real.starts_with(&root) || root.starts_with(&real) || system {
+                continue;
+            }
+            grants.push(real);
+        }
+        let mut globs = Vec::new();
+        for (i, g) in policy.deny_paths.iter().enumerate() {
+            let g = super::normalize_glob(g);
+            check_glob_prefix(&root, &g).map_err(|why| PolicyError::invalid(format!("deny_paths[{i}]"), why))?;
+            globs.push(g);
+        }
+        let deny = DenyGlobs::new(&globs).map_err(|e| PolicyError::invalid("deny_paths", e))?;
         Ok(PathJail { root, allow, grants, deny })
     }
 
@@ -82,10 +97,17 @@ impl PathJail {
         if path.as_os_str().is_empty() {
             return Err(escape("an empty path".into()));
         }
-        let real = physical(base, path).map_err(|e| match e {
+        let (real, links) = physical(base, path).map_err(|e| match e {
             Walk::Escape(why) => escape(why),
             Walk::Io(source) => PolicyError::Resolve { path: path.to_path_buf(), source },
         })?;
+        // A link whose own name is denied (`.env.local -> config/dotenv`) is
+        // masked by the sandbox through its target: refuse it here too.
+        for l in &links {
+            if let Some(g) = self.deny.matching(&self.root, l) {
+                return Err(escape(format!("the link {} on the way matches the deny glob {g:?}", l.display())));
+            }
+        }
         self.judge(&real, access).map_err(escape)?;
         Ok(real)
     }
@@ -123,11 +145,11 @@ enum Walk {
 /// Resolve `path` against `base` as the kernel would, following links;
 /// components below the deepest existing one are appended as spelled (a
 /// `..` there is refused, since its meaning depends on what gets created).
-fn physical(base: &Path, path: &Path) -> Result<PathBuf, Walk> {
+fn physical(base: &Path, path: &Path) -> Result<(PathBuf, Vec<PathBuf>), Walk> {
     let mut cur = if path.is_absolute() { PathBuf::from("/") } else { base.to_path_buf() };
     let mut pending: VecDeque<OsString> = VecDeque::new();
     push_front(&mut pending, path);
-    let mut links = 0usize;
+    let mut links = Vec::new();
     let mut missing = false;
     while let Some(c) = pending.pop_front() {
         if c == ".." {
@@ -146,8 +168,8 @@ fn physical(base: &Path, path: &Path) -> Result<PathBuf, Walk> {
         }
         match fs::symlink_metadata(&cur) {
             Ok(m) if m.file_type().is_symlink() => {
-                links += 1;
-                if links > MAX_LINKS {
+                links.push(cur.clone());
+                if links.len() > MAX_LINKS {
                     return Err(Walk::Escape("too many levels of symbolic links".into()));
                 }
                 let target = fs::read_link(&cur).map_err(Walk::Io)?;
@@ -164,7 +186,40 @@ fn physical(base: &Path, path: &Path) -> Result<PathBuf, Walk> {
             Err(e) => return Err(Walk::Io(e)),
         }
     }
-    Ok(cur)
+    Ok((cur, links))
+}
+
+/// Refuse a deny glob whose literal directories go through a symbolic
+/// link (as the sandbox does): the paths it is matched against are real
+/// paths, so it would match nothing.
+fn check_glob_prefix(root: &Path, g: &str) -> Result<(), String> {
+    if !g.contains('/') {
+        return Ok(());
+    }
+    let full = if g.starts_with('/') { PathBuf::from(g) } else { root.join(g) };
+    let mut lit = PathBuf::new();
+    let mut literal = true;
+    for c in full.components() {
+        if c.as_os_str().to_string_lossy().contains(['*', '?', '[', '{']) {
+            literal = false;
+            break;
+        }
+        lit.push(c);
+    }
+    // A fully literal glob names the path itself (a link there is denied by
+    // its name); only the directories on the way matter.
+    let dirs = if literal { lit.parent().map(Path::to_path_buf).unwrap_or_default() } else { lit };
+    let mut cur = PathBuf::new();
+    for c in dirs.components() {
+        cur.push(c);
+        if fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(format!(
+                "{g:?}: {} is a symbolic link, so the glob would match nothing; spell it with the real path",
+                cur.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Put the components of `p` (not `.` or `/`) at the front of `q`.

@@ -29,7 +29,7 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-pub use deny::DenyGlobs;
+pub use deny::{normalize_glob, DenyGlobs};
 pub use jail::{Access, PathJail};
 pub use shell::{
     check_shell_command, quote_argv, quote_word, tokenize_command, CommandCtx, Decision, Plan, PlannedCommand,
@@ -215,7 +215,7 @@ pub struct ShellPolicy {
     #[serde(default)]
     pub inherit_env: Vec<String>,
     /// Variables set for every command (they win over inherited ones).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique_map")]
     pub env: BTreeMap<String, String>,
     /// Wall-clock cap per command: seconds, or `"120s"`, `"2m"`, `"500ms"`.
     #[serde(default = "default_timeout", with = "duration")]
@@ -473,10 +473,24 @@ pub struct CommandRule {
 pub type CommandPredicate = Arc<dyn Fn(&[String], &shell::CommandCtx<'_>) -> Decision + Send + Sync>;
 
 impl WorkspacePolicy {
-    /// Read a policy file: TOML, or JSON when the name ends in `.json`.
+    /// Read a policy file: TOML, or JSON when the name ends in `.json`. It
+    /// must be a regular file of at most 1 MiB (not a FIFO that never ends,
+    /// nor `/dev/zero`).
     pub fn from_file(path: &Path) -> Result<Self, PolicyError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| PolicyError::Read { path: path.to_path_buf(), source })?;
+        use std::io::Read;
+        let read_err = |source| PolicyError::Read { path: path.to_path_buf(), source };
+        let file = std::fs::File::open(path).map_err(read_err)?;
+        let meta = file.metadata().map_err(read_err)?;
+        if !meta.is_file() {
+            return Err(read_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file")));
+        }
+        let mut bytes = Vec::new();
+        file.take(MAX_POLICY_BYTES + 1).read_to_end(&mut bytes).map_err(read_err)?;
+        if bytes.len() as u64 > MAX_POLICY_BYTES {
+            return Err(read_err(std::io::Error::new(std::io::ErrorKind::InvalidData, "larger than 1 MiB")));
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|_| read_err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text")))?;
         let origin = path.display().to_string();
         if path.extension().is_some_and(|e| e == "json") {
             Self::parse_json(&text, &origin)
@@ -547,6 +561,9 @@ impl WorkspacePolicy {
         }
         if self.limits.pids == Some(0) {
             return Err(PolicyError::invalid("limits.pids", "0 would let nothing run"));
+        }
+        if self.limits.memory.is_some_and(|m| m < 1 << 20) {
+            return Err(PolicyError::invalid("limits.memory", "less than 1 MiB would let nothing run"));
         }
         if let Some(sh) = &self.shell {
             for (list, names) in [("allow", sh.allow.as_deref().unwrap_or_default()), ("deny", &sh.deny)] {
@@ -669,6 +686,9 @@ impl WorkspacePolicy {
     }
 }
 
+/// Largest policy file read.
+const MAX_POLICY_BYTES: u64 = 1 << 20;
+
 /// Shell start-up and loader variables: never passed to a command. A shell
 /// reads them before it reads the line the checker saw (`ENV`, `BASH_ENV`,
 /// exported functions), or they change what a checked line runs (`IFS`,
@@ -771,6 +791,29 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         other => return Err(format!("{s:?}: unknown unit {other:?}")),
     };
     n.checked_mul(1u64 << shift).ok_or_else(|| format!("{s:?} is out of range"))
+}
+
+/// A map whose keys must be unique (JSON allows a key twice; the second
+/// would silently win).
+fn unique_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = BTreeMap<String, String>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a table of NAME = \"value\"")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((k, v)) = map.next_entry::<String, String>()? {
+                if out.contains_key(&k) {
+                    return Err(de::Error::custom(format!("{k} is given twice")));
+                }
+                out.insert(k, v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(V)
 }
 
 /// A number, or a string parsed by `parse`.
@@ -921,6 +964,13 @@ max_output_bytes = 1048576
         assert!(e.contains("limits.memory"), "{e}");
         let e = err("[[shell.allow_command]]\nreason = \"x\"\n");
         assert!(e.contains("shell.allow_command[0]"), "{e}");
+        let e = err("[limits]\nmemory = 0\n");
+        assert!(e.contains("limits.memory"), "{e}");
+        let dup = WorkspacePolicy::from_json(r#"{"shell":{"env":{"A":"1","A":"2"}}}"#);
+        assert!(dup.is_err_and(|e| e.to_string().contains("twice")));
+        for bad in ["/dev/zero", "/", "/nonexistent/policy.toml"] {
+            assert!(WorkspacePolicy::from_file(Path::new(bad)).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -255,7 +255,14 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         .into_iter()
         .chain(grants.iter().filter(|g| g.as_path() != Path::new("/tmp")).cloned())
         .collect();
-    let protected = protected_paths(req, &ws, &writable_areas)?;
+    // The host's /tmp, when granted, is writable too: a policy file or a
+    // protected path there needs its carve-out as much as one in a grant.
+    let protect_areas: Vec<PathBuf> = writable_areas
+        .iter()
+        .cloned()
+        .chain(grants.iter().filter(|g| g.as_path() == Path::new("/tmp")).cloned())
+        .collect();
+    let protected = protected_paths(req, &ws, &protect_areas)?;
     // Files git would read config or hooks from that do not exist yet (so
     // nothing can be mounted over them): each git dir's redirections, the
     // configured hooksPath and include targets, and a HEAD at the workspace
@@ -274,8 +281,10 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     }
     git_guard.retain(|f| fs::symlink_metadata(f).is_err() && writable_areas.iter().any(|a| f.starts_with(a)));
     // Masks: the deny list.
-    let mut masked = deny_paths(&req.deny, &ws)?;
-    masked.extend(deny_paths_absolute(&req.deny)?);
+    // `a//b`, `a/./b` and `./a/` name what `a/b` and `a` name.
+    let deny: Vec<String> = req.deny.iter().map(|g| crate::policy::normalize_glob(g)).collect();
+    let mut masked = deny_paths(&deny, &ws)?;
+    masked.extend(deny_paths_absolute(&deny)?);
     // Only what the sandbox can see needs (and can get) a mask; and a mask
     // inside a masked directory is already hidden (its mount point would be
     // gone).
@@ -497,6 +506,26 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
     }
     let mut wanted: Vec<PathBuf> = DEFAULT_PROTECTED.iter().map(|p| ws.join(p)).collect();
     if let Some(pf) = &req.policy_file {
+        // Its target is protected below; a symbolic link on the way to it
+        // inside a writable area could be replaced instead, and the next
+        // run would read the command's own policy.
+        let spelled = lexical(&std::path::absolute(pf).unwrap_or_else(|_| pf.clone()));
+        let mut cur = PathBuf::new();
+        for c in spelled.components() {
+            cur.push(c);
+            let link = fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink());
+            let parent_writable = cur
+                .parent()
+                .is_some_and(|p| writable_areas.iter().any(|a| fs::canonicalize(p).is_ok_and(|r| r.starts_with(a))));
+            if link && parent_writable {
+                return Err(SandboxError::BadRequest(format!(
+                    "the policy file {} is reached through the symbolic link {} in a writable area, which the \
+                     command could replace; name the policy's real path",
+                    pf.display(),
+                    cur.display()
+                )));
+            }
+        }
         wanted.push(pf.clone());
     }
     // What git reads code or configuration from, besides hooks and config:

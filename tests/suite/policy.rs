@@ -169,6 +169,43 @@ mod jail {
     }
 
     #[test]
+    fn deny_globs_see_link_names_and_grants_follow_the_sandbox() {
+        let f = Fixture::new();
+        let b = f.base.path();
+        // A link whose name is denied is refused, as the sandbox masks it.
+        mk(symlink("src/main.rs", f.ws().join(".env.local")));
+        assert!(f.escape(".env.local", Access::Read).contains(".env*"));
+        // A grant spelled inside the workspace through a link that leads out
+        // grants nothing outside (the sandbox refuses it).
+        mk(symlink(b.join("ws-evil"), f.ws().join("cache")));
+        let p = WorkspacePolicy {
+            workspace: Some(f.ws()),
+            write: vec![f.ws().join("cache"), b.join("ws/../ws-evil"), b.to_path_buf()],
+            ..WorkspacePolicy::default()
+        };
+        let jail = match p.jail() {
+            Ok(j) => j,
+            Err(e) => panic!("{e}"),
+        };
+        for target in [b.join("ws-evil/loot"), f.ws().join("cache/loot")] {
+            assert!(
+                matches!(jail.resolve(&target, Access::Write), Err(PolicyError::PathEscape { .. })),
+                "{} must not be writable",
+                target.display()
+            );
+        }
+        // A deny glob whose directories go through a link would match
+        // nothing: the policy is refused, naming it.
+        mk(symlink("src", f.ws().join("srclink")));
+        let p = WorkspacePolicy {
+            workspace: Some(f.ws()),
+            deny_paths: vec!["srclink/*.rs".into()],
+            ..WorkspacePolicy::default()
+        };
+        assert!(p.jail().is_err_and(|e| e.to_string().contains("deny_paths[0]")));
+    }
+
+    #[test]
     fn non_utf8_names_are_handled_as_bytes() {
         let f = Fixture::new();
         let name = OsStr::from_bytes(b"caf\xe9-\xff.txt");

@@ -1121,3 +1121,57 @@ fn r0038_null_stdin_is_the_null_device_and_other_devices_still_go_through_a_pipe
     let zero = std::fs::File::open("/dev/zero").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(run(zero), "False 0 0 True\nb'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00'\n");
 }
+
+/// Regression (review): a policy file reached through a symbolic link in a
+/// writable workspace had only its target protected; the command replaced
+/// the link and the next run read the command's own policy.
+#[test]
+fn r0039_a_policy_reached_through_a_link_in_a_writable_area_is_refused() {
+    let ws = Ws::new();
+    ws.write("conf/real.toml", "[shell]\n");
+    std::os::unix::fs::symlink("conf/real.toml", ws.join("policy.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    req.policy_file = Some(ws.join("policy.toml"));
+    match run(&req) {
+        Err(SandboxError::BadRequest(m)) => assert!(m.contains("symbolic link"), "{m}"),
+        other => panic!("a policy behind a replaceable link must be refused, got {other:?}"),
+    }
+    // Control: its real path is protected, and the link itself stays put in
+    // a read-only run.
+    let mut req = ws.req(&["sh", "-c", "echo x >> conf/real.toml; echo rc=$?"]);
+    req.writable = true;
+    req.policy_file = Some(ws.join("conf/real.toml"));
+    let r = run_ok(&req);
+    assert!(!stdout(&r).contains("rc=0") && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    let mut req = ws.req(&["true"]);
+    req.policy_file = Some(ws.join("policy.toml"));
+    assert_eq!(run_ok(&req).exit_code, Some(0), "read-only: nothing can replace the link");
+    assert_eq!(ws.read("conf/real.toml"), "[shell]\n");
+}
+
+/// Regression (review): with the host's /tmp granted, a policy file there
+/// was not protected (the /tmp grant was left out of the writable areas).
+#[test]
+fn r0040_a_policy_in_a_granted_host_tmp_stays_read_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Ws::new();
+    let dir = tempfile::Builder::new().prefix("pc-r0040-").tempdir_in("/tmp").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap_or_else(|e| panic!("{e}"));
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[shell]\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o666)).unwrap_or_else(|e| panic!("{e}"));
+    let line = format!("echo evil >> {} ; echo rc=$?", policy.display());
+    // Control: without naming it as the policy, the grant lets the write in.
+    let mut req = ws.req(&["sh", "-c", &line]);
+    req.write.push(PathBuf::from("/tmp"));
+    let r = run_ok(&req);
+    assert!(stdout(&r).contains("rc=0"), "{}", stderr(&r));
+    std::fs::write(&policy, "[shell]\n").unwrap_or_else(|e| panic!("{e}"));
+    let mut req = ws.req(&["sh", "-c", &line]);
+    req.write.push(PathBuf::from("/tmp"));
+    req.policy_file = Some(policy.clone());
+    let r = run_ok(&req);
+    assert!(!stdout(&r).contains("rc=0") && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    assert_eq!(std::fs::read_to_string(&policy).unwrap_or_default(), "[shell]\n");
+}
