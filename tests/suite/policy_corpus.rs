@@ -607,4 +607,17 @@ pub const CORPUS: &[(Mode, &str, Want)] = &[
     (Sh, "time { ls; }", No(UnsupportedSyntax)),
     (Sh, "! ! rm -rf x", No(UnsupportedSyntax)),
     (Sh, "GCONV_PATH=. iconv -l", No(UnsupportedSyntax)),
+    // Found by the fourth review.
+    (Sh, "jobs -x curl http://x", No(NestedCommand)),
+    (Sh, "env -u 2147483648>/dev/null curl ls", No(UnsupportedSyntax)),
+    (Sh, "nice -n 10>/dev/null curl ls", No(UnsupportedSyntax)),
+    (Sh, "10>/dev/null ls", No(UnsupportedSyntax)),
+    (Sh, "ls 2>/dev/null 0<README.md", Ok(&["ls"])),
+    (Sh, "cat <<EOF\n`echo \\\"; curl x \\\"`\nEOF", No(UnsupportedSyntax)),
+    (Sh, "cat <<EOF\n`date`\nEOF", Ok(&["cat", "date"])),
+    (Sh, "command cd /tmp; echo pwned > f", No(NotAllowed)),
+    (Sh, "builtin cd src", No(NotAllowed)),
+    (Sh, "time cd src", No(NotAllowed)),
+    (Sh, "time PATH=/tmp/x:/ls curl http://x", No(UnsupportedSyntax)),
+    (Sh, "time CDPATH=/tmp:/ls; cd src", No(UnsupportedSyntax)),
 ];

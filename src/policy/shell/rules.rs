@@ -107,6 +107,7 @@ const RUNNERS: &[&str] = &[
     "xvfb-run",
     "dbus-launch",
     "rlwrap",
+    "jobs",
 ];
 
 /// `sh` builtins the checker refuses: they change how later words of the
@@ -334,6 +335,16 @@ impl<'p> Rules<'p> {
 
         if ctx.sh {
             self.sh_builtin(&lower, args)?;
+        }
+        // A `cd` the checker follows is one at the start of a command; run
+        // by a wrapper (`command cd`, `builtin cd`, bash's `time cd`) it
+        // would move the shell unseen.
+        if !via.is_empty() && matches!(lower.as_str(), "cd" | "pushd" | "popd" | "chdir") {
+            return Err(self.refusal(
+                RefusalReason::UnsupportedSyntax,
+                args,
+                format!("`{lower}` run by `{}`: write the `cd` on its own", via.join(" ")),
+            ));
         }
         if RUNNERS.contains(&lower.as_str()) && self.in_force && !named {
             return Err(self.nested(args, base));
@@ -723,12 +734,18 @@ fn wrapped(lower: &str, args: &[Arg], sh: bool) -> Result<Wrapped, String> {
             Err("in sh mode `time` takes only `-p` (bash's `time` keyword knows no other option)".into())
         }
         // bash's `time` is followed by a pipeline, in which `!`, `[[`,
-        // `coproc`, `{` … keep their meaning as reserved words.
-        "time" if sh && args.get(if at(1) == Some("-p") { 2 } else { 1 }).is_some_and(|a| {
-            super::sh::RESERVED.contains(&a.text.as_str()) || a.text == "time"
-        }) =>
+        // `coproc`, `{` … keep their meaning as reserved words, and a
+        // `NAME=value` word is an assignment.
+        "time"
+            if sh
+                && args.get(if at(1) == Some("-p") { 2 } else { 1 }).is_some_and(|a| {
+                    super::sh::RESERVED.contains(&a.text.as_str())
+                        || a.text == "time"
+                        || a.text.split_once('=').is_some_and(|(n, _)| is_name(n.trim_end_matches('+')))
+                }) =>
         {
-            Err("in sh mode `time` must be followed by a simple command (bash reads `!`, `[[`, `{` … after it as syntax)"
+            Err("in sh mode `time` must be followed by a plain command (bash reads `!`, `[[`, `{`, `NAME=value` … \
+                 after it as syntax)"
                 .into())
         }
         // dash's `exec` takes no options: it would run `-a` as the command.

@@ -118,6 +118,14 @@ pub fn parse(line: &str) -> Result<Vec<Event>, Refusal> {
     Ok(p.events)
 }
 
+/// Where a backquoted substitution stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Quoting {
+    None,
+    Double,
+    HereDoc,
+}
+
 struct PendingHeredoc {
     delim: String,
     strip_tabs: bool,
@@ -429,10 +437,17 @@ impl<'a> Parser<'a> {
             return Ok(false);
         };
         // `{name}>` allocates an fd in bash and is a word in dash.
-        let fd = if i > start {
-            Some(self.src[start..i].parse::<u32>().map_err(|_| self.unsupported("an fd number out of range"))?)
-        } else {
-            None
+        // One digit only: dash reads `10>` as the word `10` and `>`, bash
+        // and busybox read a number past 2^31 so too.
+        let fd = match &self.s[start..i] {
+            [] => None,
+            [d] => Some(u32::from(d - b'0')),
+            _ => {
+                return Err(self.unsupported(format!(
+                    "`{}>`: an fd number of more than one digit is read as a word by some shells",
+                    &self.src[start..i]
+                )))
+            }
         };
         self.pos = i + 1;
         let next = self.peek();
@@ -542,7 +557,7 @@ impl<'a> Parser<'a> {
                 }
                 Some(b'`') => {
                     self.pos += 1;
-                    self.backtick(&mut scratch, true)?;
+                    self.backtick(&mut scratch, Quoting::HereDoc)?;
                 }
                 _ => self.pos += 1,
             }
@@ -608,7 +623,7 @@ impl<'a> Parser<'a> {
                     name_prefix = false;
                     let at = self.pos;
                     self.pos += 1;
-                    self.backtick(&mut w, false)?;
+                    self.backtick(&mut w, Quoting::None)?;
                     text.extend_from_slice(&self.s[at..self.pos]);
                 }
                 b'=' if name_prefix && w.assign.is_none() && self.pos > start => {
@@ -702,7 +717,7 @@ impl<'a> Parser<'a> {
                 Some(b'`') if !delimiter => {
                     let at = self.pos;
                     self.pos += 1;
-                    self.backtick(w, true)?;
+                    self.backtick(w, Quoting::Double)?;
                     text.extend_from_slice(&self.s[at..self.pos]);
                 }
                 Some(c) => {
@@ -768,7 +783,7 @@ impl<'a> Parser<'a> {
 
     /// After an opening backquote: find its end, undo its escapes and parse
     /// the inside as a line of its own.
-    fn backtick(&mut self, w: &mut Word, in_quotes: bool) -> Result<(), Refusal> {
+    fn backtick(&mut self, w: &mut Word, quoting: Quoting) -> Result<(), Refusal> {
         let mut inner: Vec<u8> = Vec::new();
         loop {
             match self.peek() {
@@ -783,7 +798,15 @@ impl<'a> Parser<'a> {
                         inner.push(n);
                         self.pos += 2;
                     }
-                    Some(b'"') if in_quotes => {
+                    // In a here-document body dash unescapes `\"` and bash
+                    // keeps it: refuse rather than guess.
+                    Some(b'"') if quoting == Quoting::HereDoc => {
+                        return Err(self.unsupported(
+                            "`\\\"` inside backquotes in a here-document is read differently by dash and bash: \
+                             use $( ) instead",
+                        ))
+                    }
+                    Some(b'"') if quoting == Quoting::Double => {
                         inner.push(b'"');
                         self.pos += 2;
                     }

@@ -126,3 +126,14 @@ fn a_line_too_long_or_with_nul_is_refused_not_parsed() {
     let deep = format!("{}x{}", "$(".repeat(10_000), ")".repeat(10_000));
     assert_eq!(reason(&p, &format!("echo {deep}")), Some(RefusalReason::UnsupportedSyntax));
 }
+
+#[test]
+fn cd_through_a_wrapper_and_jobs_x_are_refused_under_a_deny_only_policy() {
+    let p = policy(ShellPolicy { interpreter: Interpreter::Sh, deny: vec!["curl".into()], ..ShellPolicy::default() });
+    for line in ["command cd /tmp; echo x > f", "builtin cd src", "time cd src", "nice cd src"] {
+        assert_eq!(reason(&p, line), Some(RefusalReason::UnsupportedSyntax), "{line}");
+    }
+    assert_eq!(reason(&p, "jobs -x curl x"), Some(RefusalReason::NestedCommand));
+    assert_eq!(reason(&p, "time PATH=/tmp/x curl"), Some(RefusalReason::UnsupportedSyntax));
+    assert!(verdict(&p, "time -p ls").plan().is_some());
+}
