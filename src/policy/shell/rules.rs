@@ -489,6 +489,22 @@ impl<'p> Rules<'p> {
             "printf" if args.get(1).is_some_and(|a| a.dynamic || a.text.starts_with("-v")) => {
                 return Err(unsupported("`printf -v` assigns a variable (bash-only); print the value instead".into()));
             }
+            // bash's `printf %n NAME` assigns NAME: the format may not hold a
+            // `%n`, nor be decided at run time.
+            "printf" => {
+                let format = if rest.first().is_some_and(|a| a.text == "--") { rest.get(1) } else { rest.first() };
+                if let Some(f) = format {
+                    if f.dynamic || printf_assigns(&f.text) {
+                        return Err(unsupported(
+                            "a `printf` format with `%n` (or decided at run time) assigns a variable in bash".into(),
+                        ));
+                    }
+                }
+            }
+            // dash's `getopts -- NAME` takes `--` as the option string.
+            "getopts" if rest.first().is_some_and(|a| a.dynamic || a.text.starts_with('-')) => {
+                return Err(unsupported("`getopts`: the option string may not start with `-`".into()));
+            }
             // `set` options that change how later words are read: only a
             // known list passes.
             "set" => set_options(rest).map_err(unsupported)?,
@@ -592,6 +608,19 @@ pub(super) fn check_assignment(name: &str, src: &str) -> Result<(), Refusal> {
         "assigning `PATH` changes which programs the checked names run; set PATH in the policy \
          (shell.env or shell.inherit_env) instead"
             .to_string()
+    } else if matches!(
+        name,
+        "OPTIND"
+            | "RANDOM"
+            | "SRANDOM"
+            | "HISTCMD"
+            | "SECONDS"
+            | "BASHPID"
+            | "LINENO"
+            | "EPOCHSECONDS"
+            | "EPOCHREALTIME"
+    ) {
+        format!("bash evaluates an assignment to `{name}` as arithmetic (where `a[$(cmd)]` runs cmd), so a line may not assign it")
     } else if is_startup_var(name) {
         format!("`{name}` changes how a shell or the loader reads what follows, so a line may not assign it")
     } else {
@@ -787,7 +816,11 @@ fn wrapped(lower: &str, args: &[Arg], sh: bool) -> Result<Wrapped, String> {
         }
         // bash's `time` keyword takes only `-p`; GNU time's options would be
         // run as a command there.
-        "time" if sh && at(1).is_some_and(|a| a.starts_with('-') && a != "-p") => {
+        "time"
+            if sh
+                && (at(1).is_some_and(|a| a.starts_with('-') && a != "-p")
+                    || (at(1) == Some("-p") && at(2).is_some_and(|a| a.starts_with('-')))) =>
+        {
             Err("in sh mode `time` takes only `-p` (bash's `time` keyword knows no other option)".into())
         }
         // bash's `time` is followed by a pipeline, in which `!`, `[[`,
@@ -877,6 +910,31 @@ fn wrapped(lower: &str, args: &[Arg], sh: bool) -> Result<Wrapped, String> {
         }
         _ => Ok(Wrapped::Not),
     }
+}
+
+/// Whether a printf format holds a `%n` conversion (flags, width and
+/// precision allowed between, `%%` skipped).
+fn printf_assigns(format: &str) -> bool {
+    let b = format.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            i += 1;
+            if b.get(i) == Some(&b'%') {
+                i += 1;
+                continue;
+            }
+            while b.get(i).is_some_and(|c| b"#-+ 0'123456789.*".contains(c)) {
+                i += 1;
+            }
+            if b.get(i) == Some(&b'n') {
+                return true;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    false
 }
 
 fn is_digits(s: &str) -> bool {

@@ -137,3 +137,11 @@ fn cd_through_a_wrapper_and_jobs_x_are_refused_under_a_deny_only_policy() {
     assert_eq!(reason(&p, "time PATH=/tmp/x curl"), Some(RefusalReason::UnsupportedSyntax));
     assert!(verdict(&p, "time -p ls").plan().is_some());
 }
+
+#[test]
+fn getopts_option_strings_may_not_start_with_a_dash() {
+    let p = policy(ShellPolicy { interpreter: Interpreter::Sh, deny: vec!["curl".into()], ..ShellPolicy::default() });
+    assert_eq!(reason(&p, "getopts -- CDPATH; cd src"), Some(RefusalReason::UnsupportedSyntax));
+    assert_eq!(reason(&p, "getopts ab: PATH"), Some(RefusalReason::UnsupportedSyntax));
+    assert!(verdict(&p, "getopts ab: opt").plan().is_some());
+}
