@@ -262,6 +262,19 @@ fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<Plan>), Stop> {
     if let Some(DegradedArg::LandlockOnly) = a.degraded {
         req.degraded = Some(portcullis::sandbox::Mode::LandlockOnly);
     }
+    // /bin/sh reads an sh-mode line in its locale's character set: only C,
+    // POSIX or UTF-8 ones read it as the checker did.
+    if checked.as_ref().is_some_and(|p| p.interpreter == Interpreter::Sh) {
+        let set = req.env.iter().map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()));
+        let inherited = req.inherit_env.iter().filter_map(|n| {
+            std::env::var_os(n).map(|v| (n.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
+        });
+        for (k, v) in set.chain(inherited) {
+            if matches!(k.as_str(), "LC_ALL" | "LC_CTYPE" | "LANG") && !portcullis::policy::is_safe_locale(&v) {
+                return Err(bad(format!("{k}={v}: sh mode needs a C, POSIX or UTF-8 locale (the line is read in it)")));
+            }
+        }
+    }
     Ok((req, checked))
 }
 

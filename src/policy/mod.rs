@@ -672,6 +672,21 @@ impl WorkspacePolicy {
             }
         }
         if let Some(sh) = &self.shell {
+            if plan.interpreter == Interpreter::Sh {
+                // /bin/sh reads the line in its locale's character set.
+                for name in ["LC_ALL", "LC_CTYPE", "LANG"] {
+                    let inherited =
+                        sh.inherit_env.iter().any(|n| n == name).then(|| std::env::var(name).unwrap_or_default());
+                    for v in sh.env.get(name).cloned().into_iter().chain(inherited) {
+                        if !is_safe_locale(&v) {
+                            return Err(PolicyError::invalid(
+                                format!("shell.env/inherit_env {name}"),
+                                format!("{v:?}: sh mode needs a C, POSIX or UTF-8 locale (the line is read in it)"),
+                            ));
+                        }
+                    }
+                }
+            }
             req.inherit_env = sh.inherit_env.iter().filter(|n| !is_startup_var(n)).map(OsString::from).collect();
             req.env = sh
                 .env
@@ -725,6 +740,13 @@ pub fn is_startup_var(name: &str) -> bool {
         "EPOCHREALTIME",
     ];
     NAMES.contains(&name) || name.starts_with("BASH_FUNC_") || name.starts_with("LD_")
+}
+
+/// A locale whose character set a shell reads as the checker does: C,
+/// POSIX, or UTF-8 (every byte of a multibyte character is >= 0x80).
+pub fn is_safe_locale(v: &str) -> bool {
+    let lower = v.to_ascii_lowercase();
+    matches!(lower.as_str(), "" | "c" | "posix") || lower.ends_with(".utf-8") || lower.ends_with(".utf8")
 }
 
 fn check_env_name(n: &str) -> Result<(), String> {

@@ -629,4 +629,10 @@ pub const CORPUS: &[(Mode, &str, Want)] = &[
     (Sh, "printf '100%% done\\n'", Ok(&["printf"])),
     (Sh, "printf \"$FMT\" x", No(UnsupportedSyntax)),
     (Sh, "time -p -v ls", No(UnsupportedSyntax)),
+    // The shell's own locale: only C, POSIX or UTF-8.
+    (Sh, "LC_ALL=zh_CN.GBK; echo x", No(UnsupportedSyntax)),
+    (Sh, "export LANG=ja_JP.SJIS", No(UnsupportedSyntax)),
+    (Sh, "read -r LC_CTYPE < README.md", No(UnsupportedSyntax)),
+    (Sh, "LC_ALL=C sort README.md", Ok(&["sort"])),
+    (Sh, "export LANG=C.UTF-8; ls", Ok(&["export", "ls"])),
 ];

@@ -364,8 +364,9 @@ impl<'p> ShellChecker<'p> {
         cwds: &[Cwd],
     ) -> Result<(Option<PlannedCommand>, Vec<Cwd>), Refusal> {
         let src = cmd.source.as_str();
-        for (name, _) in &cmd.assigns {
+        for (name, value) in &cmd.assigns {
             rules::check_assignment(name, src)?;
+            rules::check_locale(name, value.is_literal().then_some(value.text.as_str()), src)?;
         }
         let mut redirects = Vec::new();
         for r in &cmd.redirs {

@@ -559,10 +559,37 @@ impl<'p> Rules<'p> {
             }
             if is_name(name) {
                 check_assignment(name, &shown(args))?;
+                let value = (lower == "export" || lower == "readonly")
+                    .then(|| a.text.split_once('=').map(|(_, v)| v))
+                    .flatten();
+                if value.is_some() || !matches!(lower, "export" | "readonly" | "unset") {
+                    check_locale(name, value, &shown(args))?;
+                }
             }
         }
         Ok(())
     }
+}
+
+/// Whether `name` sets the shell's own character set.
+fn is_locale_var(name: &str) -> bool {
+    matches!(name, "LC_ALL" | "LC_CTYPE" | "LANG")
+}
+
+/// A shell reads the rest of the line in the character set of its locale:
+/// in a legacy multibyte one (GBK, Big5, Shift JIS) a byte the checker
+/// reads as `\` or `` ` `` can be part of a character. A line may set the
+/// shell's locale only to C, POSIX or a UTF-8 one (`value` None: decided
+/// at run time, e.g. by `read`).
+pub(super) fn check_locale(name: &str, value: Option<&str>, src: &str) -> Result<(), Refusal> {
+    if !is_locale_var(name) || value.is_some_and(crate::policy::is_safe_locale) {
+        return Ok(());
+    }
+    Err(Refusal {
+        reason: RefusalReason::UnsupportedSyntax,
+        command: src.to_string(),
+        message: format!("`{name}` may be set only to C, POSIX or a UTF-8 locale, written literally"),
+    })
 }
 
 /// The `set` options a line may use: they change error handling and
