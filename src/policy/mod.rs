@@ -738,8 +738,11 @@ pub fn is_startup_var(name: &str) -> bool {
         "LINENO",
         "EPOCHSECONDS",
         "EPOCHREALTIME",
+        "DIRSTACK",
     ];
-    NAMES.contains(&name) || name.starts_with("BASH_FUNC_") || name.starts_with("LD_")
+    // Every `BASH*` variable is bash's own (BASH_ENV, BASH_FUNC_*, BASH_CMDS
+    // and BASH_ALIASES, which fill the command hash and the aliases, …).
+    NAMES.contains(&name) || name.starts_with("BASH") || name.starts_with("LD_")
 }
 
 /// A locale whose character set a shell reads as the checker does: C,

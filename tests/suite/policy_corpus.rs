@@ -635,4 +635,12 @@ pub const CORPUS: &[(Mode, &str, Want)] = &[
     (Sh, "read -r LC_CTYPE < README.md", No(UnsupportedSyntax)),
     (Sh, "LC_ALL=C sort README.md", Ok(&["sort"])),
     (Sh, "export LANG=C.UTF-8; ls", Ok(&["export", "ls"])),
+    // Found by the sixth review.
+    (Sh, "cat < a+=~/x", No(UnsupportedSyntax)),
+    (Sh, "cd a+=x:~", No(UnsupportedSyntax)),
+    (Sh, "command a+=~ -rf src", No(UnsupportedSyntax)),
+    (Sh, "echo a:~", Ok(&["echo"])),
+    (Sh, "BASH_CMDS=/tmp/rm; ls", No(UnsupportedSyntax)),
+    (Sh, "read -r BASH_ALIASES < README.md", No(UnsupportedSyntax)),
+    (Sh, "export BASH_ARGV0=x", No(UnsupportedSyntax)),
 ];

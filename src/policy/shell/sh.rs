@@ -642,7 +642,14 @@ impl<'a> Parser<'a> {
                         b'*' | b'?' => w.pattern = true,
                         b'[' => open_bracket = true,
                         b']' if open_bracket => w.pattern = true,
-                        b'~' if self.pos == start => w.pattern = true,
+                        // bash expands `~` at the start of a word and, in any
+                        // word shaped like an assignment (`a=~`, `a+=~`,
+                        // `x=a:~`), after `=` and `:`.
+                        b'~' if self.pos == start
+                            || (self.pos > start && matches!(self.s[self.pos - 1], b'=' | b':')) =>
+                        {
+                            w.pattern = true
+                        }
                         b'{' => braces.push(self.pos),
                         b'}' => {
                             if let Some(o) = braces.pop() {
