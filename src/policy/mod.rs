@@ -748,8 +748,10 @@ pub fn is_startup_var(name: &str) -> bool {
 /// A locale whose character set a shell reads as the checker does: C,
 /// POSIX, or UTF-8 (every byte of a multibyte character is >= 0x80).
 pub fn is_safe_locale(v: &str) -> bool {
+    // A `/` would make glibc load locale files from a path of the line's choosing.
     let lower = v.to_ascii_lowercase();
-    matches!(lower.as_str(), "" | "c" | "posix") || lower.ends_with(".utf-8") || lower.ends_with(".utf8")
+    !lower.contains('/')
+        && (matches!(lower.as_str(), "" | "c" | "posix") || lower.ends_with(".utf-8") || lower.ends_with(".utf8"))
 }
 
 fn check_env_name(n: &str) -> Result<(), String> {

@@ -262,6 +262,27 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         .cloned()
         .chain(grants.iter().filter(|g| g.as_path() == Path::new("/tmp")).cloned())
         .collect();
+    // A path the next run will follow again (the workspace, a readable root,
+    // a grant, the working directory, a protected path, the policy file)
+    // must not go through a symbolic link this run could replace: one that
+    // sits in a writable area.
+    let named = std::iter::once((&req.workspace, "workspace"))
+        .chain(req.read.iter().map(|p| (p, "readable root")))
+        .chain(req.write.iter().filter(|p| p.is_absolute()).map(|p| (p, "write grant")))
+        .chain(req.cwd.iter().map(|p| (p, "working directory")))
+        .chain(req.protect.iter().map(|p| (p, "protected path")))
+        .chain(req.policy_file.iter().map(|p| (p, "policy file")));
+    for (p, what) in named {
+        let abs = if p.is_absolute() { p.clone() } else { ws.join(p) };
+        if let Some(link) = replaceable_link(&abs, &protect_areas) {
+            return Err(SandboxError::BadRequest(format!(
+                "the {what} {} is reached through the symbolic link {} in a writable area, which the command \
+                 could replace; name the real path",
+                p.display(),
+                link.display()
+            )));
+        }
+    }
     let protected = protected_paths(req, &ws, &protect_areas)?;
     // Files git would read config or hooks from that do not exist yet (so
     // nothing can be mounted over them): each git dir's redirections, the
@@ -304,7 +325,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // the next run would find the file unprotected under its new name.
     let pin_for: Vec<PathBuf> = protected.iter().chain(masked.iter()).cloned().collect();
     let pinned: Vec<PathBuf> =
-        pinned_ancestors(&pin_for, &writable_areas).into_iter().filter(|p| !masked.contains(p)).collect();
+        pinned_ancestors(&pin_for, &protect_areas).into_iter().filter(|p| !masked.contains(p)).collect();
     let mut mounts = base;
     let mut carve: Vec<MountOp> = protected
         .iter()
@@ -506,26 +527,6 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
     }
     let mut wanted: Vec<PathBuf> = DEFAULT_PROTECTED.iter().map(|p| ws.join(p)).collect();
     if let Some(pf) = &req.policy_file {
-        // Its target is protected below; a symbolic link on the way to it
-        // inside a writable area could be replaced instead, and the next
-        // run would read the command's own policy.
-        let spelled = lexical(&std::path::absolute(pf).unwrap_or_else(|_| pf.clone()));
-        let mut cur = PathBuf::new();
-        for c in spelled.components() {
-            cur.push(c);
-            let link = fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink());
-            let parent_writable = cur
-                .parent()
-                .is_some_and(|p| writable_areas.iter().any(|a| fs::canonicalize(p).is_ok_and(|r| r.starts_with(a))));
-            if link && parent_writable {
-                return Err(SandboxError::BadRequest(format!(
-                    "the policy file {} is reached through the symbolic link {} in a writable area, which the \
-                     command could replace; name the policy's real path",
-                    pf.display(),
-                    cur.display()
-                )));
-            }
-        }
         wanted.push(pf.clone());
     }
     // What git reads code or configuration from, besides hooks and config:
@@ -572,6 +573,55 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
         }
     }
     Ok(out.into_iter().collect())
+}
+
+/// The first symbolic link met while resolving `path` (as the kernel does,
+/// `..` after a link included) that lies in one of `areas`: a command
+/// allowed to write there could point it elsewhere before the next run.
+fn replaceable_link(path: &Path, areas: &[PathBuf]) -> Option<PathBuf> {
+    if areas.is_empty() {
+        return None;
+    }
+    let mut cur = PathBuf::from("/");
+    let mut pending: std::collections::VecDeque<std::ffi::OsString> =
+        path.components().filter_map(component_name).collect();
+    let mut hops = 0;
+    while let Some(c) = pending.pop_front() {
+        if c == ".." {
+            cur.pop();
+            continue;
+        }
+        let next = cur.join(&c);
+        match fs::symlink_metadata(&next) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if areas.iter().any(|a| cur.starts_with(a)) {
+                    return Some(next);
+                }
+                hops += 1;
+                let target = fs::read_link(&next).ok()?;
+                if hops > 40 {
+                    return None;
+                }
+                if target.is_absolute() {
+                    cur = PathBuf::from("/");
+                }
+                for t in target.components().rev().filter_map(component_name) {
+                    pending.push_front(t);
+                }
+            }
+            Ok(_) => cur = next,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+fn component_name(c: std::path::Component<'_>) -> Option<std::ffi::OsString> {
+    match c {
+        std::path::Component::Normal(n) => Some(n.to_os_string()),
+        std::path::Component::ParentDir => Some("..".into()),
+        _ => None,
+    }
 }
 
 /// `p` with `.` dropped and `..` applied, without touching the filesystem.

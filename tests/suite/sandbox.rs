@@ -1175,3 +1175,81 @@ fn r0040_a_policy_in_a_granted_host_tmp_stays_read_only() {
     assert!(!stdout(&r).contains("rc=0") && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
     assert_eq!(std::fs::read_to_string(&policy).unwrap_or_default(), "[shell]\n");
 }
+
+/// Regression (review): a workspace, readable root or grant reached through
+/// a symbolic link that sits in a write grant could be re-pointed by a
+/// writable run, and the next run would mount another tree. Such a run is
+/// refused; the same paths spelled without the link work.
+#[test]
+fn r0041_paths_through_a_link_in_a_write_grant_are_refused() {
+    let base = tempfile::Builder::new().prefix("pc-r0041-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+    let b = base.path();
+    for d in ["ws/src", "agents", "tools/bin"] {
+        std::fs::create_dir_all(b.join(d)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    std::os::unix::fs::symlink(b.join("ws"), b.join("agents/current")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(b.join("tools/bin"), b.join("agents/bin")).unwrap_or_else(|e| panic!("{e}"));
+    let mut req = ExecRequest::new(b.join("agents/current"), ["true"]);
+    req.write.push(b.join("agents"));
+    match run(&req) {
+        Err(SandboxError::BadRequest(m)) => assert!(m.contains("workspace") && m.contains("symbolic link"), "{m}"),
+        other => panic!("a workspace behind a replaceable link must be refused, got {other:?}"),
+    }
+    let mut req = ExecRequest::new(b.join("ws"), ["true"]);
+    req.write.push(b.join("agents"));
+    req.read.push(b.join("agents/bin"));
+    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("readable root")));
+    // Control: the real paths run, and a read-only run may follow the link.
+    let mut req = ExecRequest::new(b.join("ws"), ["true"]);
+    req.write.push(b.join("agents"));
+    req.read.push(b.join("tools/bin"));
+    assert_eq!(run_ok(&req).exit_code, Some(0));
+    assert_eq!(run_ok(&ExecRequest::new(b.join("agents/current"), ["true"])).exit_code, Some(0));
+}
+
+/// Regression (review): the policy-file check removed `..` by spelling, so
+/// `cfglink/../policy.toml` (resolved by the kernel through the link) was
+/// not seen as going through the replaceable link `cfglink`.
+#[test]
+fn r0042_a_policy_path_with_dotdot_after_a_link_is_refused() {
+    let ws = Ws::new();
+    let elsewhere =
+        tempfile::Builder::new().prefix("pc-r0042-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(elsewhere.path().join("cfg")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(elsewhere.path().join("policy.toml"), "[shell]\n").unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(elsewhere.path().join("cfg"), ws.join("cfglink")).unwrap_or_else(|e| panic!("{e}"));
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    req.policy_file = Some(ws.join("cfglink/../policy.toml"));
+    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("cfglink")));
+    // Control: its real path is fine.
+    req.policy_file = Some(elsewhere.path().join("policy.toml"));
+    assert_eq!(run_ok(&req).exit_code, Some(0));
+}
+
+/// Regression (review): in a granted host /tmp the parents of protected
+/// paths were not pinned, so `mv` of the directory carried the protected
+/// policy file away and the next run read a new one.
+#[test]
+fn r0043_parents_of_protected_paths_in_a_granted_host_tmp_are_pinned() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Ws::new();
+    let dir = tempfile::Builder::new().prefix("pc-r0043-").tempdir_in("/tmp").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap_or_else(|e| panic!("{e}"));
+    let agent = dir.path().join("agent");
+    std::fs::create_dir(&agent).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o777)).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(agent.join("policy.toml"), "[shell]\n").unwrap_or_else(|e| panic!("{e}"));
+    let line = format!("mv {} {}.old; echo rc=$?", agent.display(), agent.display());
+    let mut req = ws.req(&["sh", "-c", &line]);
+    req.write.push(PathBuf::from("/tmp"));
+    req.policy_file = Some(agent.join("policy.toml"));
+    let r = run_ok(&req);
+    assert!(!stdout(&r).contains("rc=0") && stderr(&r).contains("busy"), "{} {}", stdout(&r), stderr(&r));
+    assert!(agent.join("policy.toml").exists());
+    // Control: without a protected path inside, the same mv works.
+    let mut req = ws.req(&["sh", "-c", &line]);
+    req.write.push(PathBuf::from("/tmp"));
+    let r = run_ok(&req);
+    assert!(stdout(&r).contains("rc=0"), "{}", stderr(&r));
+}
