@@ -413,12 +413,13 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
             Interpreter::None => "argv mode",
             Interpreter::Sh => "sh mode, run with /bin/sh -c",
         };
-        s += &format!("policy: {} (accepted, {mode})\n", file.display());
+        s += &format!("policy: {} (accepted, {mode})\n", shown(file));
         fn walk(s: &mut String, cmds: &[PlannedCommand], depth: usize) {
             for c in cmds {
-                *s += &format!("policy-command: {}{}\n", "  ".repeat(depth), quote_argv(&c.argv));
+                *s +=
+                    &format!("policy-command: {}{}\n", "  ".repeat(depth), shown_bytes(quote_argv(&c.argv).as_bytes()));
                 for r in &c.redirects {
-                    *s += &format!("policy-redirect: {}{} {}\n", "  ".repeat(depth + 1), r.op, r.path.display());
+                    *s += &format!("policy-redirect: {}{} {}\n", "  ".repeat(depth + 1), r.op, shown(&r.path));
                 }
                 walk(s, &c.runs, depth + 1);
             }
@@ -428,25 +429,21 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
     if plan.spec.mode == portcullis::sandbox::Mode::LandlockOnly {
         s += "mode: DEGRADED landlock-only (no namespaces, no mount plan: Landlock limits reads and writes)\n";
     }
-    s += &format!(
-        "workspace: {} ({})\n",
-        plan.workspace.display(),
-        if plan.writable { "writable" } else { "read-only" }
-    );
+    s += &format!("workspace: {} ({})\n", shown(&plan.workspace), if plan.writable { "writable" } else { "read-only" });
     for g in &plan.write_grants {
-        s += &format!("write-grant: {}\n", g.display());
+        s += &format!("write-grant: {}\n", shown(g));
     }
     for r in &plan.read_roots {
-        s += &format!("read-root: {}\n", r.display());
+        s += &format!("read-root: {}\n", shown(r));
     }
     for p in &plan.protected {
-        s += &format!("protected: {}\n", p.display());
+        s += &format!("protected: {}\n", shown(p));
     }
     for p in &plan.pinned {
-        s += &format!("pinned: {}\n", p.display());
+        s += &format!("pinned: {}\n", shown(p));
     }
     for m in &plan.masked {
-        s += &format!("masked: {}\n", m.display());
+        s += &format!("masked: {}\n", shown(m));
     }
     if plan.spec.mode == portcullis::sandbox::Mode::Full {
         s += &format!(
@@ -482,7 +479,7 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
         }
     );
     for (i, op) in plan.spec.mounts.iter().enumerate() {
-        s += &format!("mount {i:02}: {}\n", describe_mount(op));
+        s += &format!("mount {i:02}: {}\n", shown_bytes(describe_mount(op).as_bytes()));
     }
     if full {
         s += "mount: / (root tmpfs) read-only after setup\n";
@@ -501,16 +498,14 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
         "landlock: abi {abi}, handles every write right but ioctl-dev (truncate included){reads}{scope}{tcp}\n"
     );
     for r in &plan.spec.landlock.readable {
-        s += &format!("landlock-readable: {}\n", String::from_utf8_lossy(r));
+        s += &format!("landlock-readable: {}\n", shown_bytes(r));
     }
     for w in &plan.landlock_writable {
-        s += &format!("landlock-writable: {}\n", w.display());
+        s += &format!("landlock-writable: {}\n", shown(w));
     }
     for g in &plan.landlock_gaps {
-        s += &format!(
-            "landlock-gap: {} lies beneath a writable path; only the read-only mount protects it\n",
-            g.display()
-        );
+        s +=
+            &format!("landlock-gap: {} lies beneath a writable path; only the read-only mount protects it\n", shown(g));
     }
     let profile =
         portcullis_helper::filter::Profile { degraded: !full, network_none: plan.spec.network == Network::None };
@@ -525,7 +520,7 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
         "capabilities: none held (an unprivileged caller), no_new_privs\n"
     };
     for g in &plan.git_guard {
-        s += &format!("git-guard: {} (removed after the run if the command creates it)\n", g.display());
+        s += &format!("git-guard: {} (removed after the run if the command creates it)\n", shown(g));
     }
     s += &format!(
         "limits: pids={} memory={}\n",
@@ -537,20 +532,34 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
             if full { "pid-namespace" } else { "subreaper sweep (kill(-1) in the sandbox's Landlock domain)" };
         match sb.cgroup_host() {
             Ok(h) if nix::unistd::access(&h.parent, nix::unistd::AccessFlags::W_OK).is_ok() => {
-                format!("cgroup.kill (a leaf under {}; {fallback} if none can be made)", h.parent.display())
+                format!("cgroup.kill (a leaf under {}; {fallback} if none can be made)", shown(&h.parent))
             }
-            Ok(h) => format!("{fallback} ({} is not writable: no delegated cgroup)", h.parent.display()),
+            Ok(h) => format!("{fallback} ({} is not writable: no delegated cgroup)", shown(&h.parent)),
             Err(e) => format!("{fallback} ({e})"),
         }
     });
     s += &format!("timeout: {}\n", req.timeout.map_or("none".into(), |t| format!("{}s", t.as_secs_f64())));
-    s += &format!("cwd: {}\n", String::from_utf8_lossy(&plan.spec.cwd));
+    s += &format!("cwd: {}\n", shown_bytes(&plan.spec.cwd));
     for e in &plan.spec.env {
-        s += &format!("env: {}\n", String::from_utf8_lossy(e));
+        s += &format!("env: {}\n", shown_bytes(e));
     }
     let argv: Vec<String> = plan.spec.argv.iter().map(|a| format!("{:?}", String::from_utf8_lossy(a))).collect();
     s += &format!("argv: [{}]\n", argv.join(", "));
     s
+}
+
+/// A path for `--explain`: as it is when it is plain text, else quoted with
+/// its control characters and invalid bytes escaped, so a file name cannot
+/// forge a line of the plan.
+fn shown(p: &std::path::Path) -> String {
+    shown_bytes(p.as_os_str().as_encoded_bytes())
+}
+
+fn shown_bytes(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(t) if !t.chars().any(char::is_control) => t.to_string(),
+        _ => format!("{:?}", String::from_utf8_lossy(b)).replace('\u{fffd}', "\\x??"),
+    }
 }
 
 fn portcullis_abi() -> u32 {

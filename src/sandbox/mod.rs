@@ -635,6 +635,20 @@ impl Sandbox {
         // Git redirections the command created where nothing could be mounted
         // (the files did not exist): remove them before any host git runs.
         for f in &plan.git_guard {
+            // Never through a link: the command could have made a directory
+            // on the way a link to anywhere on the host.
+            if let Some(link) =
+                f.ancestors().skip(1).find(|a| std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink()))
+            {
+                if std::fs::symlink_metadata(f).is_ok() {
+                    warnings.push(format!(
+                        "{} was created through the symbolic link {} by the command and was left alone: check it",
+                        f.display(),
+                        link.display()
+                    ));
+                }
+                continue;
+            }
             if let Ok(meta) = std::fs::symlink_metadata(f) {
                 // remove_dir_all does not follow symbolic links.
                 let removed = if meta.is_dir() { std::fs::remove_dir_all(f) } else { std::fs::remove_file(f) };

@@ -283,6 +283,18 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             )));
         }
     }
+    let dotgit = ws.join(".git");
+    if !dotgit.is_dir() {
+        check_git_file(&dotgit)?;
+    }
+    for gd in git_dirs(&ws) {
+        for name in ["config", "commondir", "config.worktree", "gitdir"] {
+            check_git_file(&gd.join(name))?;
+        }
+        for inc in git_includes_deep(&gd.join("config")) {
+            check_git_file(&inc)?;
+        }
+    }
     let protected = protected_paths(req, &ws, &protect_areas)?;
     // Files git would read config or hooks from that do not exist yet (so
     // nothing can be mounted over them): each git dir's redirections, the
@@ -293,9 +305,9 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     for gd in git_dirs(&ws).iter().filter(|gd| writable_areas.iter().any(|a| gd.starts_with(a))) {
         git_guard.extend(GIT_REDIRECTS.iter().map(|n| gd.join(n)));
         if let Some(hp) = hooks_path(&gd.join("config")) {
-            git_guard.push(if hp.is_absolute() { hp } else { ws.join(hp) });
+            git_guard.push(lexical(&if hp.is_absolute() { hp } else { ws.join(hp) }));
         }
-        git_guard.extend(git_includes_deep(&gd.join("config")));
+        git_guard.extend(git_includes_deep(&gd.join("config")).iter().map(|p| lexical(p)));
     }
     if writable {
         git_guard.push(ws.join("HEAD"));
@@ -304,8 +316,21 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // Masks: the deny list.
     // `a//b`, `a/./b` and `./a/` name what `a/b` and `a` name.
     let deny: Vec<String> = req.deny.iter().map(|g| crate::policy::normalize_glob(g)).collect();
-    let mut masked = deny_paths(&deny, &ws)?;
-    masked.extend(deny_paths_absolute(&deny)?);
+    let mut denied_links = Vec::new();
+    let mut masked = deny_paths(&deny, &ws, &mut denied_links)?;
+    masked.extend(deny_paths_absolute(&deny, &mut denied_links)?);
+    // A denied link's target is masked, but the link itself could be pointed
+    // elsewhere by a writable run, and the next run would mask that instead.
+    for l in &denied_links {
+        if l.parent().is_some_and(|d| protect_areas.iter().any(|a| d.starts_with(a))) {
+            return Err(SandboxError::BadRequest(format!(
+                "a deny glob matches the symbolic link {} in a writable area, which the command could point \
+                 elsewhere before the next run; deny its target by its real path and remove the link, or run \
+                 read-only",
+                l.display()
+            )));
+        }
+    }
     // Only what the sandbox can see needs (and can get) a mask; and a mask
     // inside a masked directory is already hidden (its mount point would be
     // gone).
@@ -534,7 +559,7 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
     // the directory core.hooksPath names.
     let gitdirs = git_dirs(ws);
     for gd in &gitdirs {
-        for name in ["hooks", "config", "config.worktree", "commondir"] {
+        for name in ["hooks", "config", "config.worktree", "commondir", "gitdir"] {
             wanted.push(gd.join(name));
         }
         if let Some(hp) = hooks_path(&gd.join("config")) {
@@ -553,6 +578,16 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
     let mut out: BTreeSet<PathBuf> =
         own.into_iter().filter(|t| writable_areas.iter().any(|a| t.starts_with(a) && t != a)).collect();
     for w in wanted {
+        // Its target is protected below; a link on the way (or the name
+        // itself) in a writable area could be replaced instead.
+        if let Some(link) = replaceable_link(&w, writable_areas) {
+            return Err(SandboxError::BadRequest(format!(
+                "{} is reached through the symbolic link {} in a writable area, which the command could replace \
+                 (its target alone would be protected); replace the link with the real directory or file",
+                w.display(),
+                link.display()
+            )));
+        }
         let target = match fs::canonicalize(&w) {
             Ok(real) => real,
             Err(_) => {
@@ -624,6 +659,42 @@ fn component_name(c: std::path::Component<'_>) -> Option<std::ffi::OsString> {
     }
 }
 
+/// Largest git file read while planning.
+const GIT_FILE_MAX: u64 = 1 << 20;
+
+/// A small regular file's text: never blocks on a FIFO, never reads a
+/// device or more than 1 MiB (a writable run may have planted any of them
+/// where git files belong). `None` for anything else; [`check_git_file`]
+/// turns the bad kinds into a refusal.
+fn read_small(p: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(p).ok()?;
+    let m = f.metadata().ok()?;
+    if !m.is_file() || m.len() > GIT_FILE_MAX {
+        return None;
+    }
+    let mut s = String::new();
+    f.take(GIT_FILE_MAX).read_to_string(&mut s).ok()?;
+    Some(s)
+}
+
+/// Refuse a git file that is there but is not a small regular file (a FIFO
+/// would hang planning, `/dev/zero` exhaust memory; silently skipping it
+/// would leave its redirections unguarded).
+fn check_git_file(p: &Path) -> Result<(), SandboxError> {
+    match fs::metadata(p) {
+        Ok(m) if !m.is_file() => Err(SandboxError::BadRequest(format!(
+            "{} is not a regular file; git would read it: remove it first",
+            p.display()
+        ))),
+        Ok(m) if m.len() > GIT_FILE_MAX => {
+            Err(SandboxError::BadRequest(format!("{} is larger than 1 MiB; git would read it", p.display())))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `p` with `.` dropped and `..` applied, without touching the filesystem.
 fn lexical(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
@@ -647,13 +718,22 @@ fn git_dirs(ws: &Path) -> Vec<PathBuf> {
     if dotgit.is_dir() {
         roots.extend(fs::canonicalize(&dotgit).ok());
     } else if let Some(gd) = read_gitdir(&dotgit) {
-        if let Ok(c) = fs::read_to_string(gd.join("commondir")) {
+        if let Some(c) = read_small(&gd.join("commondir")) {
             roots.extend(fs::canonicalize(gd.join(c.trim())).ok());
         }
         roots.push(gd);
     }
     let mut out = Vec::new();
     for r in roots {
+        // Linked worktrees' private git dirs (`commondir`, `gitdir`,
+        // `config.worktree`) redirect git run in those worktrees.
+        if let Ok(rd) = fs::read_dir(r.join("worktrees")) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    out.push(e.path());
+                }
+            }
+        }
         collect_modules(&r, 0, &mut out);
     }
     out
@@ -688,7 +768,7 @@ fn collect_modules(gd: &Path, depth: u32, out: &mut Vec<PathBuf>) {
 /// `includeif`), values unquoted; `[section] key = value` on one line is
 /// understood too. Not a full parser: enough to find what git would run.
 fn git_config_entries(config: &Path) -> Vec<(String, String, String)> {
-    let Ok(text) = fs::read_to_string(config) else { return Vec::new() };
+    let Some(text) = read_small(config) else { return Vec::new() };
     let mut section = String::new();
     let mut out = Vec::new();
     for raw in text.lines() {
@@ -769,7 +849,7 @@ fn pinned_ancestors(protected: &[PathBuf], writable_areas: &[PathBuf]) -> Vec<Pa
 }
 
 fn read_gitdir(dotgit: &Path) -> Option<PathBuf> {
-    let s = fs::read_to_string(dotgit).ok()?;
+    let s = read_small(dotgit)?;
     let line = s.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim();
     let p = Path::new(line);
     let p = if p.is_absolute() { p.to_path_buf() } else { dotgit.parent()?.join(p) };
@@ -793,7 +873,7 @@ fn check_glob_prefix(glob: &str, prefix: &Path) -> Result<(), SandboxError> {
     Ok(())
 }
 
-fn deny_paths(globs: &[String], root: &Path) -> Result<Vec<PathBuf>, SandboxError> {
+fn deny_paths(globs: &[String], root: &Path, links: &mut Vec<PathBuf>) -> Result<Vec<PathBuf>, SandboxError> {
     let rel: Vec<String> = globs.iter().filter(|g| !g.starts_with('/')).cloned().collect();
     for g in rel.iter().filter(|g| g.trim_end_matches('/').contains('/')) {
         let spelled = g.trim_start_matches("./").trim_end_matches('/');
@@ -812,14 +892,14 @@ fn deny_paths(globs: &[String], root: &Path) -> Result<Vec<PathBuf>, SandboxErro
         let deny =
             crate::policy::DenyGlobs::new(&rel).map_err(|reason| SandboxError::Glob { glob: rel.join(" "), reason })?;
         let hit = |p: &Path, _: &std::ffi::OsStr| deny.matching(root, p).is_some();
-        walk(root, root, &hit, None, &mut out, &mut 0)?;
+        walk(root, root, &hit, None, &mut out, links, &mut 0)?;
     }
     Ok(out)
 }
 
 /// Absolute deny globs (`/etc/ssh/*_key`): each is walked from its literal
 /// prefix, which must name a directory below `/`.
-fn deny_paths_absolute(globs: &[String]) -> Result<Vec<PathBuf>, SandboxError> {
+fn deny_paths_absolute(globs: &[String], links: &mut Vec<PathBuf>) -> Result<Vec<PathBuf>, SandboxError> {
     let mut out = Vec::new();
     for g in globs.iter().filter(|g| g.starts_with('/')) {
         let prefix = glob_prefix(g);
@@ -849,7 +929,8 @@ fn deny_paths_absolute(globs: &[String]) -> Result<Vec<PathBuf>, SandboxError> {
             // A glob without `**` matches only as deep as it has components.
             let depth = (!g.contains("**"))
                 .then(|| Path::new(g).components().count().saturating_sub(prefix.components().count()).max(1));
-            walk(&prefix, &prefix, &|p: &Path, _: &std::ffi::OsStr| set.is_match(p), depth, &mut out, &mut 0)?;
+            let hit = |p: &Path, _: &std::ffi::OsStr| set.is_match(p);
+            walk(&prefix, &prefix, &hit, depth, &mut out, links, &mut 0)?;
         }
     }
     Ok(out)
@@ -876,6 +957,7 @@ fn walk(
     hit: &dyn Fn(&Path, &std::ffi::OsStr) -> bool,
     depth_left: Option<usize>,
     out: &mut Vec<PathBuf>,
+    links: &mut Vec<PathBuf>,
     seen: &mut usize,
 ) -> Result<(), SandboxError> {
     let rd = match fs::read_dir(dir) {
@@ -908,13 +990,14 @@ fn walk(
                 if let Ok(t) = fs::canonicalize(&p) {
                     out.push(t);
                 }
+                links.push(p);
             }
             continue;
         }
         if hit(&p, &e.file_name()) {
             out.push(p);
         } else if ft.is_dir() && depth_left != Some(1) {
-            walk(root, &p, hit, depth_left.map(|d| d.saturating_sub(1)), out, seen)?;
+            walk(root, &p, hit, depth_left.map(|d| d.saturating_sub(1)), out, links, seen)?;
         }
     }
     Ok(())

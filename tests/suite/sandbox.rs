@@ -1253,3 +1253,108 @@ fn r0043_parents_of_protected_paths_in_a_granted_host_tmp_are_pinned() {
     let r = run_ok(&req);
     assert!(stdout(&r).contains("rc=0"), "{}", stderr(&r));
 }
+
+/// Regression (review): the git guard removed what a writable run created
+/// at a hooksPath or include path, following any link on the way: with
+/// `sub -> /`, it deleted host files as the caller. It never goes through
+/// a link now.
+#[test]
+fn r0044_the_git_guard_never_deletes_through_a_link() {
+    let ws = Ws::with_git();
+    let victim = tempfile::Builder::new().prefix("pc-r0044-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(victim.path().join("file.txt"), "keep\n").unwrap_or_else(|e| panic!("{e}"));
+    let v = victim.path().display().to_string();
+    let config = format!("[core]\n\thooksPath = sub{v}\n[include]\n\tpath = ../../../sub{v}/file.txt\n");
+    let mut req = ws.req(&[
+        "sh",
+        "-c",
+        &format!("mkdir -p .git/modules/evil && printf '%s' '{config}' > .git/modules/evil/config"),
+    ]);
+    req.writable = true;
+    assert_eq!(run_ok(&req).exit_code, Some(0));
+    let mut req = ws.req(&["ln", "-s", "/", "sub"]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(std::fs::read_to_string(victim.path().join("file.txt")).unwrap_or_default(), "keep\n");
+    assert!(r.warnings.iter().any(|w| w.contains("left alone")), "{:?}", r.warnings);
+}
+
+/// Regression (review): a deny glob matching a symbolic link masked its
+/// target, but a writable run could re-point the link and the next run
+/// masked something else. A writable run with such a link is refused.
+#[test]
+fn r0045_a_denied_link_in_a_writable_area_refuses_the_run() {
+    let ws = Ws::new();
+    ws.write("conf/production", "SECRET\n");
+    std::os::unix::fs::symlink("conf/production", ws.join(".env")).unwrap_or_else(|e| panic!("{e}"));
+    let mut req = ws.req(&["true"]);
+    req.deny.push(".env".into());
+    req.writable = true;
+    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains(".env")));
+    // Control: read-only, the target is masked.
+    let mut req = ws.req(&["cat", "conf/production"]);
+    req.deny.push(".env".into());
+    let r = run_ok(&req);
+    assert!(r.exit_code != Some(0) && stderr(&r).contains("Permission denied"), "{}", stderr(&r));
+}
+
+/// Regression (review): a git path protected through a symbolic link
+/// (`.git/hooks -> ../tools/githooks`) protected only the target; the link
+/// could be replaced by a real hooks directory. Such a writable run is
+/// refused.
+#[test]
+fn r0046_a_git_hooks_link_in_a_writable_workspace_refuses_the_run() {
+    let ws = Ws::with_git();
+    ws.write("tools/githooks/.keep", "");
+    std::fs::remove_dir_all(ws.join(".git/hooks")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink("../tools/githooks", ws.join(".git/hooks")).unwrap_or_else(|e| panic!("{e}"));
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("hooks")));
+    assert_eq!(run_ok(&ws.req(&["true"])).exit_code, Some(0), "read-only runs are fine");
+}
+
+/// Regression (review): a linked worktree's private git dir
+/// (`.git/worktrees/<name>/commondir`) was writable, so a run could point
+/// the worktree's git at a config of its choosing.
+#[test]
+fn r0047_worktree_private_git_dirs_are_protected() {
+    let ws = Ws::with_git();
+    ws.write(".git/worktrees/wt/commondir", "../..\n");
+    ws.write(".git/worktrees/wt/gitdir", "/elsewhere/wt/.git\n");
+    ws.write(".git/worktrees/wt/HEAD", "ref: refs/heads/wt\n");
+    let mut req = ws.req(&["sh", "-c", "echo ../../../evil > .git/worktrees/wt/commondir; echo rc=$?"]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert!(!stdout(&r).contains("rc=0") && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    assert_eq!(ws.read(".git/worktrees/wt/commondir"), "../..\n");
+    // Control: the worktree's HEAD stays writable (git needs it).
+    let mut req = ws.req(&["sh", "-c", "echo x >> .git/worktrees/wt/HEAD; echo rc=$?"]);
+    req.writable = true;
+    assert!(stdout(&run_ok(&req)).contains("rc=0"));
+}
+
+/// Regression (review): a FIFO (or a link to /dev/zero) planted where git
+/// files belong made every later plan hang (or read without end). It is
+/// refused at once now, and `--explain` escapes file names.
+#[test]
+fn r0048_planted_fifos_are_refused_and_explain_escapes_names() {
+    let ws = Ws::new();
+    nix::unistd::mkfifo(&ws.join(".git"), nix::sys::stat::Mode::from_bits_truncate(0o644))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let start = std::time::Instant::now();
+    assert!(matches!(run(&ws.req(&["true"])), Err(SandboxError::BadRequest(m)) if m.contains("regular file")));
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    std::fs::remove_file(ws.join(".git")).unwrap_or_else(|e| panic!("{e}"));
+    ws.write(".envx\nforged: nothing is masked", "");
+    let out = cli()
+        .args(["exec", "--explain", "--deny", ".env*", "--workspace"])
+        .arg(ws.path())
+        .args(["--", "true"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().all(|l| !l.starts_with("forged")), "{text}");
+    assert!(text.contains("\\nforged"), "{text}");
+}
