@@ -1,6 +1,7 @@
 //! The sandbox: plan a command, spawn the helper, supervise the run.
 
 mod cgroup;
+mod guard;
 mod launch;
 mod plan;
 
@@ -634,32 +635,33 @@ impl Sandbox {
         let records = records.await.unwrap_or_default();
         // Git redirections the command created where nothing could be mounted
         // (the files did not exist): remove them before any host git runs.
+        let roots: Vec<&Path> = plan
+            .writable
+            .then_some(plan.workspace.as_path())
+            .into_iter()
+            .chain(plan.write_grants.iter().map(PathBuf::as_path))
+            .collect();
         for f in &plan.git_guard {
-            // Never through a link: the command could have made a directory
-            // on the way a link to anywhere on the host.
-            if let Some(link) =
-                f.ancestors().skip(1).find(|a| std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink()))
-            {
-                if std::fs::symlink_metadata(f).is_ok() {
-                    warnings.push(format!(
-                        "{} was created through the symbolic link {} by the command and was left alone: check it",
-                        f.display(),
-                        link.display()
-                    ));
-                }
+            let Some(root) = roots.iter().filter(|r| f.starts_with(r)).max_by_key(|r| r.components().count()) else {
                 continue;
-            }
-            if let Ok(meta) = std::fs::symlink_metadata(f) {
-                // remove_dir_all does not follow symbolic links.
-                let removed = if meta.is_dir() { std::fs::remove_dir_all(f) } else { std::fs::remove_file(f) };
-                match removed {
-                    Ok(()) => warnings.push(format!(
-                        "removed {} created by the command: it would redirect git's config and hooks",
-                        f.display()
-                    )),
-                    Err(e) => warnings
-                        .push(format!("{} was created by the command and could not be removed: {e}", f.display())),
-                }
+            };
+            match guard::remove(root, f) {
+                Ok(guard::Removed::Nothing) => {}
+                Ok(guard::Removed::Deleted) => warnings.push(format!(
+                    "removed {} created by the command: it would redirect git's config and hooks",
+                    f.display()
+                )),
+                Ok(guard::Removed::Quarantined(q, e)) => warnings.push(format!(
+                    "{} was created by the command; it is renamed to {} (git no longer reads it) but could not be \
+                     deleted: {e}",
+                    f.display(),
+                    q.display()
+                )),
+                Err(e) => warnings.push(format!(
+                    "{} was created by the command and could not be removed: {e}; do not run git on the host \
+                     before removing it",
+                    f.display()
+                )),
             }
         }
         if let Some(c) = cg.as_mut() {

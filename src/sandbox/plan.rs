@@ -283,15 +283,18 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             )));
         }
     }
+    // Only files the command could have planted are judged (and named in
+    // the error): ones in the workspace or a writable area.
+    let ours = |p: &Path| p.starts_with(&ws) || protect_areas.iter().any(|a| p.starts_with(a));
     let dotgit = ws.join(".git");
     if !dotgit.is_dir() {
         check_git_file(&dotgit)?;
     }
-    for gd in git_dirs(&ws) {
+    for gd in git_dirs(&ws).into_iter().filter(|gd| ours(gd)) {
         for name in ["config", "commondir", "config.worktree", "gitdir"] {
             check_git_file(&gd.join(name))?;
         }
-        for inc in git_includes_deep(&gd.join("config")) {
+        for inc in git_includes_deep(&gd.join("config")).into_iter().filter(|p| ours(p)) {
             check_git_file(&inc)?;
         }
     }
@@ -669,6 +672,10 @@ const GIT_FILE_MAX: u64 = 1 << 20;
 fn read_small(p: &Path) -> Option<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
+    // Only a regular file is opened at all: opening a device has effects.
+    if !fs::metadata(p).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
     let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(p).ok()?;
     let m = f.metadata().ok()?;
     if !m.is_file() || m.len() > GIT_FILE_MAX {
@@ -779,10 +786,35 @@ fn git_config_entries(config: &Path) -> Vec<(String, String, String)> {
             line = tail.trim();
         }
         if let Some((k, v)) = line.split_once('=') {
-            out.push((section.clone(), k.trim().to_ascii_lowercase(), v.trim().trim_matches('"').to_string()));
+            out.push((section.clone(), k.trim().to_ascii_lowercase(), git_value(v)));
         }
     }
     out
+}
+
+/// A git config value as git reads it: quotes removed, `\` escapes
+/// applied, an unquoted `;` or `#` starting a comment, outer blanks dropped.
+fn git_value(v: &str) -> String {
+    let mut out = String::new();
+    let mut quoted = false;
+    let mut chars = v.trim().chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => quoted = !quoted,
+            '\\' => match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some('b') => {
+                    out.pop();
+                }
+                Some(other) => out.push(other),
+                None => {}
+            },
+            ';' | '#' if !quoted => break,
+            c => out.push(c),
+        }
+    }
+    out.trim_end().to_string()
 }
 
 /// The files a git config includes (`path =` in `[include]` and
@@ -822,6 +854,7 @@ fn git_includes_deep(config: &Path) -> Vec<PathBuf> {
 fn hooks_path(config: &Path) -> Option<PathBuf> {
     git_config_entries(config)
         .into_iter()
+        .rev()
         .find(|(sec, key, _)| sec == "core" && key == "hookspath")
         .map(|(_, _, v)| PathBuf::from(v))
 }

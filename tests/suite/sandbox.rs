@@ -1277,7 +1277,7 @@ fn r0044_the_git_guard_never_deletes_through_a_link() {
     let r = run_ok(&req);
     assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
     assert_eq!(std::fs::read_to_string(victim.path().join("file.txt")).unwrap_or_default(), "keep\n");
-    assert!(r.warnings.iter().any(|w| w.contains("left alone")), "{:?}", r.warnings);
+    assert!(r.warnings.iter().any(|w| w.contains("could not be removed")), "{:?}", r.warnings);
 }
 
 /// Regression (review): a deny glob matching a symbolic link masked its
@@ -1357,4 +1357,61 @@ fn r0048_planted_fifos_are_refused_and_explain_escapes_names() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.lines().all(|l| !l.starts_with("forged")), "{text}");
     assert!(text.contains("\\nforged"), "{text}");
+}
+
+/// Regression (review): the guard's removal failed when the command took
+/// write access from the directory (`chmod 555 .git`, a non-root caller),
+/// and the redirection stayed for host git. The entry is renamed away with
+/// the directory's mode restored.
+#[test]
+fn r0049_the_guard_removes_what_a_chmod_would_keep() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Ws::with_git();
+    let mut req = ws.req(&["sh", "-c", "mkdir evilcommon && echo ../evilcommon > .git/commondir && chmod 555 .git"]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert!(std::fs::symlink_metadata(ws.join(".git/commondir")).is_err(), "{:?}", r.warnings);
+    let mode = std::fs::metadata(ws.join(".git")).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
+    assert_eq!(mode, 0o555, "the command's chmod is kept");
+    std::fs::set_permissions(ws.join(".git"), std::fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Regression (review): the git config scan took the first of two
+/// `hooksPath` values (git takes the last) and kept a `; comment` in an
+/// include path, so the files git really reads stayed writable.
+#[test]
+fn r0050_git_config_values_are_read_as_git_reads_them() {
+    let ws = Ws::with_git();
+    ws.write(
+        ".git/config",
+        "[core]\n\thooksPath = hooks-a\n[core]\n\thooksPath = hooks-b\n[include]\n\tpath = inc.cfg ; shared\n",
+    );
+    ws.write("hooks-a/.keep", "");
+    ws.write("hooks-b/.keep", "");
+    ws.write(".git/inc.cfg", "[user]\n");
+    for target in ["hooks-b/pre-commit", ".git/inc.cfg"] {
+        let mut req = ws.req(&["sh", "-c", &format!("echo evil >> {target}; echo rc=$?")]);
+        req.writable = true;
+        let r = run_ok(&req);
+        assert!(!stdout(&r).contains("rc=0") && stderr(&r).contains("Read-only"), "{target}: {}", stderr(&r));
+    }
+    // Control: the first, overridden hooksPath is an ordinary directory.
+    let mut req = ws.req(&["sh", "-c", "echo x > hooks-a/x; echo rc=$?"]);
+    req.writable = true;
+    assert!(stdout(&run_ok(&req)).contains("rc=0"));
+}
+
+/// Regression (review): a planted submodule config including host paths
+/// (`/dev/kmsg`, a file of root's) made the next run open them and name
+/// what it found in its refusal. Paths outside the workspace and grants
+/// are neither opened nor judged.
+#[test]
+fn r0051_planted_includes_of_host_paths_are_not_probed() {
+    let ws = Ws::with_git();
+    ws.write(".git/modules/a/config", "[include]\n\tpath = /dev/kmsg\n[include]\n\tpath = /root/.bashrc\n");
+    assert_eq!(run_ok(&ws.req(&["true"])).exit_code, Some(0));
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    assert_eq!(run_ok(&req).exit_code, Some(0));
 }
