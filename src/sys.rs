@@ -65,3 +65,26 @@ pub fn x32_enabled() -> bool {
     let r = unsafe { libc::syscall(libc::SYS_getpid | 0x4000_0000) };
     r >= 0
 }
+
+/// `renameat2(dir, from, dir, to, RENAME_NOREPLACE)`: rename within one
+/// directory held by `dir`, never replacing an existing `to`. (nix offers
+/// it on glibc only; the musl build needs the raw call.)
+pub fn rename_noreplace(dir: &OwnedFd, from: &std::ffi::CStr, to: &std::ffi::CStr) -> io::Result<()> {
+    const RENAME_NOREPLACE: libc::c_uint = 1;
+    // SAFETY: a valid directory fd and two NUL-terminated names that live
+    // for the call; the kernel reads nothing else.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            dir.as_raw_fd(),
+            from.as_ptr(),
+            dir.as_raw_fd(),
+            to.as_ptr(),
+            RENAME_NOREPLACE,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -18,7 +18,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, AtFlags, OFlag};
+use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, Mode};
 
 /// What became of a guarded path.
@@ -69,26 +69,38 @@ pub(super) fn remove(root: &Path, path: &Path) -> io::Result<Removed> {
     let quarantine = format!(".portcullis-removed-{}-{stamp}", std::process::id());
     // Through the directory's descriptor: its path may have changed.
     let dir_path = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
-    match renameat(&dir, name.as_os_str(), &dir, quarantine.as_str()) {
+    // NOREPLACE: a name the command made in the meantime is never replaced.
+    let from = std::ffi::CString::new(name.as_encoded_bytes()).map_err(io::Error::other)?;
+    let to = std::ffi::CString::new(quarantine.as_bytes()).map_err(io::Error::other)?;
+    let rename = || crate::sys::rename_noreplace(&dir, &from, &to);
+    match rename() {
         Ok(()) => {}
-        Err(Errno::EACCES | Errno::EPERM) => {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
             // A command running as the caller may have taken write access
             // from the directory (`chmod 555 .git`): give it back for the
             // rename, then restore the mode.
             let mode = fs::metadata(&dir_path)?.permissions().mode();
             fs::set_permissions(&dir_path, fs::Permissions::from_mode(mode | 0o700))?;
-            let r = renameat(&dir, name.as_os_str(), &dir, quarantine.as_str());
+            let r = rename();
             let _ = fs::set_permissions(&dir_path, fs::Permissions::from_mode(mode));
-            r.map_err(io::Error::from)?;
+            r?;
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(e),
     }
     let q = dir_path.join(&quarantine);
     let shown = path.with_file_name(&quarantine);
-    let meta = fs::symlink_metadata(&q)?;
-    // std's remove_dir_all never follows a link inside the tree.
-    let deleted = if meta.is_dir() {
-        let _ = fs::set_permissions(&q, fs::Permissions::from_mode(meta.permissions().mode() | 0o700));
+    // The renamed entry, held by descriptor (never through a link: the
+    // command may swap the name for one at any moment).
+    let held = openat(&dir, quarantine.as_str(), OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(io::Error::from)?;
+    let held_path = PathBuf::from(format!("/proc/self/fd/{}", held.as_raw_fd()));
+    // fstat of the descriptor itself: a link is seen as a link.
+    let st = nix::sys::stat::fstat(&held).map_err(io::Error::from)?;
+    let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    // std's remove_dir_all never follows a link, at the top or inside.
+    let deleted = if is_dir {
+        // The descriptor's magic link names that very directory.
+        let _ = fs::set_permissions(&held_path, fs::Permissions::from_mode((st.st_mode & 0o7777) | 0o700));
         fs::remove_dir_all(&q)
     } else {
         fs::remove_file(&q)

@@ -672,11 +672,15 @@ const GIT_FILE_MAX: u64 = 1 << 20;
 fn read_small(p: &Path) -> Option<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    // Only a regular file is opened at all: opening a device has effects.
-    if !fs::metadata(p).is_ok_and(|m| m.is_file()) {
+    // Only a regular file is opened for reading at all (opening a device
+    // has effects): held by an O_PATH descriptor first, checked, then
+    // reopened through it, so a swap in between cannot change the file.
+    let held = fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(p).ok()?;
+    if !held.metadata().is_ok_and(|m| m.is_file()) {
         return None;
     }
-    let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(p).ok()?;
+    let reopen = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&held)));
+    let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(reopen).ok()?;
     let m = f.metadata().ok()?;
     if !m.is_file() || m.len() > GIT_FILE_MAX {
         return None;
