@@ -449,6 +449,19 @@ impl Sandbox {
         mut opts: RunOptions,
     ) -> Result<ExecResult, SandboxError> {
         let start = Instant::now();
+        // Writable runs of one workspace go one at a time, each planned again
+        // once it holds the workspace: another writable run must not change
+        // the tree between a plan and its run (a hook it made would look
+        // like the user's and escape this run's git guard).
+        let _ws_lock;
+        let fresh;
+        let plan = if plan.writable || !plan.write_grants.is_empty() {
+            _ws_lock = lock_workspace(&plan.workspace, opts.cancel.as_ref()).await?;
+            fresh = self.plan(req)?;
+            &fresh
+        } else {
+            plan
+        };
         let mut spec = plan.spec.clone();
         let mut warnings = Vec::new();
         let (mut cg, cgroup_fallback) = match &self.cgroup {
@@ -873,5 +886,35 @@ pub fn describe_mount(op: &MountOp) -> String {
         MountOp::ReadOnly { dst } => format!("read-only {}", s(dst)),
         MountOp::Pin { dst } => format!("pin {} (bound onto itself: cannot be renamed or removed)", s(dst)),
         MountOp::Mask { dst } => format!("mask {}", s(dst)),
+    }
+}
+
+/// An exclusive `flock` on the workspace directory, polled so that a
+/// cancellation ends the wait. A command can take the same lock on its own
+/// workspace, which only delays writable runs while it runs.
+async fn lock_workspace(
+    ws: &Path,
+    cancel: Option<&CancellationToken>,
+) -> Result<nix::fcntl::Flock<std::fs::File>, SandboxError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(ws)
+        .map_err(|source| SandboxError::Path { what: "workspace to lock", path: ws.to_path_buf(), source })?;
+    loop {
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) => file = f,
+            Err((_, e)) => {
+                return Err(SandboxError::Path { what: "workspace to lock", path: ws.to_path_buf(), source: e.into() })
+            }
+        }
+        if cancel.is_some_and(CancellationToken::is_cancelled) {
+            return Err(SandboxError::BadRequest(
+                "cancelled while waiting for another writable run of this workspace to end".into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
