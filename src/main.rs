@@ -269,10 +269,8 @@ fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<Plan>), Stop> {
         let inherited = req.inherit_env.iter().filter_map(|n| {
             std::env::var_os(n).map(|v| (n.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
         });
-        for (k, v) in set.chain(inherited) {
-            if matches!(k.as_str(), "LC_ALL" | "LC_CTYPE" | "LANG") && !portcullis::policy::is_safe_locale(&v) {
-                return Err(bad(format!("{k}={v}: sh mode needs a C, POSIX or UTF-8 locale (the line is read in it)")));
-            }
+        if let Some((k, v)) = portcullis::policy::unsafe_sh_locale(set.chain(inherited)) {
+            return Err(bad(format!("{k}={v}: sh mode needs a C, POSIX or UTF-8 locale (the line is read in it)")));
         }
     }
     Ok((req, checked))

@@ -1,7 +1,8 @@
 //! Deny globs: one reading of `deny_paths` for the path jail and the
 //! sandbox's masks.
 
-use std::path::{Component, Path};
+use std::fs;
+use std::path::{Component, Path, PathBuf};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
@@ -37,6 +38,36 @@ pub fn normalize_glob(g: &str) -> String {
     } else {
         joined
     }
+}
+
+/// The symbolic link, if any, among the literal directories of the
+/// (normalised) glob `g`, relative globs spelled below `root`. The globs are
+/// matched against real paths, so such a glob would match nothing. A fully
+/// literal glob names the path itself (a link there is denied by its name):
+/// only the directories on the way matter. A glob without `/` has none.
+pub fn link_on_the_way(root: &Path, g: &str) -> Option<PathBuf> {
+    if !g.contains('/') {
+        return None;
+    }
+    let full = if g.starts_with('/') { PathBuf::from(g) } else { root.join(g) };
+    let mut lit = PathBuf::new();
+    let mut literal = true;
+    for c in full.components() {
+        if c.as_os_str().to_string_lossy().contains(['*', '?', '[', '{']) {
+            literal = false;
+            break;
+        }
+        lit.push(c);
+    }
+    let dirs = if literal { lit.parent().map(Path::to_path_buf).unwrap_or_default() } else { lit };
+    let mut cur = PathBuf::new();
+    for c in dirs.components() {
+        cur.push(c);
+        if fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Some(cur);
+        }
+    }
+    None
 }
 
 impl DenyGlobs {

@@ -73,7 +73,15 @@ impl PathJail {
         let mut globs = Vec::new();
         for (i, g) in policy.deny_paths.iter().enumerate() {
             let g = super::normalize_glob(g);
-            check_glob_prefix(&root, &g).map_err(|why| PolicyError::invalid(format!("deny_paths[{i}]"), why))?;
+            if let Some(link) = super::deny::link_on_the_way(&root, &g) {
+                return Err(PolicyError::invalid(
+                    format!("deny_paths[{i}]"),
+                    format!(
+                        "{g:?}: {} is a symbolic link, so the glob would match nothing; spell it with the real path",
+                        link.display()
+                    ),
+                ));
+            }
             globs.push(g);
         }
         let deny = DenyGlobs::new(&globs).map_err(|e| PolicyError::invalid("deny_paths", e))?;
@@ -137,6 +145,13 @@ impl PathJail {
     }
 }
 
+/// The symbolic links met while resolving the absolute `path` as the kernel
+/// would (`..` after a link included), in order; `None` when it cannot be
+/// resolved (a loop, `/proc`, an unreadable link).
+pub(crate) fn links_on_the_way(path: &Path) -> Option<Vec<PathBuf>> {
+    physical(Path::new("/"), path).ok().map(|(_, links)| links)
+}
+
 enum Walk {
     Escape(String),
     Io(io::Error),
@@ -187,39 +202,6 @@ fn physical(base: &Path, path: &Path) -> Result<(PathBuf, Vec<PathBuf>), Walk> {
         }
     }
     Ok((cur, links))
-}
-
-/// Refuse a deny glob whose literal directories go through a symbolic
-/// link (as the sandbox does): the paths it is matched against are real
-/// paths, so it would match nothing.
-fn check_glob_prefix(root: &Path, g: &str) -> Result<(), String> {
-    if !g.contains('/') {
-        return Ok(());
-    }
-    let full = if g.starts_with('/') { PathBuf::from(g) } else { root.join(g) };
-    let mut lit = PathBuf::new();
-    let mut literal = true;
-    for c in full.components() {
-        if c.as_os_str().to_string_lossy().contains(['*', '?', '[', '{']) {
-            literal = false;
-            break;
-        }
-        lit.push(c);
-    }
-    // A fully literal glob names the path itself (a link there is denied by
-    // its name); only the directories on the way matter.
-    let dirs = if literal { lit.parent().map(Path::to_path_buf).unwrap_or_default() } else { lit };
-    let mut cur = PathBuf::new();
-    for c in dirs.components() {
-        cur.push(c);
-        if fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(format!(
-                "{g:?}: {} is a symbolic link, so the glob would match nothing; spell it with the real path",
-                cur.display()
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Put the components of `p` (not `.` or `/`) at the front of `q`.

@@ -29,7 +29,8 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-pub use deny::{normalize_glob, DenyGlobs};
+pub use deny::{link_on_the_way, normalize_glob, DenyGlobs};
+pub(crate) use jail::links_on_the_way;
 pub use jail::{Access, PathJail};
 pub use shell::{
     check_shell_command, quote_argv, quote_word, tokenize_command, CommandCtx, Decision, Plan, PlannedCommand,
@@ -674,17 +675,13 @@ impl WorkspacePolicy {
         if let Some(sh) = &self.shell {
             if plan.interpreter == Interpreter::Sh {
                 // /bin/sh reads the line in its locale's character set.
-                for name in ["LC_ALL", "LC_CTYPE", "LANG"] {
-                    let inherited =
-                        sh.inherit_env.iter().any(|n| n == name).then(|| std::env::var(name).unwrap_or_default());
-                    for v in sh.env.get(name).cloned().into_iter().chain(inherited) {
-                        if !is_safe_locale(&v) {
-                            return Err(PolicyError::invalid(
-                                format!("shell.env/inherit_env {name}"),
-                                format!("{v:?}: sh mode needs a C, POSIX or UTF-8 locale (the line is read in it)"),
-                            ));
-                        }
-                    }
+                let set = sh.env.iter().map(|(k, v)| (k.clone(), v.clone()));
+                let inherited = sh.inherit_env.iter().map(|n| (n.clone(), std::env::var(n).unwrap_or_default()));
+                if let Some((name, v)) = unsafe_sh_locale(set.chain(inherited)) {
+                    return Err(PolicyError::invalid(
+                        format!("shell.env/inherit_env {name}"),
+                        format!("{v:?}: sh mode needs a C, POSIX or UTF-8 locale (the line is read in it)"),
+                    ));
                 }
             }
             req.inherit_env = sh.inherit_env.iter().filter(|n| !is_startup_var(n)).map(OsString::from).collect();
@@ -727,22 +724,27 @@ pub fn is_startup_var(name: &str) -> bool {
         // glibc loads iconv modules from here, in any program.
         "GCONV_PATH",
         "GETCONF_DIR",
-        // bash's integer variables: assigning one evaluates arithmetic, where
-        // an array subscript `a[$(cmd)]` runs cmd.
-        "OPTIND",
-        "RANDOM",
-        "SRANDOM",
-        "HISTCMD",
-        "SECONDS",
-        "BASHPID",
-        "LINENO",
-        "EPOCHSECONDS",
-        "EPOCHREALTIME",
         "DIRSTACK",
     ];
     // Every `BASH*` variable is bash's own (BASH_ENV, BASH_FUNC_*, BASH_CMDS
     // and BASH_ALIASES, which fill the command hash and the aliases, …).
-    NAMES.contains(&name) || name.starts_with("BASH") || name.starts_with("LD_")
+    NAMES.contains(&name) || BASH_INTEGER_VARS.contains(&name) || name.starts_with("BASH") || name.starts_with("LD_")
+}
+
+/// bash's integer variables: assigning one evaluates arithmetic, where an
+/// array subscript `a[$(cmd)]` runs cmd.
+pub const BASH_INTEGER_VARS: &[&str] =
+    &["OPTIND", "RANDOM", "SRANDOM", "HISTCMD", "SECONDS", "BASHPID", "LINENO", "EPOCHSECONDS", "EPOCHREALTIME"];
+
+/// The variables that set a shell's own character set.
+pub fn is_locale_var(name: &str) -> bool {
+    matches!(name, "LC_ALL" | "LC_CTYPE" | "LANG")
+}
+
+/// The first `(name, value)` that would give an sh-mode shell a locale the
+/// checker does not read lines in, if any.
+pub fn unsafe_sh_locale(vars: impl IntoIterator<Item = (String, String)>) -> Option<(String, String)> {
+    vars.into_iter().find(|(k, v)| is_locale_var(k) && !is_safe_locale(v))
 }
 
 /// A locale whose character set a shell reads as the checker does: C,

@@ -21,6 +21,7 @@ pub use portcullis_helper::spec::Mode;
 use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind, TestSwitches};
 
 pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
+pub(crate) use plan::lexical;
 pub use plan::{Plan, DEFAULT_PROTECTED, SYSTEM_ROOTS};
 
 use crate::sys;

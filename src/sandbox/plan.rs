@@ -620,46 +620,9 @@ fn replaceable_link(path: &Path, areas: &[PathBuf]) -> Option<PathBuf> {
     if areas.is_empty() {
         return None;
     }
-    let mut cur = PathBuf::from("/");
-    let mut pending: std::collections::VecDeque<std::ffi::OsString> =
-        path.components().filter_map(component_name).collect();
-    let mut hops = 0;
-    while let Some(c) = pending.pop_front() {
-        if c == ".." {
-            cur.pop();
-            continue;
-        }
-        let next = cur.join(&c);
-        match fs::symlink_metadata(&next) {
-            Ok(m) if m.file_type().is_symlink() => {
-                if areas.iter().any(|a| cur.starts_with(a)) {
-                    return Some(next);
-                }
-                hops += 1;
-                let target = fs::read_link(&next).ok()?;
-                if hops > 40 {
-                    return None;
-                }
-                if target.is_absolute() {
-                    cur = PathBuf::from("/");
-                }
-                for t in target.components().rev().filter_map(component_name) {
-                    pending.push_front(t);
-                }
-            }
-            Ok(_) => cur = next,
-            Err(_) => return None,
-        }
-    }
-    None
-}
-
-fn component_name(c: std::path::Component<'_>) -> Option<std::ffi::OsString> {
-    match c {
-        std::path::Component::Normal(n) => Some(n.to_os_string()),
-        std::path::Component::ParentDir => Some("..".into()),
-        _ => None,
-    }
+    crate::policy::links_on_the_way(path)?
+        .into_iter()
+        .find(|l| l.parent().is_some_and(|d| areas.iter().any(|a| d.starts_with(a))))
 }
 
 /// Largest git file read while planning.
@@ -707,7 +670,7 @@ fn check_git_file(p: &Path) -> Result<(), SandboxError> {
 }
 
 /// `p` with `.` dropped and `..` applied, without touching the filesystem.
-fn lexical(p: &Path) -> PathBuf {
+pub(crate) fn lexical(p: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in p.components() {
         match c {
@@ -893,35 +856,23 @@ fn read_gitdir(dotgit: &Path) -> Option<PathBuf> {
     fs::canonicalize(p).ok()
 }
 
-/// Refuse a deny glob whose literal directory part goes through a symbolic
-/// link: the walk never follows links, so its matches would silently stay
-/// unmasked (fail closed instead).
-fn check_glob_prefix(glob: &str, prefix: &Path) -> Result<(), SandboxError> {
-    let mut cur = PathBuf::new();
-    for c in prefix.components() {
-        cur.push(c);
-        if fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(SandboxError::Glob {
-                glob: glob.to_string(),
-                reason: format!("{} is a symbolic link; spell the glob with the real path", cur.display()),
-            });
-        }
+/// Refuse a deny glob whose literal directories go through a symbolic link
+/// (the same reading as the policy's path jail): the walk never follows
+/// links, so its matches would silently stay unmasked (fail closed instead).
+fn check_glob_prefix(glob: &str, root: &Path) -> Result<(), SandboxError> {
+    match crate::policy::link_on_the_way(root, glob) {
+        Some(link) => Err(SandboxError::Glob {
+            glob: glob.to_string(),
+            reason: format!("{} is a symbolic link; spell the glob with the real path", link.display()),
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn deny_paths(globs: &[String], root: &Path, links: &mut Vec<PathBuf>) -> Result<Vec<PathBuf>, SandboxError> {
     let rel: Vec<String> = globs.iter().filter(|g| !g.starts_with('/')).cloned().collect();
-    for g in rel.iter().filter(|g| g.trim_end_matches('/').contains('/')) {
-        let spelled = g.trim_start_matches("./").trim_end_matches('/');
-        let lit = glob_prefix(spelled);
-        // A fully literal glob names the matched path itself (a link there
-        // is masked through its target); only the directories on the way
-        // matter. Otherwise every literal component is a directory walked.
-        let dirs = if lit.as_os_str() == spelled { lit.parent().map(Path::to_path_buf) } else { Some(lit) };
-        if let Some(dir) = dirs {
-            check_glob_prefix(g, &root.join(dir))?;
-        }
+    for g in &rel {
+        check_glob_prefix(g, root)?;
     }
     let mut out = Vec::new();
     if !rel.is_empty() {
@@ -940,12 +891,7 @@ fn deny_paths_absolute(globs: &[String], links: &mut Vec<PathBuf>) -> Result<Vec
     let mut out = Vec::new();
     for g in globs.iter().filter(|g| g.starts_with('/')) {
         let prefix = glob_prefix(g);
-        let spelled = g.trim_end_matches('/');
-        let dirs =
-            if prefix.as_os_str() == spelled { prefix.parent().map(Path::to_path_buf) } else { Some(prefix.clone()) };
-        if let Some(dir) = dirs {
-            check_glob_prefix(g, &dir)?;
-        }
+        check_glob_prefix(g, Path::new("/"))?;
         if prefix.components().count() < 2 {
             return Err(SandboxError::Glob {
                 glob: g.clone(),

@@ -445,7 +445,8 @@ impl<'p> ShellChecker<'p> {
             if physical_only {
                 continue;
             }
-            let logical = lexical(&cwd.logical, Path::new(dir));
+            // `..` removed by spelling alone, as a shell's logical `cd` does.
+            let logical = crate::sandbox::lexical(&cwd.logical.join(dir));
             if !logical.starts_with(self.jail.root()) {
                 return Err(escape(format!(
                     "read as `cd` reads it, it leads to {}, outside the workspace",
@@ -511,22 +512,6 @@ impl<'p> ShellChecker<'p> {
 struct Cwd {
     logical: PathBuf,
     physical: PathBuf,
-}
-
-/// `base` joined with `p`, `.` and `..` removed by spelling alone (as a
-/// shell's logical `cd` does).
-fn lexical(base: &Path, p: &Path) -> PathBuf {
-    let mut out = if p.is_absolute() { PathBuf::from("/") } else { base.to_path_buf() };
-    for c in p.components() {
-        match c {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::Normal(n) => out.push(n),
-            _ => {}
-        }
-    }
-    out
 }
 
 /// Device files a redirection may always read. `/dev/stdin` reopens what

@@ -4,7 +4,7 @@
 use std::ops::Range;
 use std::path::Path;
 
-use super::sh::{is_name, Word};
+use super::sh::{is_digits, is_name, Word};
 use super::{quote_word, CommandCtx, Decision, PlannedCommand, Refusal, RefusalReason};
 use crate::policy::{is_startup_var, DenyPattern, RuleAction, ShellPolicy};
 
@@ -571,18 +571,13 @@ impl<'p> Rules<'p> {
     }
 }
 
-/// Whether `name` sets the shell's own character set.
-fn is_locale_var(name: &str) -> bool {
-    matches!(name, "LC_ALL" | "LC_CTYPE" | "LANG")
-}
-
 /// A shell reads the rest of the line in the character set of its locale:
 /// in a legacy multibyte one (GBK, Big5, Shift JIS) a byte the checker
 /// reads as `\` or `` ` `` can be part of a character. A line may set the
 /// shell's locale only to C, POSIX or a UTF-8 one (`value` None: decided
 /// at run time, e.g. by `read`).
 pub(super) fn check_locale(name: &str, value: Option<&str>, src: &str) -> Result<(), Refusal> {
-    if !is_locale_var(name) || value.is_some_and(crate::policy::is_safe_locale) {
+    if !crate::policy::is_locale_var(name) || value.is_some_and(crate::policy::is_safe_locale) {
         return Ok(());
     }
     Err(Refusal {
@@ -635,18 +630,7 @@ pub(super) fn check_assignment(name: &str, src: &str) -> Result<(), Refusal> {
         "assigning `PATH` changes which programs the checked names run; set PATH in the policy \
          (shell.env or shell.inherit_env) instead"
             .to_string()
-    } else if matches!(
-        name,
-        "OPTIND"
-            | "RANDOM"
-            | "SRANDOM"
-            | "HISTCMD"
-            | "SECONDS"
-            | "BASHPID"
-            | "LINENO"
-            | "EPOCHSECONDS"
-            | "EPOCHREALTIME"
-    ) {
+    } else if crate::policy::BASH_INTEGER_VARS.contains(&name) {
         format!("bash evaluates an assignment to `{name}` as arithmetic (where `a[$(cmd)]` runs cmd), so a line may not assign it")
     } else if is_startup_var(name) {
         format!("`{name}` changes how a shell or the loader reads what follows, so a line may not assign it")
@@ -962,10 +946,6 @@ fn printf_assigns(format: &str) -> bool {
         }
     }
     false
-}
-
-fn is_digits(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit())
 }
 
 fn env_s() -> String {

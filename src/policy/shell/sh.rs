@@ -858,7 +858,8 @@ pub fn is_name(s: &str) -> bool {
     b.next().is_some_and(|c| c.is_ascii_alphabetic() || c == b'_') && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
-fn is_digits(s: &str) -> bool {
+/// A non-empty run of ASCII digits.
+pub(super) fn is_digits(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit())
 }
 
