@@ -1278,6 +1278,14 @@ fn r0044_the_git_guard_never_deletes_through_a_link() {
     assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
     assert_eq!(std::fs::read_to_string(victim.path().join("file.txt")).unwrap_or_default(), "keep\n");
     assert!(r.warnings.iter().any(|w| w.contains("could not be removed")), "{:?}", r.warnings);
+    // Control: the same kind of entry, created without a link on the way,
+    // is removed.
+    let mut req = ws.req(&["sh", "-c", &format!("mkdir -p sub2{v} && touch sub2{v}/file.txt && rm sub")]);
+    req.writable = true;
+    ws.write(".git/modules/evil/config", &format!("[include]\n\tpath = ../../../sub2{v}/file.txt\n"));
+    let r = run_ok(&req);
+    assert!(!ws.join(&format!("sub2{v}/file.txt")).exists(), "{:?}", r.warnings);
+    assert!(r.warnings.iter().any(|w| w.starts_with("removed ")), "{:?}", r.warnings);
 }
 
 /// Regression (review): a deny glob matching a symbolic link masked its
