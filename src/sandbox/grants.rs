@@ -74,3 +74,47 @@ pub(super) fn create(ws: &Path, rel: &Path) -> Result<(), SandboxError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp() -> tempfile::TempDir {
+        match tempfile::tempdir() {
+            Ok(d) => d,
+            Err(e) => panic!("tempdir: {e}"),
+        }
+    }
+
+    #[test]
+    fn creates_only_below_the_workspace_and_never_through_a_link() {
+        let ws = tmp();
+        let outside = tmp();
+        assert!(create(ws.path(), Path::new("target/debug")).is_ok());
+        assert!(ws.path().join("target/debug").is_dir());
+        assert!(matches!(missing(ws.path(), Path::new("target/debug")), Ok(false)));
+        // Kept as it is when it exists.
+        assert!(create(ws.path(), Path::new("target")).is_ok());
+        // A link on the way (as a swap after planning would leave it) is
+        // refused at that step, and nothing appears where it leads.
+        if let Err(e) = std::os::unix::fs::symlink(outside.path(), ws.path().join("link")) {
+            panic!("symlink: {e}");
+        }
+        assert!(missing(ws.path(), Path::new("link/new")).is_err());
+        match create(ws.path(), Path::new("link/new")) {
+            Err(SandboxError::CreateGrant { source, .. }) => {
+                assert!(source.to_string().contains("symbolic link"), "{source}")
+            }
+            other => panic!("expected CreateGrant, got {other:?}"),
+        }
+        assert!(!outside.path().join("new").exists());
+        // A link as the last component is refused too, not followed.
+        match create(ws.path(), Path::new("link")) {
+            Err(SandboxError::CreateGrant { .. }) => {}
+            other => panic!("expected CreateGrant, got {other:?}"),
+        }
+        // Only plain relative names.
+        assert!(create(ws.path(), Path::new("../escape")).is_err());
+        assert!(!ws.path().parent().is_some_and(|p| p.join("escape").exists()));
+    }
+}

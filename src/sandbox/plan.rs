@@ -224,10 +224,12 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
                 }
                 match grants::missing(&ws, &rel) {
                     Ok(true) => {}
-                    Ok(false) => return Err(SandboxError::BadRequest(format!(
-                        "write grant {} changed while it was being planned; try again",
-                        g.display()
-                    ))),
+                    Ok(false) => {
+                        return Err(SandboxError::BadRequest(format!(
+                            "write grant {} changed while it was being planned; try again",
+                            g.display()
+                        )))
+                    }
                     Err(source) => return Err(SandboxError::CreateGrant { path: named, source }),
                 }
                 let full = ws.join(&rel);
