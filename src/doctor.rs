@@ -203,14 +203,19 @@ pub async fn run() -> Report {
                 "full sandbox: does not work here; see the layers above".into()
             },
         },
+        // Either kill ends the whole tree; the line says which one, and
+        // reads "no" only when the sandbox itself does not work.
         Layer {
-            ok: kill_mechanism == KillMechanism::CgroupKill,
+            ok: sandbox_probe.ok,
             detail: format!(
                 "process-tree kill: {}",
                 if kill_mechanism == KillMechanism::CgroupKill {
                     "cgroup.kill on a per-command cgroup".to_string()
                 } else {
-                    format!("pid-namespace teardown ({})", cgroup.fallback.clone().unwrap_or_default())
+                    format!(
+                        "pid-namespace teardown, as complete as cgroup.kill (no per-command cgroup: {})",
+                        cgroup.fallback.clone().unwrap_or_default()
+                    )
                 }
             ),
         },

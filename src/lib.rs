@@ -25,6 +25,7 @@ pub mod doctor;
 pub mod policy;
 pub mod sandbox;
 mod sys;
+pub mod units;
 
 pub use portcullis_helper::spec::Network;
 pub use sandbox::{ExecRequest, ExecResult, Plan, Sandbox, SandboxError};

@@ -94,11 +94,14 @@ struct ExecArgs {
     /// The workspace is read-only (the default).
     #[arg(long, conflicts_with = "writable")]
     read_only: bool,
-    /// The whole workspace is writable (protected paths stay read-only).
+    /// Let the command write: the whole workspace, or with --policy what the
+    /// policy's `write` list names (the whole workspace if it names nothing).
+    /// Protected paths stay read-only.
     #[arg(long)]
     writable: bool,
-    /// Make PATH writable: inside the workspace, the workspace itself, an
-    /// absolute host path, or /tmp for the host's /tmp.
+    /// Make PATH writable: inside the workspace (a missing directory there is
+    /// created), the workspace itself, an absolute host path, or /tmp for the
+    /// host's /tmp.
     #[arg(long = "write", value_name = "PATH")]
     write: Vec<PathBuf>,
     /// An extra read-only root.
@@ -113,9 +116,10 @@ struct ExecArgs {
     /// Working directory inside the sandbox (default: the workspace).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
-    /// Kill the whole command tree after SECS seconds (exit status 124).
-    #[arg(long, value_name = "SECS")]
-    timeout: Option<f64>,
+    /// Kill the whole command tree after this long (exit status 124):
+    /// seconds (`30`, `0.5`) or a duration (`500ms`, `2m`, `1m30s`).
+    #[arg(long, value_name = "DURATION", value_parser = portcullis::units::parse_duration)]
+    timeout: Option<Duration>,
     /// Network access (default: none, or the policy's).
     #[arg(long, value_enum)]
     network: Option<NetArg>,
@@ -125,16 +129,16 @@ struct ExecArgs {
     /// Copy a variable from this environment.
     #[arg(long = "inherit-env", value_name = "NAME")]
     inherit_env: Vec<OsString>,
-    /// Most processes at once.
+    /// Most processes of the command at once (at least 1).
     #[arg(long, value_name = "N")]
     pids: Option<u64>,
-    /// Most memory, in bytes.
-    #[arg(long, value_name = "BYTES")]
+    /// Most memory: bytes, or a size such as `512MiB`, `4GiB` (at least 4 MiB).
+    #[arg(long, value_name = "SIZE", value_parser = portcullis::units::parse_size)]
     memory: Option<u64>,
-    /// Cap on output kept and shown, stdout and stderr together (default:
-    /// 1 MiB, or the policy's).
-    #[arg(long, value_name = "BYTES")]
-    max_output: Option<usize>,
+    /// Cap on output kept and shown, stdout and stderr together: bytes or a
+    /// size such as `64KiB` (default: 1 MiB, or the policy's).
+    #[arg(long, value_name = "SIZE", value_parser = portcullis::units::parse_size)]
+    max_output: Option<u64>,
     /// Run in a named degraded mode (weaker isolation; the result and
     /// --explain say so), e.g. where user namespaces are unavailable.
     #[arg(long, value_enum, value_name = "MODE")]
@@ -156,13 +160,79 @@ struct ExecArgs {
     command: Vec<OsString>,
 }
 
+/// Exit statuses of `portcullis` itself, after GNU `env`, `timeout` and
+/// `chroot`; every other status is the command's own (128 + n for a
+/// command killed by signal n).
+mod status {
+    /// `--timeout` expired; the whole tree was killed.
+    pub const TIMED_OUT: u8 = 124;
+    /// Any failure of portcullis itself: bad input (clap's errors too), a
+    /// policy refusal, a sandbox that could not be set up.
+    pub const FAILED: u8 = 125;
+    /// The command was found but could not be executed.
+    pub const CANNOT_EXECUTE: u8 = 126;
+    /// The command was not found.
+    pub const NOT_FOUND: u8 = 127;
+    /// Cancelled: portcullis got SIGINT or SIGTERM and killed the tree.
+    pub const CANCELLED: u8 = 130;
+}
+
+/// How `exec` ended, before it becomes an exit status.
+enum Outcome<'a> {
+    /// Bad flags, a bad policy file, a request the library refused.
+    BadInput,
+    /// The policy refused the command; nothing ran.
+    Refused,
+    /// The sandbox failed (before or while starting the command).
+    Failed(&'a portcullis::SandboxError),
+    /// The command ran.
+    Ran(&'a portcullis::ExecResult),
+}
+
+/// The one mapping from an outcome of `exec` to its exit status. A new
+/// typed error with its own status (waiting for another writable run that
+/// was cancelled: 130; that timed out: 124) gets its arm here.
+fn exit_status(o: Outcome) -> u8 {
+    use portcullis::SandboxError as E;
+    match o {
+        Outcome::BadInput | Outcome::Refused => status::FAILED,
+        Outcome::Failed(E::Exec { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => status::NOT_FOUND,
+        Outcome::Failed(E::Exec { .. }) => status::CANNOT_EXECUTE,
+        Outcome::Failed(_) => status::FAILED,
+        Outcome::Ran(r) if r.timed_out => status::TIMED_OUT,
+        Outcome::Ran(r) if r.cancelled => status::CANCELLED,
+        Outcome::Ran(r) => match (r.exit_code, r.signal) {
+            (Some(c), _) => u8::try_from(c & 0xff).unwrap_or(status::FAILED),
+            (None, Some(s)) => u8::try_from((128 + s) & 0xff).unwrap_or(status::FAILED),
+            _ => status::FAILED,
+        },
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            // --help and --version print on stdout and succeed; every other
+            // parse error is bad input, for every subcommand.
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp
+                | clap::error::ErrorKind::DisplayVersion
+                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                    if e.exit_code() == 0 =>
+                {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(status::FAILED),
+            };
+        }
+    };
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("portcullis: cannot start the runtime: {e}");
-            return ExitCode::from(125);
+            return ExitCode::from(status::FAILED);
         }
     };
     rt.block_on(async {
@@ -176,6 +246,7 @@ fn main() -> ExitCode {
                 } else {
                     print!("{}", r.render());
                 }
+                // Like check, a report: 0 the full sandbox works, 1 it does not.
                 if r.usable() {
                     ExitCode::SUCCESS
                 } else {
@@ -188,9 +259,9 @@ fn main() -> ExitCode {
 
 /// Why `exec` stops before running anything.
 enum Stop {
-    /// Bad flags, a bad policy file: exit 2.
+    /// Bad flags, a bad policy file.
     BadInput(String),
-    /// The policy refused the command: exit 1.
+    /// The policy refused the command.
     Refused(Refusal),
 }
 
@@ -243,10 +314,7 @@ fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<Plan>), Stop> {
         req.inherit_env.push(n.clone());
     }
     if let Some(t) = a.timeout {
-        if !(t.is_finite() && t > 0.0) {
-            return Err(bad(format!("--timeout {t}: must be a positive number of seconds")));
-        }
-        req.timeout = Some(Duration::from_secs_f64(t));
+        req.timeout = Some(t);
     }
     if a.pids.is_some() {
         req.limits.pids = a.pids;
@@ -255,7 +323,8 @@ fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<Plan>), Stop> {
         req.limits.memory = a.memory;
     }
     if let Some(m) = a.max_output {
-        req.max_output_bytes = m;
+        req.max_output_bytes =
+            usize::try_from(m).map_err(|_| bad(format!("--max-output {m}: too large for this machine")))?;
     }
     req.test_switches.skip_readonly = a.test_skip_readonly;
     req.test_switches.skip_landlock = a.test_skip_landlock;
@@ -314,10 +383,12 @@ fn policy_request(a: &ExecArgs, file: &std::path::Path) -> Result<(ExecRequest, 
     Ok((req, plan))
 }
 
+/// `check` exits 0 (accepted), 1 (refused) or, like every subcommand for
+/// bad input, 125.
 fn check(a: CheckArgs) -> ExitCode {
     let fail = |m: String| {
         eprintln!("portcullis: {m}");
-        ExitCode::from(2)
+        ExitCode::from(status::FAILED)
     };
     let mut policy = match &a.policy {
         Some(f) => match WorkspacePolicy::from_file(f) {
@@ -429,7 +500,8 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
     }
     s += &format!("workspace: {} ({})\n", shown(&plan.workspace), if plan.writable { "writable" } else { "read-only" });
     for g in &plan.write_grants {
-        s += &format!("write-grant: {}\n", shown(g));
+        let note = if plan.create_grants.contains(g) { " (missing: created before the run)" } else { "" };
+        s += &format!("write-grant: {}{note}\n", shown(g));
     }
     for r in &plan.read_roots {
         s += &format!("read-root: {}\n", shown(r));
@@ -570,23 +642,24 @@ async fn exec(a: ExecArgs) -> ExitCode {
         Ok(r) => r,
         Err(Stop::BadInput(e)) => {
             eprintln!("portcullis: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(exit_status(Outcome::BadInput));
         }
         Err(Stop::Refused(r)) => {
             if a.json {
                 println!("{}", serde_json::to_string(&Verdict::Refused(r.clone())).unwrap_or_default());
             }
             eprintln!("portcullis: {r}");
-            return ExitCode::from(1);
+            return ExitCode::from(exit_status(Outcome::Refused));
         }
     };
     let fail = |e: &portcullis::SandboxError, json: bool| {
+        let code = exit_status(Outcome::Failed(e));
         if json {
-            let obj = serde_json::json!({ "error": { "message": error_chain(e), "exit_code": e.exit_code() } });
+            let obj = serde_json::json!({ "error": { "message": error_chain(e), "exit_code": code } });
             println!("{obj}");
         }
         eprintln!("portcullis: {}", error_chain(e));
-        ExitCode::from(e.exit_code())
+        ExitCode::from(code)
     };
     let sb = match Sandbox::new() {
         Ok(s) => s,
@@ -647,18 +720,7 @@ async fn exec(a: ExecArgs) -> ExitCode {
                     eprintln!("portcullis: warning: {w}");
                 }
             }
-            let code = if r.timed_out {
-                124
-            } else if r.cancelled {
-                130
-            } else {
-                match (r.exit_code, r.signal) {
-                    (Some(c), _) => c,
-                    (None, Some(s)) => 128 + s,
-                    _ => 125,
-                }
-            };
-            ExitCode::from(u8::try_from(code & 0xff).unwrap_or(125))
+            ExitCode::from(exit_status(Outcome::Ran(&r)))
         }
         Err(e) => fail(&e, a.json),
     }

@@ -38,6 +38,7 @@ pub use shell::{
 };
 
 use crate::sandbox::{ExecRequest, Limits as SandboxLimits, DEFAULT_MAX_OUTPUT};
+pub use crate::units::{parse_duration, parse_size};
 use crate::Network;
 use portcullis_helper::spec::Mode;
 
@@ -560,11 +561,11 @@ impl WorkspacePolicy {
                 return Err(PolicyError::invalid(format!("write[{i}]"), "an empty path"));
             }
         }
-        if self.limits.pids == Some(0) {
-            return Err(PolicyError::invalid("limits.pids", "0 would let nothing run"));
+        if let Some(n) = self.limits.pids {
+            crate::units::check_pids(n).map_err(|why| PolicyError::invalid("limits.pids", why))?;
         }
-        if self.limits.memory.is_some_and(|m| m < 1 << 20) {
-            return Err(PolicyError::invalid("limits.memory", "less than 1 MiB would let nothing run"));
+        if let Some(m) = self.limits.memory {
+            crate::units::check_memory(m).map_err(|why| PolicyError::invalid("limits.memory", why))?;
         }
         if let Some(sh) = &self.shell {
             for (list, names) in [("allow", sh.allow.as_deref().unwrap_or_default()), ("deny", &sh.deny)] {
@@ -600,8 +601,8 @@ impl WorkspacePolicy {
             for n in sh.env.keys() {
                 check_env_name(n).map_err(|why| PolicyError::invalid(format!("shell.env.{n}"), why))?;
             }
-            if sh.timeout.is_zero() {
-                return Err(PolicyError::invalid("shell.timeout", "0 would kill every command at once"));
+            if let Err(why) = crate::units::check_timeout(sh.timeout) {
+                return Err(PolicyError::invalid("shell.timeout", why));
             }
             if usize::try_from(sh.max_output_bytes).is_err() {
                 return Err(PolicyError::invalid("shell.max_output_bytes", "too large for this machine"));
@@ -781,56 +782,6 @@ fn toml_message(text: &str, e: &toml::de::Error) -> String {
         }
         None => msg,
     }
-}
-
-/// Parse a duration: seconds as a number, or `"1h"`, `"2m"`, `"30s"`,
-/// `"500ms"`, or a sum of them (`"1m30s"`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if t.is_empty() {
-        return Err("an empty duration".into());
-    }
-    if let Ok(secs) = t.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = t;
-    while !rest.is_empty() {
-        let n_end = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
-        let (num, tail) = rest.split_at(n_end);
-        let u_end = tail.find(|c: char| c.is_ascii_digit()).unwrap_or(tail.len());
-        let (unit, next) = tail.split_at(u_end);
-        let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration (e.g. 30s, 2m, 500ms, 1h)"))?;
-        let scale = match unit.trim() {
-            "ms" => 0.001,
-            "s" | "sec" | "secs" => 1.0,
-            "m" | "min" | "mins" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
-        };
-        let d = Duration::try_from_secs_f64(n * scale).map_err(|_| format!("{s:?} is out of range"))?;
-        total = total.checked_add(d).ok_or_else(|| format!("{s:?} is out of range"))?;
-        rest = next;
-    }
-    Ok(total)
-}
-
-/// Parse a size: bytes as a number, or with a unit (`k`, `KiB`, `M`, `MiB`,
-/// `G`, `GiB`; all powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(end);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (e.g. 1048576, 512MiB, 2G)"))?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        other => return Err(format!("{s:?}: unknown unit {other:?}")),
-    };
-    n.checked_mul(1u64 << shift).ok_or_else(|| format!("{s:?} is out of range"))
 }
 
 /// A map whose keys must be unique (JSON allows a key twice; the second
@@ -1032,16 +983,5 @@ max_output_bytes = 1048576
         let text = serde_json::to_string(&j).unwrap_or_default();
         let back = WorkspacePolicy::from_json(&text).map(|b| format!("{b:?}"));
         assert_eq!(back.ok(), Some(format!("{j:?}")));
-    }
-
-    #[test]
-    fn durations_and_sizes() {
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("5 fortnights").is_err());
-        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
-        assert_eq!(parse_size("2G"), Ok(2 << 30));
-        assert!(parse_size("99999999999999T").is_err());
     }
 }

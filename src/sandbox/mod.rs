@@ -1,7 +1,9 @@
 //! The sandbox: plan a command, spawn the helper, supervise the run.
 
 mod cgroup;
+mod grants;
 mod guard;
+mod hint;
 mod launch;
 mod plan;
 
@@ -51,6 +53,38 @@ pub enum SandboxError {
         /// Where it leads.
         resolved: PathBuf,
     },
+    /// A relative path (or one under the workspace) whose `..` leads out of
+    /// the workspace.
+    #[error(
+        "{what} {path} names {resolved}, outside the workspace (through `..`); a path outside the workspace must be \
+         given as an absolute path"
+    )]
+    PathOutside {
+        /// Which path of the request.
+        what: &'static str,
+        /// The path as given.
+        path: PathBuf,
+        /// What it names, lexically.
+        resolved: PathBuf,
+    },
+    /// A write grant outside the workspace does not exist.
+    #[error(
+        "write grant {path} does not exist; portcullis creates a missing grant only inside the workspace: create it \
+         first (mkdir -p {path})"
+    )]
+    MissingGrant {
+        /// The grant as given.
+        path: PathBuf,
+    },
+    /// A missing write grant inside the workspace could not be created.
+    #[error("cannot create the missing write grant {path} (create it yourself, or grant a directory that exists)")]
+    CreateGrant {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
     /// A path that must be a directory is not.
     #[error("{what} {path} is not a directory")]
     NotADirectory {
@@ -60,7 +94,7 @@ pub enum SandboxError {
         path: PathBuf,
     },
     /// No command was given.
-    #[error("no command given")]
+    #[error("no command given: name a program after `--`")]
     EmptyCommand,
     /// The request is inconsistent.
     #[error("{0}")]
@@ -120,10 +154,14 @@ pub enum SandboxError {
         source: io::Error,
     },
     /// The command could not be executed.
-    #[error("cannot execute {program}")]
+    #[error("cannot execute {program}{hint}")]
     Exec {
         /// The program (argv[0]).
         program: String,
+        /// What to do about it, in parentheses (or empty): for a program
+        /// not found, the `PATH` searched inside the sandbox and where the
+        /// program is on the host.
+        hint: String,
         /// Why (ENOENT: not found; EACCES: not executable).
         #[source]
         source: io::Error,
@@ -458,7 +496,21 @@ impl Sandbox {
         let fresh;
         let plan = if plan.writable || !plan.write_grants.is_empty() {
             _ws_lock = lock_workspace(&plan.workspace, opts.cancel.as_ref()).await?;
-            fresh = self.plan(req)?;
+            let mut again = self.plan(req)?;
+            if !again.create_grants.is_empty() {
+                for g in &again.create_grants {
+                    let rel = g.strip_prefix(&again.workspace).unwrap_or(g);
+                    grants::create(&again.workspace, rel)?;
+                }
+                again = self.plan(req)?;
+                if let Some(g) = again.create_grants.first() {
+                    return Err(SandboxError::CreateGrant {
+                        path: g.clone(),
+                        source: io::Error::other("it is still missing after it was created"),
+                    });
+                }
+            }
+            fresh = again;
             &fresh
         } else {
             plan
@@ -466,7 +518,9 @@ impl Sandbox {
         let mut spec = plan.spec.clone();
         let mut warnings = Vec::new();
         let (mut cg, cgroup_fallback) = match &self.cgroup {
-            Ok(host) => match host.create(req.limits.pids, req.limits.memory) {
+            // `--pids N` counts the command's processes: the sandbox's init
+            // (pid 1, born in the leaf) is added on top.
+            Ok(host) => match host.create(req.limits.pids.map(|n| n.saturating_add(1)), req.limits.memory) {
                 Ok(c) => (Some(c), None),
                 Err(e) => (None, Some(e.to_string())),
             },
@@ -484,7 +538,12 @@ impl Sandbox {
                         .into(),
                 ));
             } else {
-                spec.rlimits.push(Rlimit { resource: RlimitKind::Nproc, value: n });
+                // Counted per uid of the sandbox's user namespace: pid 1 runs
+                // as the command's uid, and so does an unprivileged caller's
+                // outer helper once it has joined that namespace to make the
+                // network namespace. Neither is the command's.
+                let own = 1 + u64::from(self.uid != 0 && plan.spec.network == Network::None);
+                spec.rlimits.push(Rlimit { resource: RlimitKind::Nproc, value: n.saturating_add(own) });
                 LimitMechanism::RlimitNproc
             });
         }
@@ -837,10 +896,11 @@ fn setup_error(plan: &Plan, step: Result<Step, u16>, errno: i32, detail: u32) ->
         .and_then(|i| plan.spec.mounts.get(i))
         .map(|op| PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(op.dst())));
     match (step, errno) {
-        (Some(Step::Exec), _) => SandboxError::Exec {
-            program: plan.spec.argv.first().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default(),
-            source,
-        },
+        (Some(Step::Exec), _) => {
+            let program = plan.spec.argv.first().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default();
+            let hint = if errno == libc::ENOENT { hint::not_found(plan, &program) } else { String::new() };
+            SandboxError::Exec { program, hint, source }
+        }
         (Some(Step::Clone), libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS) => SandboxError::LayerUnavailable {
             layer: "user namespaces",
             hint: "the kernel refused to create a user namespace; check sysctl user.max_user_namespaces (must be > 0), kernel.unprivileged_userns_clone=1 on Debian kernels, and on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile allowing userns; `portcullis doctor` shows which".into(),

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use portcullis_helper::spec::{Identity, LandlockSpec, Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
 
-use super::{ExecRequest, SandboxError};
+use super::{grants, ExecRequest, SandboxError};
 
 /// System directories made visible read-only when they exist.
 pub const SYSTEM_ROOTS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"];
@@ -46,6 +46,10 @@ pub struct Plan {
     pub writable: bool,
     /// Write grants (real paths).
     pub write_grants: Vec<PathBuf>,
+    /// Write grants inside the workspace that do not exist yet: each is
+    /// created (from the workspace's descriptor, never through a link) just
+    /// before the run, once the run holds the workspace.
+    pub create_grants: Vec<PathBuf>,
     /// Extra read-only roots (real paths).
     pub read_roots: Vec<PathBuf>,
     /// Paths kept read-only inside writable areas.
@@ -92,8 +96,22 @@ fn is_within(p: &Path, root: &Path) -> bool {
 /// Build the plan. Does I/O (canonicalisation, the deny walk) but starts
 /// nothing.
 pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError> {
-    if req.argv.is_empty() {
-        return Err(SandboxError::EmptyCommand);
+    match req.argv.first() {
+        None => return Err(SandboxError::EmptyCommand),
+        Some(a) if a.is_empty() => {
+            return Err(SandboxError::BadRequest("the command name is empty (`-- ''`); name a program".into()))
+        }
+        Some(_) => {}
+    }
+    let limit = |what: &str, r: Result<(), String>| r.map_err(|why| SandboxError::BadRequest(format!("{what}: {why}")));
+    if let Some(n) = req.limits.pids {
+        limit("the process limit (--pids)", crate::units::check_pids(n))?;
+    }
+    if let Some(m) = req.limits.memory {
+        limit("the memory limit (--memory)", crate::units::check_memory(m))?;
+    }
+    if let Some(t) = req.timeout {
+        limit("the timeout (--timeout)", crate::units::check_timeout(t))?;
     }
     if nix::unistd::getuid() != nix::unistd::geteuid() || nix::unistd::getgid() != nix::unistd::getegid() {
         return Err(SandboxError::BadRequest(
@@ -121,16 +139,26 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // Stricter still: inside the workspace a path must name itself — no link
     // on the way at all (`target -> .` would otherwise turn `--write target`
     // into a writable workspace).
-    let canon_in = |p: &Path, what: &'static str| -> Result<PathBuf, SandboxError> {
+    // What a path meant to be inside the workspace names there, lexically
+    // (`None`: an absolute path outside it); refused when its `..` leads out.
+    let named_inside = |p: &Path, what: &'static str| -> Result<Option<PathBuf>, SandboxError> {
         let abs = resolve_rel(p);
-        let real = canon(&abs, what)?;
-        let inside = if let Ok(rel) = abs.strip_prefix(&req.workspace) {
-            Some(ws.join(rel))
+        let named = if let Ok(rel) = abs.strip_prefix(&req.workspace) {
+            ws.join(rel)
         } else if abs.starts_with(&ws) {
-            Some(abs.clone())
+            abs
         } else {
-            None
+            return Ok(None);
         };
+        let lex = lexical(&named);
+        if !lex.starts_with(&ws) {
+            return Err(SandboxError::PathOutside { what, path: p.to_path_buf(), resolved: lex });
+        }
+        Ok(Some(named))
+    };
+    let canon_in = |p: &Path, what: &'static str| -> Result<PathBuf, SandboxError> {
+        let inside = named_inside(p, what)?;
+        let real = canon(&resolve_rel(p), what)?;
         match inside {
             Some(named) if !real.starts_with(&ws) => {
                 let _ = named;
@@ -163,6 +191,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // Write grants.
     let mut writable = req.writable;
     let mut grants: Vec<PathBuf> = Vec::new();
+    let mut create_grants: Vec<PathBuf> = Vec::new();
     let mut host_tmp = false;
     for g in &req.write {
         let abs = resolve_rel(g);
@@ -177,7 +206,40 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             grants.push(canon(&abs, "write grant")?);
             continue;
         }
-        let real = canon_in(g, "write grant")?;
+        let real = match canon_in(g, "write grant") {
+            Ok(real) => real,
+            Err(SandboxError::Path { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                // Missing: created before the run when it lies inside the
+                // workspace and is named plainly (no `..`, no link on the way).
+                let Some(named) = named_inside(g, "write grant")? else {
+                    return Err(SandboxError::MissingGrant { path: g.clone() });
+                };
+                let rel = named.strip_prefix(&ws).unwrap_or(&named).to_path_buf();
+                if rel.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+                    return Err(SandboxError::BadRequest(format!(
+                        "write grant {} does not exist, and it is named through `..`: name the directory to create \
+                         plainly (e.g. target/debug)",
+                        g.display()
+                    )));
+                }
+                match grants::missing(&ws, &rel) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return Err(SandboxError::BadRequest(format!(
+                            "write grant {} changed while it was being planned; try again",
+                            g.display()
+                        )))
+                    }
+                    Err(source) => return Err(SandboxError::CreateGrant { path: named, source }),
+                }
+                let full = ws.join(&rel);
+                if !create_grants.contains(&full) {
+                    create_grants.push(full.clone());
+                }
+                full
+            }
+            Err(e) => return Err(e),
+        };
         if real == ws {
             writable = true;
             continue;
@@ -489,6 +551,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         workspace: ws,
         writable,
         write_grants: grants,
+        create_grants,
         read_roots,
         protected,
         pinned,

@@ -1,5 +1,6 @@
 mod util;
 
+mod cli;
 mod escapes;
 mod meta;
 mod policy;

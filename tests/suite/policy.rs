@@ -282,10 +282,10 @@ timeout = "20s"
         let v: serde_json::Value = serde_json::from_slice(&sh.stdout).unwrap_or_default();
         assert_eq!(v["commands"][1]["argv"][0], "cat");
         assert_eq!(v["interpreter"], "sh");
-        // Bad input: exit 2 with the key named.
+        // Bad input: exit 125 (as for every failure of portcullis) with the key named.
         ws.write("bad.toml", "[shell]\nalow = [\"x\"]\n");
         let bad = run(&["check", "--policy", &ws.join("bad.toml").to_string_lossy(), "--", "ls"]);
-        assert_eq!(code(&bad), 2);
+        assert_eq!(code(&bad), 125);
         assert!(String::from_utf8_lossy(&bad.stderr).contains("alow"), "{}", String::from_utf8_lossy(&bad.stderr));
         // No policy: nothing may run.
         let none = run(&["check", "--workspace", &ws.path().to_string_lossy(), "--", "ls"]);
@@ -301,12 +301,12 @@ timeout = "20s"
             let mut args = vec!["exec", "--policy", &p, "--writable", "--json", "--"];
             args.extend(line.iter().copied());
             let o = run(&args);
-            assert_eq!(code(&o), 1, "{line:?}: {}", String::from_utf8_lossy(&o.stderr));
+            assert_eq!(code(&o), 125, "{line:?}: {}", String::from_utf8_lossy(&o.stderr));
             assert!(String::from_utf8_lossy(&o.stdout).contains("\"verdict\":\"refused\""));
         }
         assert_eq!(ws.snapshot(), before, "nothing ran");
         let multi = run(&["exec", "--policy", &p, "--sh", "--", "echo", "two"]);
-        assert_eq!(code(&multi), 2, "sh mode takes the line as one argument");
+        assert_eq!(code(&multi), 125, "sh mode takes the line as one argument");
         // --explain shows the policy's verdict above the sandbox plan.
         let ex = run(&["exec", "--policy", &p, "--sh", "--explain", "--", "ls src > out/x && cat out/x"]);
         let text = String::from_utf8_lossy(&ex.stdout);
@@ -352,6 +352,6 @@ timeout = "20s"
         assert!(!ws.join("out/y").exists());
         // A flag that names a start-up variable is refused as bad input.
         let o = run(&["exec", "--policy", &p, "--env", "BASH_ENV=/tmp/x", "--", "echo", "x"]);
-        assert_eq!(code(&o), 2);
+        assert_eq!(code(&o), 125);
     }
 }

@@ -293,8 +293,9 @@ fn r0011_setup_failures_are_typed_errors() {
         other => panic!("expected Exec ENOENT, got {other:?}"),
     }
     let mut req = ws.req(&["true"]);
-    req.write.push(PathBuf::from("no-such-dir"));
-    assert!(matches!(run(&req), Err(SandboxError::Path { what: "write grant", .. })));
+    // A missing grant is created only inside the workspace (cli::r0075).
+    req.write.push(PathBuf::from("/nonexistent/portcullis-grant"));
+    assert!(matches!(run(&req), Err(SandboxError::MissingGrant { .. })));
     let mut req = ws.req(&["true"]);
     req.write.push(ws.path().parent().map(PathBuf::from).unwrap_or_default());
     assert!(matches!(run(&req), Err(SandboxError::BadRequest(_))), "a grant containing the workspace is refused");

@@ -1,0 +1,73 @@
+//! What to do when the command cannot be found: which `PATH` was searched
+//! inside the sandbox, and where the program is on the host, if anywhere.
+
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use super::{Plan, SYSTEM_ROOTS};
+
+/// The hint for a command that was not found (`ENOENT` at exec), worded
+/// for the CLI's flags: `" (…)"`, or empty when there is nothing to add.
+pub(super) fn not_found(plan: &Plan, program: &str) -> String {
+    if program.is_empty() {
+        return String::new();
+    }
+    if program.contains('/') {
+        return format!(
+            " ({program}, or the interpreter its #! line names, or its loader, is not in the sandbox: only the \
+             system directories, the workspace, the write grants and the --read roots are; add its directory \
+             with --read DIR)"
+        );
+    }
+    let inside = plan
+        .spec
+        .env
+        .iter()
+        .find_map(|e| e.strip_prefix(b"PATH="))
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .unwrap_or_default();
+    let searched = format!("not found in PATH={inside} inside the sandbox");
+    let Some(host) = on_host_path(program) else {
+        return format!(
+            " ({searched}, nor in the caller's PATH; pass --inherit-env PATH (or --env PATH=...), and --read the \
+             directory that holds {program})"
+        );
+    };
+    let dir = host.parent().map(Path::to_path_buf).unwrap_or_default();
+    let real_dir = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+    let on_inner_path = inside.split(':').any(|d| Path::new(d) == dir);
+    let seen = visible(plan, &real_dir);
+    let mut todo = Vec::new();
+    if !on_inner_path {
+        todo.push("pass --inherit-env PATH".to_string());
+    }
+    if !seen {
+        todo.push(format!(
+            "--read {} (or the toolchain's whole tree, such as --read ~/.cargo --read ~/.rustup)",
+            dir.display()
+        ));
+    }
+    if todo.is_empty() {
+        return format!(" ({searched}; {program} is {} on the host)", host.display());
+    }
+    format!(" ({searched}; on the host it is {}: {})", host.display(), todo.join(", and "))
+}
+
+/// The first executable `program` in this process's own `PATH`.
+fn on_host_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    path.as_bytes()
+        .split(|b| *b == b':')
+        .filter(|d| d.first() == Some(&b'/'))
+        .map(|d| Path::new(std::ffi::OsStr::from_bytes(d)).join(program))
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+/// Whether the sandbox shows `dir` (a real path).
+fn visible(plan: &Plan, dir: &Path) -> bool {
+    SYSTEM_ROOTS.iter().any(|r| dir.starts_with(r))
+        || dir.starts_with(&plan.workspace)
+        || plan.read_roots.iter().any(|r| dir.starts_with(r))
+        || plan.write_grants.iter().any(|g| dir.starts_with(g))
+}
