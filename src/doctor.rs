@@ -72,7 +72,20 @@ pub struct Report {
     pub limits: String,
     /// Which modes work.
     pub modes: Vec<Layer>,
+    /// What the landlock-only mode leaves open because the kernel offers no
+    /// control for it ([`LANDLOCK_ONLY_OPEN`]); empty when the mode is not
+    /// available here.
+    pub landlock_only_open: Vec<String>,
 }
+
+/// What the landlock-only mode cannot close: Landlock (up to ABI 7) has no
+/// right for these, and seccomp sees a path only as a pointer. docs/sandbox.md
+/// ("What is weaker than in the full sandbox") says the same.
+pub const LANDLOCK_ONLY_OPEN: &[&str] = &[
+    "outside the plan, stat/statx, access, statfs, readlink and chdir still work: a command learns which paths exist, their type, size, owner, mode and times, and where a symbolic link points, though it can neither read a file nor list a directory",
+    "the host's /proc is readable: other processes' command lines and status, the host's connections and mount table",
+    "no second barrier: Landlock alone stands between the command and your files",
+];
 
 fn read_num(p: &str) -> Option<i64> {
     fs::read_to_string(p).ok()?.trim().parse().ok()
@@ -248,6 +261,11 @@ pub async fn run() -> Report {
         kill_mechanism,
         limits,
         modes,
+        landlock_only_open: if ll_only {
+            LANDLOCK_ONLY_OPEN.iter().map(|s| s.to_string()).collect()
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -282,6 +300,12 @@ impl Report {
         s += "modes:\n";
         for m in &self.modes {
             s += &format!("  {} {}\n", if m.ok { "yes" } else { "no " }, m.detail);
+        }
+        if !self.landlock_only_open.is_empty() {
+            s += "landlock-only mode leaves open (the kernel offers no control for these):\n";
+            for g in &self.landlock_only_open {
+                s += &format!("  - {g}\n");
+            }
         }
         s
     }

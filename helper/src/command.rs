@@ -178,8 +178,9 @@ fn landlock(spec: &SpawnSpec, applied: &mut Applied) -> Result<(), Fail> {
     Ok(())
 }
 
-/// Put the calling process in a Landlock domain that handles no filesystem
-/// right but scopes signals and abstract unix sockets (ABI 6). Used by the
+/// Put the calling process in a Landlock domain that scopes signals and
+/// abstract unix sockets (ABI 6) and restricts no file access (it handles
+/// only `Refer`, granted beneath `/`). Used by the
 /// landlock-only mode's supervisors, so that their `kill(-1)` sweep reaches
 /// only processes of their own (and nested) domains.
 pub fn scope_signals() -> Result<(), Fail> {
@@ -188,11 +189,22 @@ pub fn scope_signals() -> Result<(), Fail> {
     }
     let fail = |_: &dyn std::fmt::Display| Fail::errno(Step::Landlock, libc::EINVAL);
     nix::sys::prctl::set_no_new_privs().map_err(|e| Fail::io(Step::NoNewPrivs, errno(e)))?;
+    // Every layer of a Landlock domain refuses `Refer` (linking or renaming
+    // into another directory) unless it grants it, even a layer that handles
+    // no filesystem right at all: without this rule, every cross-directory
+    // rename or link in the command's writable areas failed with EXDEV. This
+    // layer handles `Refer` alone and grants it everywhere, so the command's
+    // own ruleset, nested inside, is what decides.
+    let root = PathFd::new("/").map_err(|_| Fail::errno(Step::Landlock, libc::ENOENT))?;
     let status = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::Refer)
+        .map_err(|e| fail(&e))?
         .scope(Scope::AbstractUnixSocket | Scope::Signal)
         .map_err(|e| fail(&e))?
         .create()
+        .map_err(|e| fail(&e))?
+        .add_rule(PathBeneath::new(root, AccessFs::Refer))
         .map_err(|e| fail(&e))?
         .restrict_self()
         .map_err(|e| fail(&e))?;

@@ -443,13 +443,31 @@ fn fork_command(spec: &SpawnSpec, prep: &Prepared, report_fd: &OwnedFd) -> Resul
 /// subreaper that sweeps every descendant when the command ends.
 fn landlock_only_pid1(spec: &SpawnSpec, prep: &Prepared, report_fd: &OwnedFd) -> Result<Never, Fail> {
     nix::sys::prctl::set_child_subreaper(true).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
+    // With no pid namespace, dying by SIGKILL with the outer helper would
+    // leave the command's tree running (its orphans would pass to a process
+    // outside the sandbox). So the parent-death signal becomes SIGCHLD, which
+    // is blocked and waited for below: on the outer helper's death we sweep.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGCHLD).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
+    // Is our parent still the outer helper? Only it shares our Landlock
+    // domain (it entered a scope-only one before the clone), so a signal 0 to
+    // our parent passes exactly while it lives: once it is gone, our new
+    // parent is outside every sandbox domain, and signal scoping refuses it.
+    // This also covers a helper that died before either prctl took effect.
+    let parent = nix::unistd::getppid();
+    if nix::sys::signal::kill(parent, None).is_err() {
+        sys::exit_now(EXIT_SETUP);
+    }
     // A domain of our own, nested in the outer helper's: our kill(-1) sweep
     // then reaches the command's tree but not the outer helper.
     command::scope_signals()?;
     nix::sys::prctl::set_dumpable(false).map_err(|e| Fail::io(Step::NonDumpable, errno(e)))?;
     let _ = nix::sys::prctl::set_name(c"portcullis-init");
     let child = fork_command(spec, prep, report_fd)?;
-    let (code, record) = reap_command(child);
+    let Some((code, record)) = reap_command(child, Some(parent)) else {
+        // The outer helper is gone: nobody waits for a report.
+        sweep_descendants();
+        sys::exit_now(128 + libc::SIGKILL)
+    };
     sweep_descendants();
     report(report_fd, record);
     sys::exit_now(code)
@@ -485,7 +503,9 @@ fn sweep_descendants() {
 
 /// Wait for the command (reaping anything else that dies meanwhile) and
 /// forward signals to it; returns pid 1's exit code and the record to send.
-fn reap_command(child: Pid) -> (i32, Record) {
+/// With `parent`, returns `None` as soon as that is no longer our parent
+/// (it died: the landlock-only mode's parent-death signal is SIGCHLD).
+fn reap_command(child: Pid, parent: Option<Pid>) -> Option<(i32, Record)> {
     let set = handled_signals();
     loop {
         let sig = match set.wait() {
@@ -498,18 +518,26 @@ fn reap_command(child: Pid) -> (i32, Record) {
         }
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(p, code)) if p == child => return (code, Record::Exited(code)),
-                Ok(WaitStatus::Signaled(p, s, _)) if p == child => return (128 + s as i32, Record::Signaled(s as i32)),
+                Ok(WaitStatus::Exited(p, code)) if p == child => return Some((code, Record::Exited(code))),
+                Ok(WaitStatus::Signaled(p, s, _)) if p == child => {
+                    return Some((128 + s as i32, Record::Signaled(s as i32)));
+                }
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(_) => {}
             }
+        }
+        if parent.is_some_and(|p| nix::unistd::getppid() != p) {
+            return None;
         }
     }
 }
 
 /// Reap every child; when the command ends, report and return its status.
 fn reap(child: Pid, report_fd: &OwnedFd) -> i32 {
-    let (code, record) = reap_command(child);
+    // Without a parent to watch, reap_command returns only with the command.
+    let Some((code, record)) = reap_command(child, None) else {
+        return EXIT_SETUP;
+    };
     report(report_fd, record);
     code
 }

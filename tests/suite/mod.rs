@@ -2,6 +2,7 @@ mod util;
 
 mod cli;
 mod escapes;
+mod landlock_only;
 mod meta;
 mod policy;
 mod policy_corpus;
