@@ -493,13 +493,16 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
     };
     let reads = if full { "" } else { ", and reads (no mount plan to hide anything)" };
     s += &format!(
-        "landlock: abi {abi}, handles every write right but ioctl-dev (truncate included){reads}{scope}{tcp}\n"
+        "landlock: abi {abi}, handles every write right but ioctl-dev (truncate included; make-sock only beneath landlock-sockets){reads}{scope}{tcp}\n"
     );
     for r in &plan.spec.landlock.readable {
         s += &format!("landlock-readable: {}\n", shown_bytes(r));
     }
     for w in &plan.landlock_writable {
         s += &format!("landlock-writable: {}\n", shown(w));
+    }
+    for w in &plan.landlock_sockets {
+        s += &format!("landlock-sockets: {} (unix sockets may be made only here)\n", shown(w));
     }
     for g in &plan.landlock_gaps {
         s +=

@@ -58,6 +58,10 @@ pub struct Plan {
     pub masked: Vec<PathBuf>,
     /// Paths beneath which Landlock allows writing.
     pub landlock_writable: Vec<PathBuf>,
+    /// The only paths beneath which Landlock lets the command make a unix
+    /// socket: the private `/tmp` and `/dev/shm`, unless a host directory
+    /// is bound beneath one (never in landlock-only mode).
+    pub landlock_sockets: Vec<PathBuf>,
     /// Read-only areas that lie beneath a Landlock-writable path (a
     /// workspace under `/tmp`, say): Landlock rules are hierarchical, so
     /// there only the read-only mount protects them.
@@ -400,6 +404,20 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // In the full sandbox /tmp is already in the list (private or host).
     landlock_writable.extend(grants.iter().filter(|g| degraded || g.as_path() != Path::new("/tmp")).cloned());
     landlock_writable.dedup();
+    // Unix sockets may be made only on the sandbox's own tmpfs mounts, and
+    // not there either when a host directory is bound beneath one (Landlock
+    // rules are hierarchical). Everywhere else another run could reach the
+    // socket, connect, and be handed this run's descriptors.
+    let host_binds: Vec<&PathBuf> = std::iter::once(&ws).chain(read_roots.iter()).chain(grants.iter()).collect();
+    let landlock_sockets: Vec<PathBuf> = if degraded {
+        Vec::new()
+    } else {
+        [(!host_tmp).then(|| PathBuf::from("/tmp")), Some(PathBuf::from("/dev/shm"))]
+            .into_iter()
+            .flatten()
+            .filter(|t| !host_binds.iter().any(|b| b.starts_with(t)))
+            .collect()
+    };
     let mut landlock_readable: Vec<PathBuf> = Vec::new();
     if degraded {
         let ids =
@@ -479,6 +497,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             deny_tcp: req.network == Network::None,
             scope: true,
             readable: landlock_readable.iter().map(|p| bytes(p)).collect(),
+            sockets: landlock_sockets.iter().map(|p| bytes(p)).collect(),
         },
         rlimits: Vec::new(),
         cgroup: false,
@@ -495,6 +514,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         git_guard,
         masked,
         landlock_writable,
+        landlock_sockets,
         landlock_gaps,
         seccomp_sha256,
         spec,
