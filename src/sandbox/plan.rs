@@ -338,6 +338,17 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             )));
         }
     }
+    // The caller's workspace-lock directory must stay out of the command's
+    // reach (it could hold the lock and stall every writable run): it lies
+    // on a private tmpfs in the sandbox, unless a bind shows the host's.
+    // Then it is masked; a bind from inside it is refused.
+    let lock_dir = super::lock::dir(uid);
+    if !degraded_req(req) {
+        if let Some(view) = lock_view(&base, &lock_dir)? {
+            super::lock::open_dir(uid)?;
+            masked.push(view);
+        }
+    }
     // Only what the sandbox can see needs (and can get) a mask; and a mask
     // inside a masked directory is already hidden (its mount point would be
     // gone).
@@ -462,6 +473,21 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             .collect();
     }
 
+    if degraded {
+        if let Some(p) = landlock_writable
+            .iter()
+            .chain(landlock_readable.iter())
+            .find(|p| lock_dir.starts_with(p) || p.starts_with(&lock_dir))
+        {
+            return Err(SandboxError::BadRequest(format!(
+                "landlock-only mode would let the command open portcullis's workspace-lock directory {} through {} \
+                 (Landlock can only allow), and hold the lock; grant a narrower path",
+                lock_dir.display(),
+                p.display()
+            )));
+        }
+    }
+
     let read_only_areas =
         (!writable).then(|| ws.clone()).into_iter().chain(read_roots.iter().cloned()).chain(protected.iter().cloned());
     let landlock_gaps: Vec<PathBuf> =
@@ -519,6 +545,40 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         seccomp_sha256,
         spec,
     })
+}
+
+fn degraded_req(req: &ExecRequest) -> bool {
+    req.degraded == Some(Mode::LandlockOnly)
+}
+
+/// Where the host path `host` shows in a sandbox built from `base` (binds
+/// and tmpfs mounts, parents first), or None when no bind shows it or a
+/// later mount covers it. A bind whose source lies inside `host` is refused.
+fn lock_view(base: &[MountOp], host: &Path) -> Result<Option<PathBuf>, SandboxError> {
+    let path = |b: &[u8]| PathBuf::from(std::ffi::OsStr::from_bytes(b));
+    let mut view = None;
+    for (i, op) in base.iter().enumerate() {
+        let MountOp::Bind { src, dst, .. } = op else {
+            continue;
+        };
+        let (src, dst) = (path(src), path(dst));
+        if src.starts_with(host) {
+            return Err(SandboxError::BadRequest(format!(
+                "{} lies inside portcullis's workspace-lock directory {}, which no command may see",
+                src.display(),
+                host.display()
+            )));
+        }
+        let Ok(rest) = host.strip_prefix(&src) else {
+            continue;
+        };
+        let seen = dst.join(rest);
+        let covered = base[i + 1..].iter().any(|later| seen.starts_with(path(later.dst())));
+        if !covered {
+            view = Some(seen);
+        }
+    }
+    Ok(view)
 }
 
 fn hex(b: &[u8]) -> String {
