@@ -61,10 +61,14 @@ pub(crate) fn open_dir(uid: u32) -> Result<OwnedFd, SandboxError> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(lock_err(&path, format!("cannot create it: {e}"))),
     }
-    let fd = nix::fcntl::open(&path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())
-        .map_err(|e| {
-            lock_err(&path, format!("cannot open it ({}); it must be a directory, not a symbolic link", io::Error::from(e)))
-        })?;
+    let fd = nix::fcntl::open(
+        &path,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        lock_err(&path, format!("cannot open it ({}); it must be a directory, not a symbolic link", io::Error::from(e)))
+    })?;
     let st = fstat(fd.as_fd()).map_err(|e| lock_err(&path, format!("cannot stat it: {}", io::Error::from(e))))?;
     if st.st_uid != uid {
         return Err(lock_err(

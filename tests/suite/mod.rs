@@ -1,5 +1,6 @@
 mod util;
 
+mod concurrent;
 mod escapes;
 mod meta;
 mod policy;
