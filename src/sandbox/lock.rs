@@ -35,7 +35,7 @@ pub(crate) enum Kind {
     /// A writable run: alone.
     Exclusive,
     /// A run that must not overlap a writable one but may overlap its own
-    /// kind (a read-only run with the host network on a kernel without
+    /// kind (a read-only run on the host network, on a kernel without
     /// Landlock's abstract-socket scoping).
     Shared,
 }
@@ -96,10 +96,23 @@ fn file_name(ws: &Path) -> Result<String, SandboxError> {
     Ok(format!("ws-{:x}-{:x}.lock", st.st_dev, st.st_ino))
 }
 
-/// Open (creating it if needed) the lock file for `ws`.
-fn open_file(ws: &Path, uid: u32) -> Result<File, SandboxError> {
+/// What a lock keeps apart.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Key<'a> {
+    /// Runs of one workspace.
+    Workspace(&'a Path),
+    /// On a kernel without Landlock's abstract-socket scoping: every run of
+    /// the caller's on the host network (they share its abstract sockets).
+    HostNetwork,
+}
+
+/// Open (creating it if needed) the lock file for `key`.
+fn open_file(key: Key<'_>, uid: u32) -> Result<File, SandboxError> {
     let dir_fd = open_dir(uid)?;
-    let name = file_name(ws)?;
+    let name = match key {
+        Key::Workspace(ws) => file_name(ws)?,
+        Key::HostNetwork => "host-network.lock".to_string(),
+    };
     let path = dir(uid).join(&name);
     let fd = nix::fcntl::openat(
         dir_fd.as_fd(),
@@ -116,10 +129,12 @@ fn open_file(ws: &Path, uid: u32) -> Result<File, SandboxError> {
     Ok(file)
 }
 
-/// Take the lock for `ws`, polling so that the deadline and a cancellation
-/// end the wait. Nothing is started while waiting: a deadline that passes
-/// gives `TimedOutWaiting`, a cancellation `CancelledWaiting`.
+/// Take the lock for `key` (a run of `ws`), polling so that the deadline
+/// and a cancellation end the wait. Nothing is started while waiting: a
+/// deadline that passes gives `TimedOutWaiting`, a cancellation
+/// `CancelledWaiting`.
 pub(crate) async fn acquire(
+    key: Key<'_>,
     ws: &Path,
     uid: u32,
     kind: Kind,
@@ -127,7 +142,7 @@ pub(crate) async fn acquire(
     cancel: Option<&CancellationToken>,
 ) -> Result<Flock<File>, SandboxError> {
     let started = tokio::time::Instant::now();
-    let mut file = open_file(ws, uid)?;
+    let mut file = open_file(key, uid)?;
     let arg = match kind {
         Kind::Exclusive => FlockArg::LockExclusiveNonblock,
         Kind::Shared => FlockArg::LockSharedNonblock,

@@ -485,33 +485,34 @@ impl Sandbox {
         // Writable runs of one workspace go one at a time, each planned again
         // once it holds the workspace: another writable run must not change
         // the tree between a plan and its run (a hook it made would look
-        // like the user's and escape this run's git guard). Without
-        // Landlock's abstract-socket scoping (ABI 6), a run on the host
-        // network could hand descriptors to, or take them from, a writable
-        // run over an abstract socket: such runs do not overlap writable
-        // ones either.
-        let kind = if plan.writable || !plan.write_grants.is_empty() {
-            Some(lock::Kind::Exclusive)
-        } else if req.network == Network::Host && sys::landlock_abi() < 6 {
-            Some(lock::Kind::Shared)
+        // like the user's and escape this run's git guard).
+        let writes = plan.writable || !plan.write_grants.is_empty();
+        // Without Landlock's abstract-socket scoping (ABI 6), runs on the
+        // host network share its abstract sockets, over which one could hand
+        // descriptors to another: a writable one runs alone among them.
+        let _net_lock = if req.network == Network::Host && sys::landlock_abi() < 6 {
+            let kind = if writes { lock::Kind::Exclusive } else { lock::Kind::Shared };
+            let key = lock::Key::HostNetwork;
+            Some(lock::acquire(key, &plan.workspace, self.uid, kind, deadline, opts.cancel.as_ref()).await?)
         } else {
             None
         };
         let _ws_lock;
         let fresh;
-        let plan = match kind {
-            Some(kind) => {
-                _ws_lock = lock::acquire(&plan.workspace, self.uid, kind, deadline, opts.cancel.as_ref()).await?;
-                fresh = self.plan(req)?;
-                if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-                    return Err(SandboxError::TimedOutWaiting {
-                        workspace: plan.workspace.clone(),
-                        waited: start.elapsed(),
-                    });
-                }
-                &fresh
+        let plan = if writes {
+            let key = lock::Key::Workspace(&plan.workspace);
+            let kind = lock::Kind::Exclusive;
+            _ws_lock = lock::acquire(key, &plan.workspace, self.uid, kind, deadline, opts.cancel.as_ref()).await?;
+            fresh = self.plan(req)?;
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                return Err(SandboxError::TimedOutWaiting {
+                    workspace: plan.workspace.clone(),
+                    waited: start.elapsed(),
+                });
             }
-            None => plan,
+            &fresh
+        } else {
+            plan
         };
         let mut spec = plan.spec.clone();
         let mut warnings = Vec::new();

@@ -1070,6 +1070,30 @@ fn walk(
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_lock_directory_is_found_where_a_bind_shows_it() {
+        let bind = |src: &str, dst: &str| MountOp::Bind {
+            src: src.as_bytes().to_vec(),
+            dst: dst.as_bytes().to_vec(),
+            writable: false,
+            idmap: false,
+        };
+        let tmpfs = |dst: &str| MountOp::Tmpfs { dst: dst.as_bytes().to_vec(), mode: 0o1777, size: 1 };
+        let lock = Path::new("/dev/shm/portcullis-7");
+        // The private /dev/shm covers a bind of /dev.
+        let ok = |base: &[MountOp]| lock_view(base, lock).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok(&[bind("/dev", "/dev"), tmpfs("/dev/shm")]), None);
+        assert_eq!(ok(&[tmpfs("/dev/shm"), bind("/dev/shm", "/dev/shm")]), Some(lock.to_path_buf()));
+        // A bind whose host path differs from its place (the host /tmp).
+        let tlock = Path::new("/real/tmp/portcullis-7");
+        assert_eq!(
+            lock_view(&[bind("/real/tmp", "/tmp")], tlock).ok().flatten(),
+            Some(PathBuf::from("/tmp/portcullis-7"))
+        );
+        // A bind from inside the directory is refused.
+        assert!(lock_view(&[bind("/dev/shm/portcullis-7/x", "/dev/shm/portcullis-7/x")], lock).is_err());
+    }
+
     fn tree() -> tempfile::TempDir {
         let d = tempfile::Builder::new().prefix("pc-plan-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
         for f in ["src/main.rs", ".env", "a/b/.env.local", "secrets/k", "target/x", "docs/secrets.md"] {
