@@ -218,7 +218,9 @@ pub struct ExecRequest {
     pub env: Vec<(OsString, OsString)>,
     /// Names copied from the caller's environment.
     pub inherit_env: Vec<OsString>,
-    /// Wall-clock timeout.
+    /// Wall-clock timeout of the whole run, from the call: a wait for
+    /// another writable run of the workspace counts (see
+    /// [`SandboxError::TimedOutWaiting`]).
     pub timeout: Option<Duration>,
     /// Resource limits.
     pub limits: Limits,
