@@ -169,10 +169,8 @@ mod status {
     /// Any failure of portcullis itself: bad input (clap's errors too), a
     /// policy refusal, a sandbox that could not be set up.
     pub const FAILED: u8 = 125;
-    /// The command was found but could not be executed.
-    pub const CANNOT_EXECUTE: u8 = 126;
-    /// The command was not found.
-    pub const NOT_FOUND: u8 = 127;
+    // 126 (found but cannot be executed) and 127 (not found) come from
+    // `SandboxError::exit_code`.
     /// Cancelled: portcullis got SIGINT or SIGTERM and killed the tree.
     pub const CANCELLED: u8 = 130;
 }
@@ -193,12 +191,12 @@ enum Outcome<'a> {
 /// typed error with its own status (waiting for another writable run that
 /// was cancelled: 130; that timed out: 124) gets its arm here.
 fn exit_status(o: Outcome) -> u8 {
-    use portcullis::SandboxError as E;
     match o {
         Outcome::BadInput | Outcome::Refused => status::FAILED,
-        Outcome::Failed(E::Exec { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => status::NOT_FOUND,
-        Outcome::Failed(E::Exec { .. }) => status::CANNOT_EXECUTE,
-        Outcome::Failed(_) => status::FAILED,
+        // The library's mapping (126/127 for a command that cannot run,
+        // 124/130 for a wait ended by the timeout or a cancellation, 125
+        // otherwise), so library callers and the CLI agree.
+        Outcome::Failed(e) => e.exit_code(),
         Outcome::Ran(r) if r.timed_out => status::TIMED_OUT,
         Outcome::Ran(r) if r.cancelled => status::CANCELLED,
         Outcome::Ran(r) => match (r.exit_code, r.signal) {
@@ -565,13 +563,16 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
     };
     let reads = if full { "" } else { ", and reads (no mount plan to hide anything)" };
     s += &format!(
-        "landlock: abi {abi}, handles every write right but ioctl-dev (truncate included){reads}{scope}{tcp}\n"
+        "landlock: abi {abi}, handles every write right but ioctl-dev (truncate included; make-sock only beneath landlock-sockets){reads}{scope}{tcp}\n"
     );
     for r in &plan.spec.landlock.readable {
         s += &format!("landlock-readable: {}\n", shown_bytes(r));
     }
     for w in &plan.landlock_writable {
         s += &format!("landlock-writable: {}\n", shown(w));
+    }
+    for w in &plan.landlock_sockets {
+        s += &format!("landlock-sockets: {} (unix sockets may be made only here)\n", shown(w));
     }
     for g in &plan.landlock_gaps {
         s +=

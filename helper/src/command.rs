@@ -154,11 +154,16 @@ fn landlock(spec: &SpawnSpec, applied: &mut Applied) -> Result<(), Fail> {
         ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal).map_err(|e| fail(&e))?;
     }
     let mut created = ruleset.create().map_err(|e| fail(&e))?;
+    // Unix sockets only where the spec says (the private tmpfs mounts):
+    // never in the workspace, a grant or the host's /tmp, where another run
+    // could connect to one and be handed descriptors.
+    let no_sock = access & !AccessFs::MakeSock;
     let rules = ll
         .writable
         .iter()
-        .map(|p| (p, if restrict_reads { access | read } else { access }))
-        .chain(ll.readable.iter().map(|p| (p, read)));
+        .map(|p| (p, if restrict_reads { no_sock | read } else { no_sock }))
+        .chain(ll.readable.iter().map(|p| (p, read)))
+        .chain(ll.sockets.iter().map(|p| (p, landlock::BitFlags::from(AccessFs::MakeSock))));
     for (p, rights) in rules {
         let path = std::ffi::OsStr::from_bytes(p);
         // Unlike landlock's path_beneath_rules, a path that cannot be opened

@@ -166,6 +166,14 @@ pub struct LandlockSpec {
     /// paths (and the writable ones). Used when there is no mount plan.
     #[serde(default)]
     pub readable: Vec<Bytes>,
+    /// The only paths beneath which a unix socket may be made (`bind` to a
+    /// path, `mknod` of a socket): the sandbox's private tmpfs mounts. The
+    /// `writable` paths get every write right but this one, so no run can
+    /// leave a socket where another, concurrent run can `connect` to it and
+    /// be handed descriptors (Landlock cannot restrict `connect`). Empty: no
+    /// socket anywhere.
+    #[serde(default)]
+    pub sockets: Vec<Bytes>,
 }
 
 /// A resource limit, set with `setrlimit` just before exec.

@@ -5,6 +5,7 @@ mod grants;
 mod guard;
 mod hint;
 mod launch;
+mod lock;
 mod plan;
 
 use std::ffi::OsString;
@@ -172,6 +173,30 @@ pub enum SandboxError {
         /// Its exit status.
         status: String,
     },
+    /// The caller's workspace-lock directory or file is unusable.
+    #[error("the workspace lock {path} is unusable: {problem}")]
+    Lock {
+        /// The lock directory or file.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        problem: String,
+    },
+    /// The timeout passed while the run waited for another run of the same
+    /// workspace to end; nothing was started.
+    #[error("timed out after {:.1} s waiting for another run of the workspace {} to end; nothing was started", .waited.as_secs_f64(), .workspace.display())]
+    TimedOutWaiting {
+        /// The workspace.
+        workspace: PathBuf,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The run was cancelled while it waited for another run of the same
+    /// workspace to end; nothing was started.
+    #[error("cancelled while waiting for another run of the workspace {} to end; nothing was started", .workspace.display())]
+    CancelledWaiting {
+        /// The workspace.
+        workspace: PathBuf,
+    },
 }
 
 fn display_list(p: &[PathBuf]) -> String {
@@ -180,11 +205,15 @@ fn display_list(p: &[PathBuf]) -> String {
 
 impl SandboxError {
     /// The exit code a CLI should use: 127 not found, 126 not executable,
-    /// 125 for any other failure of the wrapper (GNU convention).
+    /// 124 timed out and 130 cancelled while waiting for the workspace (as
+    /// for a run killed by its timeout or a cancellation), 125 for any other
+    /// failure of the wrapper (GNU convention).
     pub fn exit_code(&self) -> u8 {
         match self {
             SandboxError::Exec { source, .. } if source.raw_os_error() == Some(libc::ENOENT) => 127,
             SandboxError::Exec { .. } => 126,
+            SandboxError::TimedOutWaiting { .. } => 124,
+            SandboxError::CancelledWaiting { .. } => 130,
             _ => 125,
         }
     }
@@ -227,7 +256,9 @@ pub struct ExecRequest {
     pub env: Vec<(OsString, OsString)>,
     /// Names copied from the caller's environment.
     pub inherit_env: Vec<OsString>,
-    /// Wall-clock timeout.
+    /// Wall-clock timeout of the whole run, from the call: a wait for
+    /// another writable run of the workspace counts (see
+    /// [`SandboxError::TimedOutWaiting`]).
     pub timeout: Option<Duration>,
     /// Resource limits.
     pub limits: Limits,
@@ -368,7 +399,8 @@ pub struct ExecResult {
     pub writable: bool,
     /// Write grants in force.
     pub write_grants: Vec<PathBuf>,
-    /// Wall time from spawn to cleanup.
+    /// Wall time from the call to cleanup (a wait for another run of the
+    /// workspace included).
     #[serde(rename = "duration_ms", serialize_with = "millis")]
     pub duration: Duration,
     /// How the tree was (or would have been) killed.
@@ -488,14 +520,29 @@ impl Sandbox {
         mut opts: RunOptions,
     ) -> Result<ExecResult, SandboxError> {
         let start = Instant::now();
+        // The timeout covers the whole run, waiting for the workspace too.
+        let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         // Writable runs of one workspace go one at a time, each planned again
         // once it holds the workspace: another writable run must not change
         // the tree between a plan and its run (a hook it made would look
         // like the user's and escape this run's git guard).
+        let writes = plan.writable || !plan.write_grants.is_empty();
+        // Without Landlock's abstract-socket scoping (ABI 6), runs on the
+        // host network share its abstract sockets, over which one could hand
+        // descriptors to another: a writable one runs alone among them.
+        let _net_lock = if req.network == Network::Host && sys::landlock_abi() < 6 {
+            let kind = if writes { lock::Kind::Exclusive } else { lock::Kind::Shared };
+            let key = lock::Key::HostNetwork;
+            Some(lock::acquire(key, &plan.workspace, self.uid, kind, deadline, opts.cancel.as_ref()).await?)
+        } else {
+            None
+        };
         let _ws_lock;
         let fresh;
-        let plan = if plan.writable || !plan.write_grants.is_empty() {
-            _ws_lock = lock_workspace(&plan.workspace, opts.cancel.as_ref()).await?;
+        let plan = if writes {
+            let key = lock::Key::Workspace(&plan.workspace);
+            let kind = lock::Kind::Exclusive;
+            _ws_lock = lock::acquire(key, &plan.workspace, self.uid, kind, deadline, opts.cancel.as_ref()).await?;
             let mut again = self.plan(req)?;
             if !again.create_grants.is_empty() {
                 for g in &again.create_grants {
@@ -511,6 +558,12 @@ impl Sandbox {
                 }
             }
             fresh = again;
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                return Err(SandboxError::TimedOutWaiting {
+                    workspace: plan.workspace.clone(),
+                    waited: start.elapsed(),
+                });
+            }
             &fresh
         } else {
             plan
@@ -633,7 +686,6 @@ impl Sandbox {
         drop(tx);
 
         let cancel = opts.cancel.take().unwrap_or_default();
-        let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
         let mut truncated = false;
         let (mut timed_out, mut cancelled) = (false, false);
@@ -947,35 +999,5 @@ pub fn describe_mount(op: &MountOp) -> String {
         MountOp::ReadOnly { dst } => format!("read-only {}", s(dst)),
         MountOp::Pin { dst } => format!("pin {} (bound onto itself: cannot be renamed or removed)", s(dst)),
         MountOp::Mask { dst } => format!("mask {}", s(dst)),
-    }
-}
-
-/// An exclusive `flock` on the workspace directory, polled so that a
-/// cancellation ends the wait. A command can take the same lock on its own
-/// workspace, which only delays writable runs while it runs.
-async fn lock_workspace(
-    ws: &Path,
-    cancel: Option<&CancellationToken>,
-) -> Result<nix::fcntl::Flock<std::fs::File>, SandboxError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(ws)
-        .map_err(|source| SandboxError::Path { what: "workspace to lock", path: ws.to_path_buf(), source })?;
-    loop {
-        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => return Ok(lock),
-            Err((f, nix::errno::Errno::EWOULDBLOCK)) => file = f,
-            Err((_, e)) => {
-                return Err(SandboxError::Path { what: "workspace to lock", path: ws.to_path_buf(), source: e.into() })
-            }
-        }
-        if cancel.is_some_and(CancellationToken::is_cancelled) {
-            return Err(SandboxError::BadRequest(
-                "cancelled while waiting for another writable run of this workspace to end".into(),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

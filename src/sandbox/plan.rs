@@ -62,6 +62,10 @@ pub struct Plan {
     pub masked: Vec<PathBuf>,
     /// Paths beneath which Landlock allows writing.
     pub landlock_writable: Vec<PathBuf>,
+    /// The only paths beneath which Landlock lets the command make a unix
+    /// socket: the private `/tmp` and `/dev/shm`, unless a host directory
+    /// is bound beneath one (never in landlock-only mode).
+    pub landlock_sockets: Vec<PathBuf>,
     /// Read-only areas that lie beneath a Landlock-writable path (a
     /// workspace under `/tmp`, say): Landlock rules are hierarchical, so
     /// there only the read-only mount protects them.
@@ -396,6 +400,17 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             )));
         }
     }
+    // The caller's workspace-lock directory must stay out of the command's
+    // reach (it could hold the lock and stall every writable run): it lies
+    // on a private tmpfs in the sandbox, unless a bind shows the host's.
+    // Then it is masked; a bind from inside it is refused.
+    let lock_dir = super::lock::dir(uid);
+    if !degraded_req(req) {
+        if let Some(view) = lock_view(&base, &lock_dir)? {
+            super::lock::open_dir(uid)?;
+            masked.push(view);
+        }
+    }
     // Only what the sandbox can see needs (and can get) a mask; and a mask
     // inside a masked directory is already hidden (its mount point would be
     // gone).
@@ -462,6 +477,20 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // In the full sandbox /tmp is already in the list (private or host).
     landlock_writable.extend(grants.iter().filter(|g| degraded || g.as_path() != Path::new("/tmp")).cloned());
     landlock_writable.dedup();
+    // Unix sockets may be made only on the sandbox's own tmpfs mounts, and
+    // not there either when a host directory is bound beneath one (Landlock
+    // rules are hierarchical). Everywhere else another run could reach the
+    // socket, connect, and be handed this run's descriptors.
+    let host_binds: Vec<&PathBuf> = std::iter::once(&ws).chain(read_roots.iter()).chain(grants.iter()).collect();
+    let landlock_sockets: Vec<PathBuf> = if degraded {
+        Vec::new()
+    } else {
+        [(!host_tmp).then(|| PathBuf::from("/tmp")), Some(PathBuf::from("/dev/shm"))]
+            .into_iter()
+            .flatten()
+            .filter(|t| !host_binds.iter().any(|b| b.starts_with(t)))
+            .collect()
+    };
     let mut landlock_readable: Vec<PathBuf> = Vec::new();
     if degraded {
         let ids =
@@ -506,6 +535,21 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             .collect();
     }
 
+    if degraded {
+        if let Some(p) = landlock_writable
+            .iter()
+            .chain(landlock_readable.iter())
+            .find(|p| lock_dir.starts_with(p) || p.starts_with(&lock_dir))
+        {
+            return Err(SandboxError::BadRequest(format!(
+                "landlock-only mode would let the command open portcullis's workspace-lock directory {} through {} \
+                 (Landlock can only allow), and hold the lock; grant a narrower path",
+                lock_dir.display(),
+                p.display()
+            )));
+        }
+    }
+
     let read_only_areas =
         (!writable).then(|| ws.clone()).into_iter().chain(read_roots.iter().cloned()).chain(protected.iter().cloned());
     let landlock_gaps: Vec<PathBuf> =
@@ -541,6 +585,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             deny_tcp: req.network == Network::None,
             scope: true,
             readable: landlock_readable.iter().map(|p| bytes(p)).collect(),
+            sockets: landlock_sockets.iter().map(|p| bytes(p)).collect(),
         },
         rlimits: Vec::new(),
         cgroup: false,
@@ -558,10 +603,45 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         git_guard,
         masked,
         landlock_writable,
+        landlock_sockets,
         landlock_gaps,
         seccomp_sha256,
         spec,
     })
+}
+
+fn degraded_req(req: &ExecRequest) -> bool {
+    req.degraded == Some(Mode::LandlockOnly)
+}
+
+/// Where the host path `host` shows in a sandbox built from `base` (binds
+/// and tmpfs mounts, parents first), or None when no bind shows it or a
+/// later mount covers it. A bind whose source lies inside `host` is refused.
+fn lock_view(base: &[MountOp], host: &Path) -> Result<Option<PathBuf>, SandboxError> {
+    let path = |b: &[u8]| PathBuf::from(std::ffi::OsStr::from_bytes(b));
+    let mut view = None;
+    for (i, op) in base.iter().enumerate() {
+        let MountOp::Bind { src, dst, .. } = op else {
+            continue;
+        };
+        let (src, dst) = (path(src), path(dst));
+        if src.starts_with(host) {
+            return Err(SandboxError::BadRequest(format!(
+                "{} lies inside portcullis's workspace-lock directory {}, which no command may see",
+                src.display(),
+                host.display()
+            )));
+        }
+        let Ok(rest) = host.strip_prefix(&src) else {
+            continue;
+        };
+        let seen = dst.join(rest);
+        let covered = base[i + 1..].iter().any(|later| seen.starts_with(path(later.dst())));
+        if !covered {
+            view = Some(seen);
+        }
+    }
+    Ok(view)
 }
 
 fn hex(b: &[u8]) -> String {
@@ -1052,6 +1132,30 @@ fn walk(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lock_directory_is_found_where_a_bind_shows_it() {
+        let bind = |src: &str, dst: &str| MountOp::Bind {
+            src: src.as_bytes().to_vec(),
+            dst: dst.as_bytes().to_vec(),
+            writable: false,
+            idmap: false,
+        };
+        let tmpfs = |dst: &str| MountOp::Tmpfs { dst: dst.as_bytes().to_vec(), mode: 0o1777, size: 1 };
+        let lock = Path::new("/dev/shm/portcullis-7");
+        // The private /dev/shm covers a bind of /dev.
+        let ok = |base: &[MountOp]| lock_view(base, lock).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok(&[bind("/dev", "/dev"), tmpfs("/dev/shm")]), None);
+        assert_eq!(ok(&[tmpfs("/dev/shm"), bind("/dev/shm", "/dev/shm")]), Some(lock.to_path_buf()));
+        // A bind whose host path differs from its place (the host /tmp).
+        let tlock = Path::new("/real/tmp/portcullis-7");
+        assert_eq!(
+            lock_view(&[bind("/real/tmp", "/tmp")], tlock).ok().flatten(),
+            Some(PathBuf::from("/tmp/portcullis-7"))
+        );
+        // A bind from inside the directory is refused.
+        assert!(lock_view(&[bind("/dev/shm/portcullis-7/x", "/dev/shm/portcullis-7/x")], lock).is_err());
+    }
 
     fn tree() -> tempfile::TempDir {
         let d = tempfile::Builder::new().prefix("pc-plan-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));

@@ -1,6 +1,7 @@
 mod util;
 
 mod cli;
+mod concurrent;
 mod escapes;
 mod landlock_only;
 mod meta;

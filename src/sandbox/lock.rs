@@ -1,0 +1,179 @@
+//! The workspace lock: writable runs of one workspace go one at a time.
+//!
+//! The lock is an `flock` on a file named after the workspace's device and
+//! inode, in a directory private to the caller's uid
+//! (`/dev/shm/portcullis-<uid>`, or `/tmp/portcullis-<uid>` on a host
+//! without `/dev/shm`). No command can take it: in the full sandbox
+//! `/dev/shm` and `/tmp` are private tmpfs mounts (and where a request would
+//! make the directory visible after all, the plan masks it), and in the
+//! landlock-only mode Landlock does not let the command open anything there
+//! (the plan refuses a request that would). A lock on the workspace
+//! directory itself, which the command can open, would let any command
+//! stall every writable run beside it.
+//!
+//! Different uids get different directories, so their runs do not wait for
+//! each other. The lock files are never removed: removing one while another
+//! run waits on it would let a third run lock a fresh file beside it.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::fcntl::{Flock, FlockArg, OFlag};
+use nix::sys::stat::{fstat, Mode, SFlag};
+use tokio_util::sync::CancellationToken;
+
+use super::SandboxError;
+
+/// How the lock is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A writable run: alone.
+    Exclusive,
+    /// A run that must not overlap a writable one but may overlap its own
+    /// kind (a read-only run on the host network, on a kernel without
+    /// Landlock's abstract-socket scoping).
+    Shared,
+}
+
+/// The caller's lock directory (it may not exist yet).
+pub(crate) fn dir(uid: u32) -> PathBuf {
+    let base = if Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" };
+    PathBuf::from(format!("{base}/portcullis-{uid}"))
+}
+
+fn lock_err(path: &Path, problem: String) -> SandboxError {
+    SandboxError::Lock { path: path.to_path_buf(), problem }
+}
+
+/// Create the caller's lock directory if needed (mode 700) and open it,
+/// refusing one that is a link, not a directory, not the caller's, or open
+/// to others: another user could otherwise create it first and hold or
+/// swap the lock files.
+pub(crate) fn open_dir(uid: u32) -> Result<OwnedFd, SandboxError> {
+    let path = dir(uid);
+    match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(lock_err(&path, format!("cannot create it: {e}"))),
+    }
+    let fd = nix::fcntl::open(
+        &path,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        lock_err(&path, format!("cannot open it ({}); it must be a directory, not a symbolic link", io::Error::from(e)))
+    })?;
+    let st = fstat(fd.as_fd()).map_err(|e| lock_err(&path, format!("cannot stat it: {}", io::Error::from(e))))?;
+    if st.st_uid != uid {
+        return Err(lock_err(
+            &path,
+            format!("it belongs to uid {}, not to uid {uid}; remove it (another user may have made it)", st.st_uid),
+        ));
+    }
+    if st.st_mode & 0o077 != 0 {
+        return Err(lock_err(
+            &path,
+            format!("its mode is {:o}, open to other users; `chmod 700` it or remove it", st.st_mode & 0o7777),
+        ));
+    }
+    Ok(fd)
+}
+
+/// The lock file's name for a workspace: its device and inode, so that two
+/// spellings of one directory share a lock.
+fn file_name(ws: &Path) -> Result<String, SandboxError> {
+    let st = nix::sys::stat::stat(ws).map_err(|e| SandboxError::Path {
+        what: "workspace to lock",
+        path: ws.to_path_buf(),
+        source: e.into(),
+    })?;
+    Ok(format!("ws-{:x}-{:x}.lock", st.st_dev, st.st_ino))
+}
+
+/// What a lock keeps apart.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Key<'a> {
+    /// Runs of one workspace.
+    Workspace(&'a Path),
+    /// On a kernel without Landlock's abstract-socket scoping: every run of
+    /// the caller's on the host network (they share its abstract sockets).
+    HostNetwork,
+}
+
+/// Open (creating it if needed) the lock file for `key`.
+fn open_file(key: Key<'_>, uid: u32) -> Result<File, SandboxError> {
+    let dir_fd = open_dir(uid)?;
+    let name = match key {
+        Key::Workspace(ws) => file_name(ws)?,
+        Key::HostNetwork => "host-network.lock".to_string(),
+    };
+    let path = dir(uid).join(&name);
+    let fd = nix::fcntl::openat(
+        dir_fd.as_fd(),
+        std::ffi::OsStr::new(&name).as_bytes(),
+        OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| lock_err(&path, format!("cannot open the lock file: {}", io::Error::from(e))))?;
+    let file = File::from(fd);
+    let st = fstat(file.as_fd()).map_err(|e| lock_err(&path, format!("cannot stat it: {}", io::Error::from(e))))?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG || st.st_uid != uid {
+        return Err(lock_err(&path, "the lock file is not a regular file of the caller's; remove it".into()));
+    }
+    Ok(file)
+}
+
+/// Take the lock for `key` (a run of `ws`), polling so that the deadline
+/// and a cancellation end the wait. Nothing is started while waiting: a
+/// deadline that passes gives `TimedOutWaiting`, a cancellation
+/// `CancelledWaiting`.
+pub(crate) async fn acquire(
+    key: Key<'_>,
+    ws: &Path,
+    uid: u32,
+    kind: Kind,
+    deadline: Option<tokio::time::Instant>,
+    cancel: Option<&CancellationToken>,
+) -> Result<Flock<File>, SandboxError> {
+    let started = tokio::time::Instant::now();
+    let mut file = open_file(key, uid)?;
+    let arg = match kind {
+        Kind::Exclusive => FlockArg::LockExclusiveNonblock,
+        Kind::Shared => FlockArg::LockSharedNonblock,
+    };
+    loop {
+        match Flock::lock(file, arg) {
+            Ok(lock) => return Ok(lock),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) => file = f,
+            Err((_, e)) => {
+                return Err(lock_err(&dir(uid), format!("cannot lock the lock file: {}", io::Error::from(e))));
+            }
+        }
+        if cancel.is_some_and(CancellationToken::is_cancelled) {
+            return Err(SandboxError::CancelledWaiting { workspace: ws.to_path_buf() });
+        }
+        let now = tokio::time::Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(SandboxError::TimedOutWaiting { workspace: ws.to_path_buf(), waited: now - started });
+        }
+        let mut nap = Duration::from_millis(20);
+        if let Some(d) = deadline {
+            nap = nap.min(d - now);
+        }
+        match cancel {
+            Some(c) => {
+                tokio::select! {
+                    () = tokio::time::sleep(nap) => {}
+                    () = c.cancelled() => {}
+                }
+            }
+            None => tokio::time::sleep(nap).await,
+        }
+    }
+}
