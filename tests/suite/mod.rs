@@ -1,5 +1,6 @@
 mod util;
 
+mod container;
 mod escapes;
 mod meta;
 mod policy;
