@@ -102,7 +102,8 @@ fn probe_layer(outcome: &Result<ExecResult, SandboxError>) -> Layer {
                 r.duration.as_secs_f64() * 1e3,
                 match r.clone {
                     crate::sandbox::CloneCall::Clone3 => "clone3",
-                    crate::sandbox::CloneCall::Clone => "clone (clone3 answers ENOSYS here; cgroup joined by cgroup.procs)",
+                    crate::sandbox::CloneCall::Clone =>
+                        "clone (clone3 answers ENOSYS here; cgroup joined by cgroup.procs)",
                 },
                 r.landlock_abi,
                 r.seccomp,
@@ -198,10 +199,9 @@ pub async fn run() -> Report {
         Err(_) => None,
     };
     let (sandbox_probe, kill_mechanism) = match (&sandbox, &full_run) {
-        (Ok(_), Some(outcome)) => (
-            probe_layer(outcome),
-            outcome.as_ref().map_or(KillMechanism::PidNamespace, |r| r.kill_mechanism),
-        ),
+        (Ok(_), Some(outcome)) => {
+            (probe_layer(outcome), outcome.as_ref().map_or(KillMechanism::PidNamespace, |r| r.kill_mechanism))
+        }
         (Err(e), _) => (Layer { ok: false, detail: e.to_string() }, KillMechanism::PidNamespace),
         (Ok(_), None) => (Layer { ok: false, detail: "no probe ran".into() }, KillMechanism::PidNamespace),
     };
@@ -259,7 +259,9 @@ pub async fn run() -> Report {
                 l.detail
             ),
             Some(l) => format!("degraded mode landlock-only: does not work here: {}", l.detail),
-            None if abi < 6 => format!("degraded mode landlock-only: needs Landlock ABI 6 (Linux 6.12); ABI here: {abi}"),
+            None if abi < 6 => {
+                format!("degraded mode landlock-only: needs Landlock ABI 6 (Linux 6.12); ABI here: {abi}")
+            }
             None => "degraded mode landlock-only: needs seccomp filters, which this kernel lacks".to_string(),
         },
     });

@@ -149,14 +149,24 @@ pub fn join_cgroup(cgroup: BorrowedFd<'_>, pid: libc::pid_t) -> io::Result<()> {
 /// `PR_SET_SECUREBITS` (needs CAP_SETPCAP).
 pub fn set_securebits(bits: libc::c_ulong) -> io::Result<()> {
     // SAFETY: a plain prctl with integer arguments.
-    let r = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) };
+    let r = unsafe {
+        libc::prctl(libc::PR_SET_SECUREBITS, bits, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong)
+    };
     cvt(r as libc::c_long).map(drop)
 }
 
 /// `PR_GET_SECUREBITS`.
 pub fn securebits() -> io::Result<libc::c_ulong> {
     // SAFETY: a plain prctl with integer arguments.
-    let r = unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) };
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_GET_SECUREBITS,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
     cvt(r as libc::c_long).map(|v| v as libc::c_ulong)
 }
 

@@ -194,7 +194,14 @@ mod tests {
         };
         let line = b.to_string();
         assert!(!line.contains('\n'));
-        for want in ["user namespaces are blocked here", "clone(CLONE_NEWUSER", "EPERM", "seccomp", "--degraded landlock-only", GUIDE] {
+        for want in [
+            "user namespaces are blocked here",
+            "clone(CLONE_NEWUSER",
+            "EPERM",
+            "seccomp",
+            "--degraded landlock-only",
+            GUIDE,
+        ] {
             assert!(line.contains(want), "{want} missing from {line}");
         }
     }

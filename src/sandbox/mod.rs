@@ -17,8 +17,8 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use portcullis_helper::report::{Applied, Record, Step, CLONE_DETAIL_CGROUP_PROCS, NO_DETAIL, RECORD_LEN};
 pub use portcullis_helper::report::CloneCall;
+use portcullis_helper::report::{Applied, Record, Step, CLONE_DETAIL_CGROUP_PROCS, NO_DETAIL, RECORD_LEN};
 pub use portcullis_helper::spec::Mode;
 use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind, TestSwitches};
 

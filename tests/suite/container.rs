@@ -110,10 +110,8 @@ fn under(profile: Profile, mut cmd: Command) -> Command {
                 return Err(std::io::Error::last_os_error());
             }
             for p in &progs {
-                let fprog = libc::sock_fprog {
-                    len: p.len() as libc::c_ushort,
-                    filter: p.as_ptr() as *mut libc::sock_filter,
-                };
+                let fprog =
+                    libc::sock_fprog { len: p.len() as libc::c_ushort, filter: p.as_ptr() as *mut libc::sock_filter };
                 // SECCOMP_SET_MODE_FILTER = 1, no flags.
                 if libc::syscall(libc::SYS_seccomp, 1, 0, &fprog as *const libc::sock_fprog) != 0 {
                     return Err(std::io::Error::last_os_error());
@@ -185,10 +183,12 @@ fn r0070_container_profile_landlock_only_runs_confined() {
     assert!(stdout.contains("write EACCES"), "{stdout}");
     assert_eq!(v["degraded"], "landlock-only");
     assert_eq!(v["clone"], "clone", "clone3 answers ENOSYS under the profile: {v}");
-    // No capability in any set, after an execve (grep is one).
+    // No capability after an execve (grep is one). As root the bounding set
+    // is emptied too; an unprivileged caller cannot touch it (no
+    // CAP_SETPCAP), and with no_new_privs it grants nothing.
     let caps: Vec<&str> = stdout.lines().filter(|l| l.starts_with("Cap")).collect();
     assert_eq!(caps.len(), 5, "{stdout}");
-    for l in &caps {
+    for l in caps.iter().filter(|l| is_root() || !l.starts_with("CapBnd")) {
         assert!(l.ends_with("0000000000000000"), "a capability is left: {l}");
     }
     assert_eq!(ws.snapshot(), before, "the read-only workspace changed");
@@ -332,7 +332,10 @@ fn r0073_doctor_under_container_profile_names_the_mode_that_works() {
     assert!(line.contains("EPERM") && line.contains("--degraded landlock-only"), "{line}");
     assert!(report.contains("  no  full sandbox: does not work here: the full sandbox cannot run"), "{report}");
     if portcullis::doctor_landlock_abi() >= 6 {
-        assert!(report.contains("  yes degraded mode landlock-only (opt-in, --degraded landlock-only): works here"), "{report}");
+        assert!(
+            report.contains("  yes degraded mode landlock-only (opt-in, --degraded landlock-only): works here"),
+            "{report}"
+        );
         assert!(report.contains("works here        --degraded landlock-only"), "{report}");
         assert!(report.contains("pid 1 made with clone (clone3 answers ENOSYS"), "{report}");
     }
