@@ -218,27 +218,14 @@ pub async fn run() -> Report {
         _ => Layer { ok: blockers.is_empty(), detail: userns_detail },
     };
     let full_ok = sandbox_probe.ok && landlock.ok && seccomp.ok;
-    let modes = vec![
-        Layer {
-            ok: full_ok,
-            detail: if full_ok {
-                "full sandbox (namespaces, read-only mounts, Landlock, seccomp): works".into()
-            } else {
-                format!("full sandbox: does not work here: {}", sandbox_probe.detail)
-            },
+    let modes = vec![Layer {
+        ok: full_ok,
+        detail: if full_ok {
+            "full sandbox (namespaces, read-only mounts, Landlock, seccomp): works".into()
+        } else {
+            format!("full sandbox: does not work here: {}", sandbox_probe.detail)
         },
-        Layer {
-            ok: kill_mechanism == KillMechanism::CgroupKill,
-            detail: format!(
-                "process-tree kill: {}",
-                if kill_mechanism == KillMechanism::CgroupKill {
-                    "cgroup.kill on a per-command cgroup".to_string()
-                } else {
-                    format!("pid-namespace teardown ({})", cgroup.fallback.clone().unwrap_or_default())
-                }
-            ),
-        },
-    ];
+    }];
     // The landlock-only mode is probed for real too: that it can run here is
     // a fact about this host (a container's filter, a missing Landlock ABI),
     // not something to work out.
@@ -265,6 +252,28 @@ pub async fn run() -> Report {
             None => "degraded mode landlock-only: needs seccomp filters, which this kernel lacks".to_string(),
         },
     });
+    // The kill of the mode that works here (the full sandbox's, else the
+    // landlock-only mode's).
+    let kill_mechanism = match (&full_run, &ll_run) {
+        (Some(Ok(_)), _) | (_, None) => kill_mechanism,
+        (_, Some(Ok(r))) => r.kill_mechanism,
+        (_, Some(Err(_))) => kill_mechanism,
+    };
+    let why = cgroup.fallback.as_ref().map(|f| format!(" ({f})")).unwrap_or_default();
+    modes.insert(
+        1,
+        Layer {
+            ok: kill_mechanism == KillMechanism::CgroupKill,
+            detail: format!(
+                "process-tree kill: {}",
+                match kill_mechanism {
+                    KillMechanism::CgroupKill => "cgroup.kill on a per-command cgroup".to_string(),
+                    KillMechanism::PidNamespace => format!("pid-namespace teardown{why}"),
+                    KillMechanism::Subreaper => format!("subreaper sweep of the landlock-only mode{why}"),
+                }
+            ),
+        },
+    );
     let works_here = if full_ok {
         Some(Mode::Full)
     } else if ll_ok {

@@ -37,7 +37,7 @@ impl std::fmt::Display for Blocked {
             "user namespaces are blocked here: {} failed with {} ({}); {}; {}",
             self.call,
             errno_name(self.errno),
-            std::io::Error::from_raw_os_error(self.errno),
+            nix::errno::Errno::from_raw(self.errno).desc(),
             self.cause,
             self.remedy
         )

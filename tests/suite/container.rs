@@ -291,6 +291,7 @@ fn r0072_container_profile_refuses_the_full_sandbox_in_one_line() {
     let out = output(under(Profile::Container, cmd));
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
+    eprintln!("under the container profile: {stderr}");
     assert_eq!(stderr.lines().count(), 1, "not one line: {stderr}");
     for want in [
         "portcullis: the full sandbox cannot run: user namespaces are blocked here: clone(CLONE_NEWUSER",
@@ -325,6 +326,7 @@ fn r0073_doctor_under_container_profile_names_the_mode_that_works() {
     cmd.arg("doctor");
     let out = output(under(Profile::Container, cmd));
     let report = text(&out.stdout);
+    eprintln!("doctor under the container profile:\n{report}");
     assert_eq!(out.status.code(), Some(1), "{report}");
     assert!(!report.contains("user namespaces   ok"), "{report}");
     let line = report.lines().find(|l| l.starts_with("user namespaces")).unwrap_or_default();
