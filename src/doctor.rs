@@ -4,7 +4,8 @@ use std::fs;
 
 use serde::Serialize;
 
-use crate::sandbox::{ExecRequest, KillMechanism, RunOptions, Sandbox};
+use crate::sandbox::{ExecRequest, ExecResult, KillMechanism, Mode, RunOptions, Sandbox};
+use crate::SandboxError;
 
 /// One layer's state.
 #[derive(Debug, Clone, Serialize)]
@@ -76,6 +77,46 @@ pub struct Report {
     /// control for it ([`LANDLOCK_ONLY_OPEN`]); empty when the mode is not
     /// available here.
     pub landlock_only_open: Vec<String>,
+    /// The mode that works here: `full`, `landlock-only` (opt-in with
+    /// `--degraded landlock-only`), or none.
+    pub works_here: Option<Mode>,
+}
+
+/// Run `/bin/true` in a fresh, empty workspace of its own (removed afterwards).
+async fn probe(sb: &Sandbox, mode: Option<Mode>) -> Result<ExecResult, SandboxError> {
+    let tag = if mode.is_some() { "degraded" } else { "full" };
+    let ws = std::env::temp_dir().join(format!("portcullis-doctor-{}-{tag}", std::process::id()));
+    let made = fs::create_dir(&ws);
+    let mut req = ExecRequest::new(&ws, ["/bin/true"]);
+    req.degraded = mode;
+    let outcome = match made {
+        Ok(()) => sb.run(&req, RunOptions::default()).await,
+        Err(source) => Err(SandboxError::Path { what: "doctor workspace", path: ws.clone(), source }),
+    };
+    let _ = fs::remove_dir(&ws);
+    outcome
+}
+
+fn probe_layer(outcome: &Result<ExecResult, SandboxError>) -> Layer {
+    match outcome {
+        Ok(r) if r.exit_code == Some(0) => Layer {
+            ok: true,
+            detail: format!(
+                "ran /bin/true in {:.1} ms: pid 1 made with {}, landlock ABI {}, seccomp {}, kill {:?}",
+                r.duration.as_secs_f64() * 1e3,
+                match r.clone {
+                    crate::sandbox::CloneCall::Clone3 => "clone3",
+                    crate::sandbox::CloneCall::Clone =>
+                        "clone (clone3 answers ENOSYS here; cgroup joined by cgroup.procs)",
+                },
+                r.landlock_abi,
+                r.seccomp,
+                r.kill_mechanism
+            ),
+        },
+        Ok(r) => Layer { ok: false, detail: format!("/bin/true exited {:?} signal {:?}", r.exit_code, r.signal) },
+        Err(e) => Layer { ok: false, detail: crate::error_chain(e) },
+    }
 }
 
 /// What the landlock-only mode cannot close: Landlock (up to ABI 7) has no
@@ -166,87 +207,96 @@ pub async fn run() -> Report {
         Err(e) => CgroupReport::unavailable(e.to_string()),
     };
 
-    let (sandbox_probe, kill_mechanism) = match &sandbox {
-        Ok(sb) => {
-            // A fresh empty workspace of its own, removed afterwards.
-            let ws = std::env::temp_dir().join(format!("portcullis-doctor-{}", std::process::id()));
-            let made = fs::create_dir(&ws);
-            let req = ExecRequest::new(&ws, ["/bin/true"]);
-            let outcome = match made {
-                Ok(()) => sb.run(&req, RunOptions::default()).await,
-                Err(source) => Err(crate::SandboxError::Path { what: "doctor workspace", path: ws.clone(), source }),
-            };
-            let _ = fs::remove_dir(&ws);
-            match outcome {
-                Ok(r) if r.exit_code == Some(0) => (
-                    Layer {
-                        ok: true,
-                        detail: format!(
-                            "ran /bin/true in {:.1} ms: landlock ABI {}, seccomp {}, kill {:?}",
-                            r.duration.as_secs_f64() * 1e3,
-                            r.landlock_abi,
-                            r.seccomp,
-                            r.kill_mechanism
-                        ),
-                    },
-                    r.kill_mechanism,
-                ),
-                Ok(r) => (
-                    Layer { ok: false, detail: format!("/bin/true exited {:?} signal {:?}", r.exit_code, r.signal) },
-                    r.kill_mechanism,
-                ),
-                Err(e) => (Layer { ok: false, detail: crate::error_chain(&e) }, KillMechanism::PidNamespace),
-            }
+    let full_run = match &sandbox {
+        Ok(sb) => Some(probe(sb, None).await),
+        Err(_) => None,
+    };
+    let (sandbox_probe, kill_mechanism) = match (&sandbox, &full_run) {
+        (Ok(_), Some(outcome)) => {
+            (probe_layer(outcome), outcome.as_ref().map_or(KillMechanism::PidNamespace, |r| r.kill_mechanism))
         }
-        Err(e) => (Layer { ok: false, detail: e.to_string() }, KillMechanism::PidNamespace),
+        (Err(e), _) => (Layer { ok: false, detail: e.to_string() }, KillMechanism::PidNamespace),
+        (Ok(_), None) => (Layer { ok: false, detail: "no probe ran".into() }, KillMechanism::PidNamespace),
     };
     let limits = if cgroup.controllers.iter().any(|c| c == "pids") && cgroup.writable {
         "pids.max / memory.max in the per-command cgroup".to_string()
     } else {
         "RLIMIT_NPROC (counted per sandbox user namespace) and RLIMIT_AS (per process): the pids/memory controllers are not enabled for cgroup v2 here".to_string()
     };
-    let user_namespaces = Layer { ok: sandbox_probe.ok || blockers.is_empty(), detail: userns_detail };
+    // Creating one is the test: a refused clone (a container's seccomp
+    // profile, a sysctl) means no, whatever the sysctls say.
+    let user_namespaces = match &full_run {
+        Some(Err(SandboxError::NamespacesBlocked(b))) => Layer { ok: false, detail: b.to_string() },
+        Some(Ok(_)) => Layer { ok: true, detail: userns_detail },
+        _ => Layer { ok: blockers.is_empty(), detail: userns_detail },
+    };
     let full_ok = sandbox_probe.ok && landlock.ok && seccomp.ok;
-    let modes = vec![
-        Layer {
-            ok: full_ok,
-            detail: if full_ok {
-                "full sandbox (namespaces, read-only mounts, Landlock, seccomp): works".into()
-            } else {
-                "full sandbox: does not work here; see the layers above".into()
-            },
+    let modes = vec![Layer {
+        ok: full_ok,
+        detail: if full_ok {
+            "full sandbox (namespaces, read-only mounts, Landlock, seccomp): works".into()
+        } else {
+            format!("full sandbox: does not work here: {}", sandbox_probe.detail)
         },
-        // Either kill ends the whole tree; the line says which one, and
-        // reads "no" only when the sandbox itself does not work.
+    }];
+    // The landlock-only mode is probed for real too: that it can run here is
+    // a fact about this host (a container's filter, a missing Landlock ABI),
+    // not something to work out.
+    let ll_run = match &sandbox {
+        Ok(sb) if abi >= 6 && seccomp.ok => Some(probe(sb, Some(Mode::LandlockOnly)).await),
+        _ => None,
+    };
+    let ll_layer = ll_run.as_ref().map(probe_layer);
+    let ll_ok = ll_layer.as_ref().is_some_and(|l| l.ok);
+    let mut modes = modes;
+    modes.push(Layer {
+        ok: ll_ok,
+        detail: match &ll_layer {
+            Some(l) if l.ok => format!(
+                "degraded mode landlock-only (opt-in, --degraded landlock-only): works here — no namespaces; \
+                 Landlock limits reads and writes{}; {}",
+                if uid == 0 { "; the command runs as uid 0 with no capabilities and locked securebits" } else { "" },
+                l.detail
+            ),
+            Some(l) => format!("degraded mode landlock-only: does not work here: {}", l.detail),
+            None if abi < 6 => {
+                format!("degraded mode landlock-only: needs Landlock ABI 6 (Linux 6.12); ABI here: {abi}")
+            }
+            None => "degraded mode landlock-only: needs seccomp filters, which this kernel lacks".to_string(),
+        },
+    });
+    // The kill of the mode that works here (the full sandbox's, else the
+    // landlock-only mode's).
+    let kill_mechanism = match (&full_run, &ll_run) {
+        (Some(Ok(_)), _) | (_, None) => kill_mechanism,
+        (_, Some(Ok(r))) => r.kill_mechanism,
+        (_, Some(Err(_))) => kill_mechanism,
+    };
+    let why = cgroup.fallback.as_ref().map(|f| format!(": {f}")).unwrap_or_default();
+    // Either kill ends the whole tree; the line says which one, and reads
+    // "no" only when no mode of the sandbox works here.
+    modes.insert(
+        1,
         Layer {
-            ok: sandbox_probe.ok,
+            ok: sandbox_probe.ok || ll_ok,
             detail: format!(
                 "process-tree kill: {}",
-                if kill_mechanism == KillMechanism::CgroupKill {
-                    "cgroup.kill on a per-command cgroup".to_string()
-                } else {
-                    format!(
-                        "pid-namespace teardown, as complete as cgroup.kill (no per-command cgroup: {})",
-                        cgroup.fallback.clone().unwrap_or_default()
-                    )
+                match kill_mechanism {
+                    KillMechanism::CgroupKill => "cgroup.kill on a per-command cgroup".to_string(),
+                    KillMechanism::PidNamespace => {
+                        format!("pid-namespace teardown, as complete as cgroup.kill (no per-command cgroup{why})")
+                    }
+                    KillMechanism::Subreaper => format!("subreaper sweep of the landlock-only mode{why}"),
                 }
             ),
         },
-    ];
-    let ll_only = abi >= 6 && seccomp.ok && uid != 0;
-    let modes = {
-        let mut m = modes;
-        m.push(Layer {
-            ok: ll_only,
-            detail: if ll_only {
-                "degraded mode landlock-only (opt-in, --degraded landlock-only): available — no namespaces; Landlock limits reads and writes".into()
-            } else if uid == 0 {
-                "degraded mode landlock-only: not for root (root has user namespaces)".into()
-            } else {
-                format!("degraded mode landlock-only: needs Landlock ABI 6 and seccomp (ABI here: {abi})")
-            },
-        });
-        m
+    );
+    let works_here = if full_ok {
+        Some(Mode::Full)
+    } else if ll_ok {
+        Some(Mode::LandlockOnly)
+    } else {
+        None
     };
     Report {
         kernel,
@@ -261,11 +311,8 @@ pub async fn run() -> Report {
         kill_mechanism,
         limits,
         modes,
-        landlock_only_open: if ll_only {
-            LANDLOCK_ONLY_OPEN.iter().map(|s| s.to_string()).collect()
-        } else {
-            Vec::new()
-        },
+        landlock_only_open: if ll_ok { LANDLOCK_ONLY_OPEN.iter().map(|s| s.to_string()).collect() } else { Vec::new() },
+        works_here,
     }
 }
 
@@ -307,6 +354,13 @@ impl Report {
                 s += &format!("  - {g}\n");
             }
         }
+        s += match self.works_here {
+            Some(Mode::Full) => "works here        the full sandbox (the default)\n",
+            Some(Mode::LandlockOnly) => {
+                "works here        --degraded landlock-only (weaker: the full sandbox cannot run here, see above)\n"
+            }
+            None => "works here        nothing: neither the full sandbox nor the landlock-only mode\n",
+        };
         s
     }
 

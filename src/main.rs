@@ -587,6 +587,8 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
     );
     s += if full {
         "capabilities: none (all five sets cleared), no_new_privs\n"
+    } else if id.outside_uid == 0 {
+        "capabilities: none (a root caller: uid 0 with all five sets cleared and the securebits noroot, no-setuid-fixup and no-ambient-raise locked), no_new_privs\n"
     } else {
         "capabilities: none held (an unprivileged caller), no_new_privs\n"
     };

@@ -19,8 +19,8 @@ use landlock::{
 use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::signal::{SigSet, SigmaskHow};
 
-use portcullis_helper::report::{Applied, Record, Step};
-use portcullis_helper::spec::{RlimitKind, SpawnSpec};
+use portcullis_helper::report::{Applied, CloneCall, Record, Step};
+use portcullis_helper::spec::{Mode, RlimitKind, SpawnSpec};
 use seccompiler::BpfProgram;
 
 use crate::{Fail, Prepared};
@@ -30,8 +30,8 @@ fn errno(e: nix::Error) -> io::Error {
 }
 
 /// Become the command. Returns only the failure; the caller reports it.
-pub fn run(spec: &SpawnSpec, prep: &Prepared, report: &OwnedFd) -> Fail {
-    match setup(spec, prep, report) {
+pub fn run(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) -> Fail {
+    match setup(spec, prep, via, report) {
         Ok(never) => match never {},
         Err(f) => f,
     }
@@ -39,7 +39,7 @@ pub fn run(spec: &SpawnSpec, prep: &Prepared, report: &OwnedFd) -> Fail {
 
 enum Never {}
 
-fn setup(spec: &SpawnSpec, prep: &Prepared, report: &OwnedFd) -> Result<Never, Fail> {
+fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) -> Result<Never, Fail> {
     nix::unistd::setsid().map_err(|e| Fail::io(Step::NewSession, errno(e)))?;
     nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
         .map_err(|e| Fail::io(Step::NewSession, errno(e)))?;
@@ -56,11 +56,22 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, report: &OwnedFd) -> Result<Never, F
         setrlimit(res, r.value, r.value).map_err(|e| Fail::io(Step::Rlimits, errno(e)))?;
     }
 
+    // A root caller in landlock-only mode: the command stays uid 0 (so that a
+    // root-owned workspace it may write stays writable) but holds no
+    // capability, cannot get one back at execve, and cannot unlock that.
+    let root_without_userns = spec.mode == Mode::LandlockOnly && nix::unistd::getuid().is_root();
+    if root_without_userns {
+        lock_root().map_err(|e| Fail::io(Step::DropCaps, e))?;
+    }
     drop_caps().map_err(|e| Fail::io(Step::DropCaps, e))?;
+    if root_without_userns {
+        check_root_locked().map_err(|e| Fail::io(Step::DropCaps, e))?;
+    }
     nix::sys::prctl::set_no_new_privs().map_err(|e| Fail::io(Step::NoNewPrivs, errno(e)))?;
 
     let mut applied = Applied {
         readonly_mounts: !(cfg!(debug_assertions) && spec.test_switches.skip_readonly),
+        clone: via,
         ..Applied::default()
     };
     if !(cfg!(debug_assertions) && spec.test_switches.skip_landlock) {
@@ -96,6 +107,35 @@ fn drop_caps() -> io::Result<()> {
     }
     crate::sys::clear_ambient_set()?;
     crate::sys::capset_none()
+}
+
+/// The securebits a uid-0 command without a user namespace runs under, each
+/// with its lock: `NOROOT` (uid 0 gains no capability at execve, whatever
+/// the bounding set), `NO_SETUID_FIXUP` (no capability juggling on uid
+/// changes), `NO_CAP_AMBIENT_RAISE`, and `KEEP_CAPS` locked off.
+/// `<linux/securebits.h>`.
+const ROOT_SECUREBITS: libc::c_ulong = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80;
+
+/// Lock the securebits (needs CAP_SETPCAP, which a container's root has by
+/// default). Without CAP_SETPCAP they cannot be set, and then the bounding
+/// set must already be empty (`check_root_locked`).
+fn lock_root() -> io::Result<()> {
+    let to_io = |e: caps::errors::CapsError| io::Error::other(e.to_string());
+    if caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SETPCAP).map_err(to_io)? {
+        crate::sys::set_securebits(ROOT_SECUREBITS)?;
+    }
+    Ok(())
+}
+
+/// After the drop: a uid-0 command may exec only if execve cannot hand it
+/// capabilities back — the bounding set is empty, or `NOROOT` is locked.
+fn check_root_locked() -> io::Result<()> {
+    let noroot = crate::sys::securebits()? & 0x03 == 0x03;
+    if noroot || crate::sys::bounding_set_empty()? {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EPERM))
+    }
 }
 
 fn abi_of(v: u32) -> ABI {

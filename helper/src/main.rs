@@ -6,7 +6,9 @@
 //! processes take part:
 //!
 //! * the **outer helper** (this process, in the caller's namespaces) reads and
-//!   checks the spec, compiles the seccomp filter, then `clone3`s
+//!   checks the spec, compiles the seccomp filter, then `clone3`s (or, where
+//!   a container's seccomp profile answers `clone3` with `ENOSYS`, `clone`s
+//!   with the same flags and moves the child into the cgroup itself)
 //! * **pid 1** of the sandbox — in new user, mount, pid, ipc, uts (and net)
 //!   namespaces, born inside the cgroup — and writes its uid/gid maps. Pid 1
 //!   builds the root, pivots into it, becomes non-dumpable and forks
@@ -40,7 +42,9 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use portcullis_helper::report::{Record, Step, NO_DETAIL};
+use portcullis_helper::report::{
+    CloneCall, Record, Step, CLONE_DETAIL_CGROUP_PROCS, CLONE_DETAIL_CLONE, CLONE_DETAIL_CLONE3, NO_DETAIL,
+};
 use portcullis_helper::spec::{Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
 use portcullis_helper::{filter, CGROUP_FD, LIFELINE_FD, REPORT_FD, SPEC_FD};
 
@@ -64,6 +68,10 @@ impl Fail {
     }
     fn detail(mut self, i: usize) -> Fail {
         self.detail = u32::try_from(i).unwrap_or(NO_DETAIL);
+        self
+    }
+    fn clone_detail(mut self, d: u32) -> Fail {
+        self.detail = d;
         self
     }
     /// The exit code that goes with the failure (126/127 for exec, like a shell).
@@ -197,9 +205,10 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
         .map_err(|e| Fail::io(Step::Sanitize, errno(e)))?;
     let (chan_outer, chan_pid1) = chan::pair().map_err(|e| Fail::io(Step::Clone, e))?;
 
-    if spec.identity.outside_uid != nix::unistd::getuid().as_raw() {
+    if nix::unistd::getuid().is_root() {
         // A root caller: drop host root's supplementary groups, which no
-        // mapping could hide (setgroups is denied inside).
+        // mapping could hide (setgroups is denied inside), and which the
+        // landlock-only mode's uid-0 command must not keep either.
         nix::unistd::setgroups(&[]).map_err(|e| Fail::io(Step::DenySetgroups, errno(e)))?;
     }
 
@@ -213,32 +222,43 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
         (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64
     } else {
         let ids = nix::unistd::getresuid().map_err(|e| Fail::io(Step::Clone, errno(e)))?;
-        if [ids.real, ids.effective, ids.saved].iter().any(|u| u.is_root()) {
-            // Root has user namespaces; it never runs without them (nor
-            // with a root effective or saved uid behind an unprivileged one).
+        let roots = [ids.real, ids.effective, ids.saved].iter().filter(|u| u.is_root()).count();
+        if roots != 0 && roots != 3 {
+            // A root effective or saved uid behind an unprivileged real one
+            // (or the reverse): a setuid start, never run. A root caller
+            // (all three 0) is allowed: its command drops every capability
+            // and locks the securebits (command.rs).
             return Err(Fail::errno(Step::Clone, libc::EPERM));
         }
         nix::sys::prctl::set_child_subreaper(true).map_err(|e| Fail::io(Step::Clone, errno(e)))?;
         command::scope_signals()?;
         0
     };
-    let (pid, pidfd) =
-        match sys::clone3(flags, cgroup.as_ref().map(|c| c.as_fd())).map_err(|e| Fail::io(Step::Clone, e))? {
-            sys::Forked::Child => {
-                drop(chan_outer);
-                drop(lifeline);
-                drop(cgroup);
-                let f = match pid1(&spec, &prep, chan_pid1, report_fd) {
-                    Ok(never) => match never {},
-                    Err(f) => f,
-                };
-                report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
-                sys::exit_now(f.exit_code());
-            }
-            sys::Forked::Parent { pid, pidfd } => (pid, pidfd),
-        };
+    let (forked, via) = spawn_pid1(flags, cgroup.as_ref())?;
+    let (pid, pidfd) = match forked {
+        sys::Forked::Child => {
+            drop(chan_outer);
+            drop(lifeline);
+            drop(cgroup);
+            let f = match pid1(&spec, &prep, via, chan_pid1, report_fd) {
+                Ok(never) => match never {},
+                Err(f) => f,
+            };
+            report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
+            sys::exit_now(f.exit_code());
+        }
+        sys::Forked::Parent { pid, pidfd } => (pid, pidfd),
+    };
     drop(chan_pid1);
-    if let Err(f) = start_pid1(pid, &spec, &chan_outer) {
+    // Without clone3 pid 1 was born in our cgroup: move it into the
+    // per-command one now. It waits for our first message before it does
+    // anything, so it runs nothing (and forks no command) outside the leaf.
+    let joined = match (via, &cgroup) {
+        (CloneCall::Clone, Some(cg)) => sys::join_cgroup(cg.as_fd(), pid)
+            .map_err(|e| Fail::io(Step::Clone, e).clone_detail(CLONE_DETAIL_CGROUP_PROCS)),
+        _ => Ok(()),
+    };
+    if let Err(f) = joined.and_then(|()| start_pid1(pid, &spec, &chan_outer)) {
         let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
         let _ = waitpid(Pid::from_raw(pid), None);
         return Err(f);
@@ -254,6 +274,22 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
         remove_orphaned_cgroup(&cg);
     }
     Ok(code)
+}
+
+/// Make pid 1: `clone3` (born in the cgroup), or, where `clone3` answers
+/// `ENOSYS` as a container's default seccomp profile makes it do, `clone(2)`
+/// with the same namespace flags. Only `clone3`'s own flags live in memory a
+/// filter cannot read; `clone`'s can be (and there are) inspected, so a
+/// profile that refuses namespaces refuses them here with `EPERM`, which
+/// comes back under `Clone` with the call named in `detail`.
+fn spawn_pid1(flags: u64, cgroup: Option<&OwnedFd>) -> Result<(sys::Forked, CloneCall), Fail> {
+    match sys::clone3(flags, cgroup.map(|c| c.as_fd())) {
+        Ok(f) => Ok((f, CloneCall::Clone3)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => sys::clone_legacy(flags)
+            .map(|f| (f, CloneCall::Clone))
+            .map_err(|e| Fail::io(Step::Clone, e).clone_detail(CLONE_DETAIL_CLONE)),
+        Err(e) => Err(Fail::io(Step::Clone, e).clone_detail(CLONE_DETAIL_CLONE3)),
+    }
 }
 
 /// The library died (its lifeline closed) while the sandbox ran, so nobody
@@ -378,7 +414,7 @@ fn supervise(pid: libc::pid_t, pidfd: BorrowedFd<'_>, lifeline: &OwnedFd, set: &
 enum Never {}
 
 /// Pid 1 of the sandbox.
-fn pid1(spec: &SpawnSpec, prep: &Prepared, chan: OwnedFd, report_fd: &OwnedFd) -> Result<Never, Fail> {
+fn pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: OwnedFd, report_fd: &OwnedFd) -> Result<Never, Fail> {
     // The outer helper is single-threaded, so the parent-death signal is tied
     // to the right thread; waiting for its first message afterwards closes
     // the race with a parent that died before the prctl (EOF, not a message).
@@ -388,7 +424,7 @@ fn pid1(spec: &SpawnSpec, prep: &Prepared, chan: OwnedFd, report_fd: &OwnedFd) -
         _ => sys::exit_now(EXIT_SETUP),
     };
     if spec.mode == Mode::LandlockOnly {
-        return landlock_only_pid1(spec, prep, report_fd);
+        return landlock_only_pid1(spec, prep, via, report_fd);
     }
     // Become the mapped ids. A clone keeps its parent's host ids; for a root
     // caller those (host root) are unmapped here, so switch to the inside
@@ -421,17 +457,17 @@ fn pid1(spec: &SpawnSpec, prep: &Prepared, chan: OwnedFd, report_fd: &OwnedFd) -
     nix::sys::prctl::set_dumpable(false).map_err(|e| Fail::io(Step::NonDumpable, errno(e)))?;
     let _ = nix::sys::prctl::set_name(c"portcullis-init");
 
-    let child = fork_command(spec, prep, report_fd)?;
+    let child = fork_command(spec, prep, via, report_fd)?;
     sys::exit_now(reap(child, report_fd))
 }
 
 /// Fork the command; the child becomes it (or reports why not and exits).
-fn fork_command(spec: &SpawnSpec, prep: &Prepared, report_fd: &OwnedFd) -> Result<Pid, Fail> {
+fn fork_command(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report_fd: &OwnedFd) -> Result<Pid, Fail> {
     // SAFETY: pid 1 is single-threaded (a fresh clone of the single-threaded
     // outer helper), so the child may do anything after fork.
     match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, errno(e)))? {
         nix::unistd::ForkResult::Child => {
-            let f = command::run(spec, prep, report_fd);
+            let f = command::run(spec, prep, via, report_fd);
             report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
             sys::exit_now(f.exit_code());
         }
@@ -441,7 +477,7 @@ fn fork_command(spec: &SpawnSpec, prep: &Prepared, report_fd: &OwnedFd) -> Resul
 
 /// Pid 1 in landlock-only mode: no namespaces and no mounts; a child
 /// subreaper that sweeps every descendant when the command ends.
-fn landlock_only_pid1(spec: &SpawnSpec, prep: &Prepared, report_fd: &OwnedFd) -> Result<Never, Fail> {
+fn landlock_only_pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report_fd: &OwnedFd) -> Result<Never, Fail> {
     nix::sys::prctl::set_child_subreaper(true).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
     // With no pid namespace, dying by SIGKILL with the outer helper would
     // leave the command's tree running (its orphans would pass to a process
@@ -462,7 +498,7 @@ fn landlock_only_pid1(spec: &SpawnSpec, prep: &Prepared, report_fd: &OwnedFd) ->
     command::scope_signals()?;
     nix::sys::prctl::set_dumpable(false).map_err(|e| Fail::io(Step::NonDumpable, errno(e)))?;
     let _ = nix::sys::prctl::set_name(c"portcullis-init");
-    let child = fork_command(spec, prep, report_fd)?;
+    let child = fork_command(spec, prep, via, report_fd)?;
     let Some((code, record)) = reap_command(child, Some(parent)) else {
         // The outer helper is gone: nobody waits for a report.
         sweep_descendants();

@@ -55,7 +55,8 @@ steps! {
     /// Compile the seccomp filter, before any namespace exists.
     CompileSeccomp = 3, "compiling the seccomp filter";
     /// `clone3` into new user, mount, pid, ipc, uts (and net) namespaces,
-    /// born inside the per-command cgroup.
+    /// born inside the per-command cgroup; where `clone3` answers `ENOSYS`,
+    /// `clone(2)` with the same flags, then a write to `cgroup.procs`.
     Clone = 4, "creating the namespaces (clone3)";
     /// Write the child's `uid_map`: an unprivileged caller to itself, a root
     /// caller's inside uid 0 to host `nobody`.
@@ -115,6 +116,28 @@ steps! {
     Exec = 30, "executing the command";
 }
 
+/// Which system call made the sandbox's pid 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CloneCall {
+    /// `clone3`, born in the per-command cgroup (`CLONE_INTO_CGROUP`).
+    #[default]
+    Clone3,
+    /// `clone(2)`, because `clone3` answered `ENOSYS` (a container's default
+    /// seccomp profile does that); the outer helper moved pid 1 into the
+    /// cgroup through `cgroup.procs` before letting it go on.
+    Clone,
+}
+
+/// `detail` of an `Error` record for [`Step::Clone`]: `clone3` failed.
+pub const CLONE_DETAIL_CLONE3: u32 = 0;
+/// `detail` for [`Step::Clone`]: `clone3` answered `ENOSYS`, then the
+/// `clone(2)` fallback failed with the record's errno.
+pub const CLONE_DETAIL_CLONE: u32 = 1;
+/// `detail` for [`Step::Clone`]: after the `clone(2)` fallback, writing pid 1
+/// into the cgroup's `cgroup.procs` failed.
+pub const CLONE_DETAIL_CGROUP_PROCS: u32 = 2;
+
 /// What a record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Record {
@@ -142,6 +165,8 @@ pub struct Applied {
     pub seccomp: bool,
     /// Whether the mount plan's read-only barrier is in place.
     pub readonly_mounts: bool,
+    /// Which system call made pid 1.
+    pub clone: CloneCall,
 }
 
 const KIND_ERROR: u8 = 1;
@@ -165,7 +190,8 @@ impl Record {
                 let flags = u32::from(a.landlock_full)
                     | u32::from(a.landlock_partial) << 1
                     | u32::from(a.seccomp) << 2
-                    | u32::from(a.readonly_mounts) << 3;
+                    | u32::from(a.readonly_mounts) << 3
+                    | u32::from(a.clone == CloneCall::Clone) << 4;
                 (KIND_APPLIED, 0, 0, a.landlock_abi, flags)
             }
             Record::Exited(code) => (KIND_EXITED, 0, code, 0, 0),
@@ -198,6 +224,7 @@ impl Record {
                 landlock_partial: flags & 2 != 0,
                 seccomp: flags & 4 != 0,
                 readonly_mounts: flags & 8 != 0,
+                clone: if flags & 16 != 0 { CloneCall::Clone } else { CloneCall::Clone3 },
             })),
             KIND_EXITED => Some(Record::Exited(value)),
             KIND_SIGNALED => Some(Record::Signaled(value)),
@@ -221,6 +248,7 @@ mod tests {
                 landlock_partial: false,
                 seccomp: true,
                 readonly_mounts: true,
+                clone: CloneCall::Clone,
             }),
             Record::Exited(3),
             Record::Signaled(9),

@@ -1,4 +1,5 @@
-//! Thin wrappers over the raw syscalls nix does not cover: `clone3`, the
+//! Thin wrappers over the raw syscalls nix does not cover: `clone3` (and the
+//! `clone` fallback), the
 //! new mount API, `openat2`, `close_range`, `pidfd_send_signal` and the
 //! Landlock ABI probe. Each turns `-1/errno` into `io::Result`; every other
 //! module of the helper is free of `unsafe` for these calls.
@@ -98,6 +99,98 @@ pub fn clone3(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> io::Result<Forked> 
     // SAFETY: CLONE_PIDFD stored a fresh pidfd that we now own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     Ok(Forked::Parent { pid, pidfd })
+}
+
+/// `clone(2)` without a new stack (fork semantics) with `flags`, a pidfd and
+/// `SIGCHLD`: the fallback where `clone3` answers `ENOSYS` (a container's
+/// default seccomp profile). It has no `CLONE_INTO_CGROUP`; the caller moves
+/// the child into its cgroup before letting it go on ([`join_cgroup`]).
+///
+/// Sound only in a single-threaded process, like [`clone3`].
+pub fn clone_legacy(flags: u64) -> io::Result<Forked> {
+    let mut pidfd: libc::c_int = -1;
+    let flags = flags | CLONE_PIDFD | libc::SIGCHLD as u64;
+    // SAFETY: a NULL stack gives fork semantics (the child runs on a copy-on-
+    // write copy of this single-threaded process). With CLONE_PIDFD the
+    // kernel stores the pidfd through the third argument (parent_tid on
+    // x86_64 and on aarch64 alike), which points at a live c_int; the child
+    // and tls arguments are unused without CLONE_CHILD_SETTID/CLONE_SETTLS.
+    let r = cvt(unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags as libc::c_ulong,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::addr_of_mut!(pidfd),
+            std::ptr::null_mut::<libc::c_int>(),
+            0 as libc::c_ulong,
+        )
+    })?;
+    if r == 0 {
+        return Ok(Forked::Child);
+    }
+    let pid = libc::pid_t::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: CLONE_PIDFD stored a fresh pidfd that we now own.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    Ok(Forked::Parent { pid, pidfd })
+}
+
+/// Move the process `pid` into the cgroup whose directory is `cgroup`, by
+/// writing its pid to `cgroup.procs` (what `CLONE_INTO_CGROUP` does at birth).
+pub fn join_cgroup(cgroup: BorrowedFd<'_>, pid: libc::pid_t) -> io::Result<()> {
+    let fd = openat2(cgroup.as_raw_fd(), c"cgroup.procs", libc::O_WRONLY | libc::O_CLOEXEC, RESOLVE_NO_SYMLINKS)?;
+    let text = pid.to_string();
+    let n = nix::unistd::write(&fd, text.as_bytes()).map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+    if n != text.len() {
+        return Err(io::Error::from_raw_os_error(libc::EIO));
+    }
+    Ok(())
+}
+
+/// `PR_SET_SECUREBITS` (needs CAP_SETPCAP).
+pub fn set_securebits(bits: libc::c_ulong) -> io::Result<()> {
+    // SAFETY: a plain prctl with integer arguments.
+    let r = unsafe {
+        libc::prctl(libc::PR_SET_SECUREBITS, bits, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong)
+    };
+    cvt(r as libc::c_long).map(drop)
+}
+
+/// `PR_GET_SECUREBITS`.
+pub fn securebits() -> io::Result<libc::c_ulong> {
+    // SAFETY: a plain prctl with integer arguments.
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_GET_SECUREBITS,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    cvt(r as libc::c_long).map(|v| v as libc::c_ulong)
+}
+
+/// Whether the bounding set is empty: `PR_CAPBSET_READ` answers 0 for every
+/// capability number until `EINVAL` (no such capability).
+pub fn bounding_set_empty() -> io::Result<bool> {
+    for cap in 0..=255 as libc::c_ulong {
+        // SAFETY: a plain prctl with integer arguments.
+        let r = unsafe {
+            libc::prctl(libc::PR_CAPBSET_READ, cap, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong)
+        };
+        match r {
+            0 => {}
+            r if r > 0 => return Ok(false),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
+                    return Ok(true);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::E2BIG))
 }
 
 /// `pidfd_send_signal(pidfd, sig, NULL, 0)`.

@@ -1,5 +1,6 @@
 //! The sandbox: plan a command, spawn the helper, supervise the run.
 
+mod blocked;
 mod cgroup;
 mod grants;
 mod guard;
@@ -19,10 +20,12 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use portcullis_helper::report::{Applied, Record, Step, NO_DETAIL, RECORD_LEN};
+pub use portcullis_helper::report::CloneCall;
+use portcullis_helper::report::{Applied, Record, Step, CLONE_DETAIL_CGROUP_PROCS, NO_DETAIL, RECORD_LEN};
 pub use portcullis_helper::spec::Mode;
 use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind, TestSwitches};
 
+pub use blocked::{seccomp_filtered, Blocked};
 pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
 pub(crate) use plan::lexical;
 pub use plan::{Plan, DEFAULT_PROTECTED, SYSTEM_ROOTS};
@@ -143,6 +146,11 @@ pub enum SandboxError {
         #[source]
         source: io::Error,
     },
+    /// The full sandbox cannot be built on this host: making or mapping the
+    /// user namespace was refused (a container's seccomp profile, a sysctl,
+    /// AppArmor). One line: the call, the errno, the cause, what to do.
+    #[error("the full sandbox cannot run: {0}")]
+    NamespacesBlocked(Blocked),
     /// A setup step inside the helper failed.
     #[error("sandbox setup failed while {}{}", .step.map_or("in an unknown step", Step::describe), .path.as_ref().map(|p| format!(" ({})", p.display())).unwrap_or_default())]
     Setup {
@@ -421,6 +429,10 @@ pub struct ExecResult {
     pub degraded: Option<Mode>,
     /// Which mechanism enforced each limit.
     pub limits: AppliedLimits,
+    /// Which system call made the sandbox's pid 1: `clone3` (born in the
+    /// cgroup), or `clone` where `clone3` answers `ENOSYS` (a container's
+    /// seccomp profile), followed by a write to `cgroup.procs`.
+    pub clone: CloneCall,
     /// Captured standard output (up to the cap).
     #[serde(serialize_with = "lossy")]
     pub stdout: Vec<u8>,
@@ -835,6 +847,7 @@ impl Sandbox {
             network: req.network,
             degraded: req.degraded,
             limits,
+            clone: applied.clone,
             stdout,
             stderr,
             warnings,
@@ -942,27 +955,29 @@ async fn read_records(mut rx: tokio::net::unix::pipe::Receiver) -> Vec<Record> {
 fn setup_error(plan: &Plan, step: Result<Step, u16>, errno: i32, detail: u32) -> SandboxError {
     let source = io::Error::from_raw_os_error(errno);
     let step = step.ok();
-    let path = (detail != NO_DETAIL)
+    // For `Clone`, `detail` names the failed call, not a mount.
+    let path = (detail != NO_DETAIL && step != Some(Step::Clone))
         .then(|| usize::try_from(detail).ok())
         .flatten()
         .and_then(|i| plan.spec.mounts.get(i))
         .map(|op| PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(op.dst())));
+    if let (Some(s), Mode::Full) = (step, plan.spec.mode) {
+        if let Some(b) = blocked::diagnose(s, errno, detail) {
+            return SandboxError::NamespacesBlocked(b);
+        }
+    }
     match (step, errno) {
         (Some(Step::Exec), _) => {
             let program = plan.spec.argv.first().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default();
             let hint = if errno == libc::ENOENT { hint::not_found(plan, &program) } else { String::new() };
             SandboxError::Exec { program, hint, source }
         }
-        (Some(Step::Clone), libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS) => SandboxError::LayerUnavailable {
-            layer: "user namespaces",
-            hint: "the kernel refused to create a user namespace; check sysctl user.max_user_namespaces (must be > 0), kernel.unprivileged_userns_clone=1 on Debian kernels, and on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile allowing userns; `portcullis doctor` shows which".into(),
+        (Some(Step::Clone), _) if detail == CLONE_DETAIL_CGROUP_PROCS => SandboxError::Io {
+            stage: "moving pid 1 into its cgroup through cgroup.procs (clone3 is refused here, so CLONE_INTO_CGROUP \
+                    is not available)",
             source,
         },
-        (Some(Step::MapUid | Step::MapGid | Step::DenySetgroups), libc::EPERM | libc::EACCES) => SandboxError::LayerUnavailable {
-            layer: "user namespaces",
-            hint: "writing the uid/gid map was refused, as Ubuntu's AppArmor userns restriction does (kernel.apparmor_restrict_unprivileged_userns=1)".into(),
-            source,
-        },
+
         (Some(Step::Landlock), libc::EOPNOTSUPP | libc::ENOSYS) => SandboxError::LayerUnavailable {
             layer: "Landlock",
             hint: "the kernel does not enforce Landlock; it needs Linux 5.13+ with landlock in the lsm= boot parameter (CONFIG_LSM)".into(),

@@ -495,9 +495,16 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     if degraded {
         let ids =
             nix::unistd::getresuid().map_err(|e| SandboxError::Io { stage: "reading the uids", source: e.into() })?;
-        if uid == 0 || [ids.real, ids.effective, ids.saved].iter().any(|u| u.is_root()) {
+        // A root caller is welcome (in a container root is the default user
+        // and has no user namespaces either); its command stays uid 0 with
+        // every capability dropped and the securebits locked. Root ids
+        // mixed with unprivileged ones (a setuid start) never run.
+        let roots = [ids.real, ids.effective, ids.saved].iter().filter(|u| u.is_root()).count();
+        if roots != 0 && (roots != 3 || uid != 0) {
             return Err(SandboxError::BadRequest(
-                "landlock-only mode is for unprivileged callers (root always has user namespaces)".into(),
+                "landlock-only mode refuses a mix of root and unprivileged uids (real, effective, saved): \
+                 run it as root or as an unprivileged user, not setuid"
+                    .into(),
             ));
         }
         if crate::sys::landlock_abi() < 6 {
@@ -572,7 +579,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         argv: req.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
         env,
         cwd: bytes(&cwd),
-        identity: if remap {
+        identity: if remap && !degraded {
             Identity { inside_uid: 0, inside_gid: 0, outside_uid: ROOT_RUNS_AS, outside_gid: ROOT_RUNS_AS }
         } else {
             Identity { inside_uid: uid, inside_gid: gid, outside_uid: uid, outside_gid: gid }

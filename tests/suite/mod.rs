@@ -2,6 +2,7 @@ mod util;
 
 mod cli;
 mod concurrent;
+mod container;
 mod escapes;
 mod landlock_only;
 mod meta;
