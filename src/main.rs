@@ -443,6 +443,9 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
     for m in &plan.masked {
         s += &format!("masked: {}\n", shown(m));
     }
+    for h in &plan.hard_linked {
+        s += &format!("hard-linked: {} (another name lies outside the writable areas; kept read-only)\n", shown(h));
+    }
     if plan.spec.mode == portcullis::sandbox::Mode::Full {
         s += &format!(
             "namespaces: user mount pid ipc uts{}\n",

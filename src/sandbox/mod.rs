@@ -3,6 +3,7 @@
 mod cgroup;
 mod guard;
 mod launch;
+mod links;
 mod plan;
 
 use std::ffi::OsString;

@@ -56,6 +56,10 @@ pub struct Plan {
     pub pinned: Vec<PathBuf>,
     /// Paths masked by the deny list.
     pub masked: Vec<PathBuf>,
+    /// Names in writable areas of files that also have a name outside them
+    /// (read-only, protected, masked, or outside the plan), bound read-only
+    /// so that no write reaches the other name (see `sandbox::links`).
+    pub hard_linked: Vec<PathBuf>,
     /// Paths beneath which Landlock allows writing.
     pub landlock_writable: Vec<PathBuf>,
     /// Read-only areas that lie beneath a Landlock-writable path (a
@@ -354,9 +358,15 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     let pin_for: Vec<PathBuf> = protected.iter().chain(masked.iter()).cloned().collect();
     let pinned: Vec<PathBuf> =
         pinned_ancestors(&pin_for, &protect_areas).into_iter().filter(|p| !masked.contains(p)).collect();
+    // Hard links: a writable name of a file that has another name the run
+    // may not write.
+    let not_writable: Vec<PathBuf> = protected.iter().chain(&masked).chain(&read_roots).cloned().collect();
+    let hard_linked =
+        super::links::read_only_names(&protect_areas, &not_writable, req.degraded == Some(Mode::LandlockOnly))?;
     let mut mounts = base;
     let mut carve: Vec<MountOp> = protected
         .iter()
+        .chain(&hard_linked)
         .map(|p| MountOp::ReadOnly { dst: bytes(p) })
         .chain(pinned.iter().map(|p| MountOp::Pin { dst: bytes(p) }))
         .collect();
@@ -446,6 +456,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
 
     let read_only_areas =
         (!writable).then(|| ws.clone()).into_iter().chain(read_roots.iter().cloned()).chain(protected.iter().cloned());
+    let read_only_areas = read_only_areas.chain(hard_linked.iter().cloned());
     let landlock_gaps: Vec<PathBuf> =
         read_only_areas.filter(|a| landlock_writable.iter().any(|w| a.starts_with(w))).collect();
     if degraded && !landlock_gaps.is_empty() {
@@ -494,6 +505,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         pinned,
         git_guard,
         masked,
+        hard_linked,
         landlock_writable,
         landlock_gaps,
         seccomp_sha256,
