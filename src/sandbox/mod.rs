@@ -437,33 +437,52 @@ impl Sandbox {
         plan::build(req, self.uid, self.gid)
     }
 
-    /// Plan and run.
+    /// Plan and run. A run that writes is planned once, under the
+    /// workspace's lock (see [`Sandbox::run_plan`]).
     pub async fn run(&self, req: &ExecRequest, opts: RunOptions) -> Result<ExecResult, SandboxError> {
+        if !(req.writable || !req.write.is_empty()) {
+            let plan = self.plan(req)?;
+            return self.run_plan(&plan, req, opts).await;
+        }
+        let ws = canonical_workspace(req)?;
+        let lock = lock_workspace(&ws, opts.cancel.as_ref()).await?;
         let plan = self.plan(req)?;
-        self.run_plan(&plan, req, opts).await
+        if plan.workspace != ws {
+            return Err(SandboxError::BadRequest(format!(
+                "the workspace {} resolved to {} when it was locked and to {} when it was planned; name its real path",
+                req.workspace.display(),
+                ws.display(),
+                plan.workspace.display()
+            )));
+        }
+        self.run_locked(&plan, req, opts, Some(lock)).await
     }
 
     /// Run a plan made by [`Sandbox::plan`] for the same request.
-    pub async fn run_plan(
+    pub async fn run_plan(&self, plan: &Plan, req: &ExecRequest, opts: RunOptions) -> Result<ExecResult, SandboxError> {
+        // Writable runs of one workspace go one at a time, each planned again
+        // once it holds the workspace: another writable run must not change
+        // the tree between a plan and its run (a hook it made would look
+        // like the user's and escape this run's git guard; a hard link it
+        // made would escape this run's link check).
+        if plan.writable || !plan.write_grants.is_empty() {
+            let lock = lock_workspace(&plan.workspace, opts.cancel.as_ref()).await?;
+            let fresh = self.plan(req)?;
+            return self.run_locked(&fresh, req, opts, Some(lock)).await;
+        }
+        self.run_locked(plan, req, opts, None).await
+    }
+
+    /// Run a plan; `_lock` (the workspace's, for a run that writes) is held
+    /// until the run and its git guard are done.
+    async fn run_locked(
         &self,
         plan: &Plan,
         req: &ExecRequest,
         mut opts: RunOptions,
+        _lock: Option<nix::fcntl::Flock<std::fs::File>>,
     ) -> Result<ExecResult, SandboxError> {
         let start = Instant::now();
-        // Writable runs of one workspace go one at a time, each planned again
-        // once it holds the workspace: another writable run must not change
-        // the tree between a plan and its run (a hook it made would look
-        // like the user's and escape this run's git guard).
-        let _ws_lock;
-        let fresh;
-        let plan = if plan.writable || !plan.write_grants.is_empty() {
-            _ws_lock = lock_workspace(&plan.workspace, opts.cancel.as_ref()).await?;
-            fresh = self.plan(req)?;
-            &fresh
-        } else {
-            plan
-        };
         let mut spec = plan.spec.clone();
         let mut warnings = Vec::new();
         let (mut cg, cgroup_fallback) = match &self.cgroup {
@@ -889,6 +908,14 @@ pub fn describe_mount(op: &MountOp) -> String {
         MountOp::Pin { dst } => format!("pin {} (bound onto itself: cannot be renamed or removed)", s(dst)),
         MountOp::Mask { dst } => format!("mask {}", s(dst)),
     }
+}
+
+fn canonical_workspace(req: &ExecRequest) -> Result<PathBuf, SandboxError> {
+    std::fs::canonicalize(&req.workspace).map_err(|source| SandboxError::Path {
+        what: "workspace",
+        path: req.workspace.clone(),
+        source,
+    })
 }
 
 /// An exclusive `flock` on the workspace directory, polled so that a
