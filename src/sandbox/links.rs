@@ -222,15 +222,17 @@ fn type_of(st: &FileStat) -> Type {
     }
 }
 
-/// Whether a directory that cannot be listed may be passed over: the
-/// command (which runs with the planner's ids, or for a root caller as
-/// `nobody` while root plans) cannot enter one that is not its own and that
-/// it may not search, so no name below it is reachable.
+/// Whether a directory that cannot be listed may be passed over: one that
+/// is not the planner's own. A sandboxed command creates directories as the
+/// planner's uid (an unprivileged caller's command runs as the caller; a
+/// root caller's as `nobody`, and root lists everything), so every
+/// directory a command made can be listed or is the planner's and can be
+/// made listable: such a one refuses the run. What another user keeps
+/// unlistable (a `711` directory in a granted host `/tmp`) the command cannot
+/// list or `chmod` either.
 fn unreachable(p: &Pending) -> Result<bool, SandboxError> {
     let Some(st) = stat_at(&p.parent, &p.name, &p.path)? else { return Ok(true) };
-    let ours = st.st_uid == nix::unistd::geteuid().as_raw();
-    let searchable = nix::unistd::access(p.path.as_path(), nix::unistd::AccessFlags::X_OK).is_ok();
-    Ok(!ours && !searchable)
+    Ok(st.st_uid != nix::unistd::geteuid().as_raw())
 }
 
 /// Open a pending directory without following a link; `None` when it is
