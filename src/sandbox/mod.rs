@@ -440,7 +440,7 @@ impl Sandbox {
     /// Plan and run. A run that writes is planned once, under the
     /// workspace's lock (see [`Sandbox::run_plan`]).
     pub async fn run(&self, req: &ExecRequest, opts: RunOptions) -> Result<ExecResult, SandboxError> {
-        if !(req.writable || !req.write.is_empty()) {
+        if !req.writable && req.write.is_empty() {
             let plan = self.plan(req)?;
             return self.run_plan(&plan, req, opts).await;
         }
