@@ -513,6 +513,9 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
     for m in &plan.masked {
         s += &format!("masked: {}\n", shown(m));
     }
+    for h in &plan.hard_linked {
+        s += &format!("hard-linked: {} (another name lies outside the writable areas; kept read-only)\n", shown(h));
+    }
     if plan.spec.mode == portcullis::sandbox::Mode::Full {
         s += &format!(
             "namespaces: user mount pid ipc uts{}\n",
@@ -668,11 +671,11 @@ async fn exec(a: ExecArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(&e, a.json),
     };
-    let plan = match sb.plan(&req) {
-        Ok(p) => p,
-        Err(e) => return fail(&e, a.json),
-    };
     if a.explain {
+        let plan = match sb.plan(&req) {
+            Ok(p) => p,
+            Err(e) => return fail(&e, a.json),
+        };
         if a.json {
             println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());
         } else {
@@ -705,7 +708,9 @@ async fn exec(a: ExecArgs) -> ExitCode {
             };
         }));
     }
-    match sb.run_plan(&plan, &req, opts).await {
+    // Planned inside: a run that writes is planned once, under the
+    // workspace's lock (its hard-link walk is the costly part of a plan).
+    match sb.run(&req, opts).await {
         Ok(r) => {
             if a.json {
                 println!("{}", serde_json::to_string(&r).unwrap_or_default());

@@ -6,6 +6,7 @@ mod grants;
 mod guard;
 mod hint;
 mod launch;
+mod links;
 mod lock;
 mod plan;
 
@@ -518,68 +519,113 @@ impl Sandbox {
         plan::build(req, self.uid, self.gid)
     }
 
-    /// Plan and run.
+    /// Plan and run. A run that writes is planned once, under the
+    /// workspace's lock (see [`Sandbox::run_plan`]).
     pub async fn run(&self, req: &ExecRequest, opts: RunOptions) -> Result<ExecResult, SandboxError> {
-        let plan = self.plan(req)?;
-        self.run_plan(&plan, req, opts).await
+        let start = Instant::now();
+        // The timeout covers the whole run, waiting for the workspace too.
+        let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
+        if !req.writable && req.write.is_empty() {
+            let plan = self.plan(req)?;
+            let held = self.take_locks(&plan.workspace, false, req, deadline, &opts).await?;
+            return self.run_locked(&plan, req, opts, start, deadline, held).await;
+        }
+        let ws = canonical_workspace(req)?;
+        let held = self.take_locks(&ws, true, req, deadline, &opts).await?;
+        let plan = self.plan_locked(req, start, deadline)?;
+        if plan.workspace != ws {
+            return Err(SandboxError::BadRequest(format!(
+                "the workspace {} resolved to {} when it was locked and to {} when it was planned; name its real path",
+                req.workspace.display(),
+                ws.display(),
+                plan.workspace.display()
+            )));
+        }
+        self.run_locked(&plan, req, opts, start, deadline, held).await
     }
 
     /// Run a plan made by [`Sandbox::plan`] for the same request.
-    pub async fn run_plan(
-        &self,
-        plan: &Plan,
-        req: &ExecRequest,
-        mut opts: RunOptions,
-    ) -> Result<ExecResult, SandboxError> {
+    pub async fn run_plan(&self, plan: &Plan, req: &ExecRequest, opts: RunOptions) -> Result<ExecResult, SandboxError> {
         let start = Instant::now();
-        // The timeout covers the whole run, waiting for the workspace too.
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         // Writable runs of one workspace go one at a time, each planned again
         // once it holds the workspace: another writable run must not change
         // the tree between a plan and its run (a hook it made would look
-        // like the user's and escape this run's git guard).
-        let writes = plan.writable || !plan.write_grants.is_empty();
-        // Without Landlock's abstract-socket scoping (ABI 6), runs on the
-        // host network share its abstract sockets, over which one could hand
-        // descriptors to another: a writable one runs alone among them.
-        let _net_lock = if req.network == Network::Host && sys::landlock_abi() < 6 {
+        // like the user's and escape this run's git guard; a hard link it
+        // made would escape this run's link check).
+        let writes = plan.writable || !plan.write_grants.is_empty() || !plan.create_grants.is_empty();
+        let held = self.take_locks(&plan.workspace, writes, req, deadline, &opts).await?;
+        if writes {
+            let fresh = self.plan_locked(req, start, deadline)?;
+            return self.run_locked(&fresh, req, opts, start, deadline, held).await;
+        }
+        self.run_locked(plan, req, opts, start, deadline, held).await
+    }
+
+    /// The locks a run holds until it and its git guard are done: the
+    /// workspace's for a run that writes, and, without Landlock's
+    /// abstract-socket scoping (ABI 6), the host network's for runs on it
+    /// (they share its abstract sockets, over which one could hand
+    /// descriptors to another: a writable one runs alone among them).
+    async fn take_locks(
+        &self,
+        ws: &Path,
+        writes: bool,
+        req: &ExecRequest,
+        deadline: Option<tokio::time::Instant>,
+        opts: &RunOptions,
+    ) -> Result<Vec<nix::fcntl::Flock<std::fs::File>>, SandboxError> {
+        let mut held = Vec::new();
+        if req.network == Network::Host && sys::landlock_abi() < 6 {
             let kind = if writes { lock::Kind::Exclusive } else { lock::Kind::Shared };
-            let key = lock::Key::HostNetwork;
-            Some(lock::acquire(key, &plan.workspace, self.uid, kind, deadline, opts.cancel.as_ref()).await?)
-        } else {
-            None
-        };
-        let _ws_lock;
-        let fresh;
-        let plan = if writes {
-            let key = lock::Key::Workspace(&plan.workspace);
-            let kind = lock::Kind::Exclusive;
-            _ws_lock = lock::acquire(key, &plan.workspace, self.uid, kind, deadline, opts.cancel.as_ref()).await?;
-            let mut again = self.plan(req)?;
-            if !again.create_grants.is_empty() {
-                for g in &again.create_grants {
-                    let rel = g.strip_prefix(&again.workspace).unwrap_or(g);
-                    grants::create(&again.workspace, rel)?;
-                }
-                again = self.plan(req)?;
-                if let Some(g) = again.create_grants.first() {
-                    return Err(SandboxError::CreateGrant {
-                        path: g.clone(),
-                        source: io::Error::other("it is still missing after it was created"),
-                    });
-                }
+            held.push(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, opts.cancel.as_ref()).await?);
+        }
+        if writes {
+            let (key, kind) = (lock::Key::Workspace(ws), lock::Kind::Exclusive);
+            held.push(lock::acquire(key, ws, self.uid, kind, deadline, opts.cancel.as_ref()).await?);
+        }
+        Ok(held)
+    }
+
+    /// Plan a run that writes, under the workspace's lock: missing grants
+    /// inside the workspace are created first (then planned on for real).
+    fn plan_locked(
+        &self,
+        req: &ExecRequest,
+        start: Instant,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Plan, SandboxError> {
+        let mut plan = self.plan(req)?;
+        if !plan.create_grants.is_empty() {
+            for g in &plan.create_grants {
+                let rel = g.strip_prefix(&plan.workspace).unwrap_or(g);
+                grants::create(&plan.workspace, rel)?;
             }
-            fresh = again;
-            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-                return Err(SandboxError::TimedOutWaiting {
-                    workspace: plan.workspace.clone(),
-                    waited: start.elapsed(),
+            plan = self.plan(req)?;
+            if let Some(g) = plan.create_grants.first() {
+                return Err(SandboxError::CreateGrant {
+                    path: g.clone(),
+                    source: io::Error::other("it is still missing after it was created"),
                 });
             }
-            &fresh
-        } else {
-            plan
-        };
+        }
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            return Err(SandboxError::TimedOutWaiting { workspace: plan.workspace.clone(), waited: start.elapsed() });
+        }
+        Ok(plan)
+    }
+
+    /// Run a plan; `_held` (see [`Sandbox::take_locks`]) is kept until the
+    /// run and its git guard are done.
+    async fn run_locked(
+        &self,
+        plan: &Plan,
+        req: &ExecRequest,
+        mut opts: RunOptions,
+        start: Instant,
+        deadline: Option<tokio::time::Instant>,
+        _held: Vec<nix::fcntl::Flock<std::fs::File>>,
+    ) -> Result<ExecResult, SandboxError> {
         let mut spec = plan.spec.clone();
         let mut warnings = Vec::new();
         let (mut cg, cgroup_fallback) = match &self.cgroup {
@@ -1015,4 +1061,12 @@ pub fn describe_mount(op: &MountOp) -> String {
         MountOp::Pin { dst } => format!("pin {} (bound onto itself: cannot be renamed or removed)", s(dst)),
         MountOp::Mask { dst } => format!("mask {}", s(dst)),
     }
+}
+
+fn canonical_workspace(req: &ExecRequest) -> Result<PathBuf, SandboxError> {
+    std::fs::canonicalize(&req.workspace).map_err(|source| SandboxError::Path {
+        what: "workspace",
+        path: req.workspace.clone(),
+        source,
+    })
 }

@@ -60,6 +60,10 @@ pub struct Plan {
     pub pinned: Vec<PathBuf>,
     /// Paths masked by the deny list.
     pub masked: Vec<PathBuf>,
+    /// Names in writable areas of files that also have a name outside them
+    /// (read-only, protected, masked, or outside the plan), bound read-only
+    /// so that no write reaches the other name (see `sandbox::links`).
+    pub hard_linked: Vec<PathBuf>,
     /// Paths beneath which Landlock allows writing.
     pub landlock_writable: Vec<PathBuf>,
     /// The only paths beneath which Landlock lets the command make a unix
@@ -431,9 +435,16 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     let pin_for: Vec<PathBuf> = protected.iter().chain(masked.iter()).cloned().collect();
     let pinned: Vec<PathBuf> =
         pinned_ancestors(&pin_for, &protect_areas).into_iter().filter(|p| !masked.contains(p)).collect();
+    // Hard links: a writable name of a file that has another name the run
+    // may not write.
+    let not_writable: Vec<PathBuf> = protected.iter().chain(&masked).chain(&read_roots).cloned().collect();
+    // A grant still to be created (only `--explain` plans one) holds nothing.
+    let walked: Vec<PathBuf> = protect_areas.iter().filter(|a| !create_grants.contains(a)).cloned().collect();
+    let hard_linked = super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))?;
     let mut mounts = base;
     let mut carve: Vec<MountOp> = protected
         .iter()
+        .chain(&hard_linked)
         .map(|p| MountOp::ReadOnly { dst: bytes(p) })
         .chain(pinned.iter().map(|p| MountOp::Pin { dst: bytes(p) }))
         .collect();
@@ -559,6 +570,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
 
     let read_only_areas =
         (!writable).then(|| ws.clone()).into_iter().chain(read_roots.iter().cloned()).chain(protected.iter().cloned());
+    let read_only_areas = read_only_areas.chain(hard_linked.iter().cloned());
     let landlock_gaps: Vec<PathBuf> =
         read_only_areas.filter(|a| landlock_writable.iter().any(|w| a.starts_with(w))).collect();
     if degraded && !landlock_gaps.is_empty() {
@@ -609,6 +621,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         pinned,
         git_guard,
         masked,
+        hard_linked,
         landlock_writable,
         landlock_sockets,
         landlock_gaps,
