@@ -1,6 +1,7 @@
 //! The sandbox: plan a command, spawn the helper, supervise the run.
 
 mod cgroup;
+mod git;
 mod guard;
 mod launch;
 mod plan;
