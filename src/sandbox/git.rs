@@ -15,7 +15,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -354,8 +354,7 @@ impl Discovery<'_> {
             // `config.worktree`) redirect git run in those worktrees.
             if let Ok(rd) = fs::read_dir(gd.join("worktrees")) {
                 for e in rd.flatten().take(MAX_REPOS) {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) && !self.layout.dirs.iter().any(|d| d.path == e.path())
-                    {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) && !self.layout.dirs.iter().any(|d| d.path == e.path()) {
                         self.layout.dirs.push(GitDir { path: e.path(), worktree: None });
                         self.too_many()?;
                     }
@@ -642,7 +641,7 @@ struct IndexReader<R> {
     pos: u64,
 }
 
-impl<R: Read> IndexReader<R> {
+impl<R: BufRead> IndexReader<R> {
     fn bytes<const N: usize>(&mut self) -> io::Result<[u8; N]> {
         let mut b = [0u8; N];
         self.inner.read_exact(&mut b)?;
@@ -665,16 +664,13 @@ impl<R: Read> IndexReader<R> {
 
     /// Bytes up to (not including) a NUL, which is consumed.
     fn until_nul(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
-        loop {
-            let [b] = self.bytes::<1>()?;
-            if b == 0 {
-                return Ok(());
-            }
-            if buf.len() >= INDEX_NAME_MAX {
-                return Err(bad("an index entry name is too long"));
-            }
-            buf.push(b);
+        let before = buf.len();
+        let n = (&mut self.inner).take(INDEX_NAME_MAX as u64 + 1).read_until(0, buf)?;
+        self.pos += n as u64;
+        if buf.pop() != Some(0) || buf.len() > before + INDEX_NAME_MAX {
+            return Err(bad("an index entry name is too long or unterminated"));
         }
+        Ok(())
     }
 
     /// git's offset varint (`decode_varint`): each continuation adds one.
@@ -697,7 +693,7 @@ fn bad(what: &str) -> io::Error {
 const GITLINK_MODE: u32 = 0o160000;
 const ENTRY_EXTENDED: u16 = 0x4000;
 
-fn parse_index<R: Read>(
+fn parse_index<R: BufRead>(
     r: &mut IndexReader<R>,
     len: u64,
     hash_len: usize,
@@ -713,17 +709,15 @@ fn parse_index<R: Read>(
     }
     let count = r.u32()?;
     let mut name: Vec<u8> = Vec::new();
-    let mut hash = vec![0u8; hash_len];
+    let mut fixed = vec![0u8; 40 + hash_len + 2];
     for _ in 0..count {
         let start = r.pos;
-        // ctime, mtime, dev, ino (24 bytes), then mode.
-        r.skip(24)?;
-        let mode = r.u32()?;
-        // uid, gid, size.
-        r.skip(12)?;
-        r.inner.read_exact(&mut hash)?;
-        r.pos += hash_len as u64;
-        let flags = u16::from_be_bytes(r.bytes::<2>()?);
+        // ctime, mtime, dev, ino (24 bytes), mode, uid, gid, size, the
+        // object name, the flags.
+        r.inner.read_exact(&mut fixed)?;
+        r.pos += fixed.len() as u64;
+        let mode = u32::from_be_bytes([fixed[24], fixed[25], fixed[26], fixed[27]]);
+        let flags = u16::from_be_bytes([fixed[40 + hash_len], fixed[41 + hash_len]]);
         if flags & ENTRY_EXTENDED != 0 {
             if version < 3 {
                 return Err(bad("extended flags in a version 2 index"));
@@ -938,7 +932,15 @@ mod tests {
                 }
             }
             git(d.path(), &["update-index", "--split-index"]);
-            git(d.path(), &["update-index", "--add", "--cacheinfo", &format!("100644,{},new", "2".repeat(if format == "sha256" { 64 } else { 40 }))]);
+            git(
+                d.path(),
+                &[
+                    "update-index",
+                    "--add",
+                    "--cacheinfo",
+                    &format!("100644,{},new", "2".repeat(if format == "sha256" { 64 } else { 40 })),
+                ],
+            );
             assert_eq!(links_of(d.path()), want, "{format} split index");
         }
     }
@@ -978,8 +980,9 @@ mod tests {
         fs::write(ws.join("libs/x/.git"), "gitdir: ../../.git/modules/libs/x\n").unwrap_or_else(|e| panic!("{e}"));
         fs::create_dir_all(ws.join("z")).unwrap_or_else(|e| panic!("{e}"));
         git(&ws.join("z"), &["init", "-q", "."]);
-        fs::write(ws.join(".gitmodules"), "[submodule \"g\"]\n\tpath = from/gitmodules\n").unwrap_or_else(|e| panic!("{e}"));
-        let l = discover(&ws, &[ws.clone()], true).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(ws.join(".gitmodules"), "[submodule \"g\"]\n\tpath = from/gitmodules\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let l = discover(&ws, std::slice::from_ref(&ws), true).unwrap_or_else(|e| panic!("{e}"));
         let dirs: Vec<&Path> = l.paths().collect();
         assert!(dirs.contains(&m.as_path()), "{dirs:?}");
         assert!(dirs.contains(&ws.join("z/.git").as_path()), "{dirs:?}");
@@ -1001,7 +1004,7 @@ mod tests {
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
         fs::create_dir_all(ws.join("real/x")).unwrap_or_else(|e| panic!("{e}"));
         std::os::unix::fs::symlink("real", ws.join("libs")).unwrap_or_else(|e| panic!("{e}"));
-        let l = discover(&ws, &[ws.clone()], true).unwrap_or_else(|e| panic!("{e}"));
+        let l = discover(&ws, std::slice::from_ref(&ws), true).unwrap_or_else(|e| panic!("{e}"));
         assert!(!l.unpopulated.iter().any(|p| p.starts_with(ws.join("libs"))), "{:?}", l.unpopulated);
     }
 }

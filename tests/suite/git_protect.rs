@@ -279,7 +279,8 @@ fn r0059_a_symlinked_hook_target_is_read_only() {
     let ws = build();
     ws.write("real-tools/pre-push", "#!/bin/sh\nexit 0\n");
     std::os::unix::fs::symlink("real-tools", ws.join("tools")).unwrap_or_else(|e| panic!("{e}"));
-    std::os::unix::fs::symlink("../../tools/pre-push", ws.join(".git/hooks/pre-push")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink("../../tools/pre-push", ws.join(".git/hooks/pre-push"))
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut req = ws.req(&["true"]);
     req.writable = true;
     match run(&req) {
