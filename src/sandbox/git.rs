@@ -162,8 +162,8 @@ impl Layout {
             .iter()
             .flat_map(|gd| std::iter::once(gd.path.join("hooks")).chain(self.hooks_path(gd, ws)))
             .collect();
-        for dir in hook_dirs {
-            let Ok(rd) = fs::read_dir(&dir) else { continue };
+        for dir in &hook_dirs {
+            let Ok(rd) = fs::read_dir(dir) else { continue };
             for (i, e) in rd.flatten().enumerate() {
                 if i >= HOOK_ENTRIES_MAX {
                     return Err(SandboxError::BadRequest(format!(
@@ -192,6 +192,11 @@ impl Layout {
                     )));
                 }
                 if let Some(target) = link_target(&entry) {
+                    // A link to another hook in a hooks directory is covered
+                    // by that directory's own carve-out.
+                    if hook_dirs.iter().any(|d| target.starts_with(d)) {
+                        continue;
+                    }
                     if areas.iter().any(|a| target.starts_with(a) && target != *a) {
                         out.insert(target);
                     }
@@ -527,7 +532,7 @@ fn object_format_sha256(gd: &Path) -> bool {
 
 /// The `path` values of a `.gitmodules` file.
 fn gitmodules_paths(file: &Path) -> Vec<PathBuf> {
-    git_config_entries(file)
+    config_entries_of(read_small_as(file, false))
         .into_iter()
         .filter(|(sec, key, v)| sec == "submodule" && key == "path" && !v.is_empty())
         .map(|(_, _, v)| PathBuf::from(v))
@@ -537,9 +542,12 @@ fn gitmodules_paths(file: &Path) -> Vec<PathBuf> {
 /// Open a regular file for reading without blocking on a FIFO or opening a
 /// device: held by an O_PATH descriptor first, checked, then reopened
 /// through it, so a swap in between cannot change the file. `Ok(None)` for
-/// a missing file or anything that is not a regular file.
-fn open_regular(p: &Path) -> io::Result<Option<(fs::File, u64)>> {
-    let held = match fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(p) {
+/// a missing file or anything that is not a regular file (with `follow`
+/// false, a symbolic link too: git writes its index and `.gitmodules` as
+/// plain files, and a planted link must not make planning read a host file).
+fn open_regular(p: &Path, follow: bool) -> io::Result<Option<(fs::File, u64)>> {
+    let flags = libc::O_PATH | libc::O_CLOEXEC | if follow { 0 } else { libc::O_NOFOLLOW };
+    let held = match fs::OpenOptions::new().read(true).custom_flags(flags).open(p) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(None),
         Err(e) => return Err(e),
@@ -561,7 +569,11 @@ fn open_regular(p: &Path) -> io::Result<Option<(fs::File, u64)>> {
 /// where git files belong). `None` for anything else; [`check_git_file`]
 /// turns the bad kinds into a refusal.
 pub(super) fn read_small(p: &Path) -> Option<String> {
-    let (f, len) = open_regular(p).ok()??;
+    read_small_as(p, true)
+}
+
+fn read_small_as(p: &Path, follow: bool) -> Option<String> {
+    let (f, len) = open_regular(p, follow).ok()??;
     if len > GIT_FILE_MAX {
         return None;
     }
@@ -610,7 +622,7 @@ fn read_index(
     out: &mut Vec<PathBuf>,
     ours: &dyn Fn(&Path) -> bool,
 ) -> Result<Option<String>, SandboxError> {
-    let opened = match open_regular(index) {
+    let opened = match open_regular(index, false) {
         Ok(o) => o,
         Err(_) if !ours(index) => None,
         Err(source) => return Err(SandboxError::Path { what: "git index", path: index.to_path_buf(), source }),
@@ -773,7 +785,11 @@ fn parse_index<R: BufRead>(
 /// `includeif`), values unquoted; `[section] key = value` on one line is
 /// understood too. Not a full parser: enough to find what git would run.
 fn git_config_entries(config: &Path) -> Vec<(String, String, String)> {
-    let Some(text) = read_small(config) else { return Vec::new() };
+    config_entries_of(read_small(config))
+}
+
+fn config_entries_of(text: Option<String>) -> Vec<(String, String, String)> {
+    let Some(text) = text else { return Vec::new() };
     let mut section = String::new();
     let mut out = Vec::new();
     for raw in text.lines() {
@@ -996,6 +1012,22 @@ mod tests {
         let l = discover(&ws, &[], false).unwrap_or_else(|e| panic!("{e}"));
         assert!(l.unpopulated.is_empty(), "{:?}", l.unpopulated);
         assert!(!l.paths().any(|p| p == ws.join("z/.git")));
+    }
+
+    #[test]
+    fn a_linked_index_or_gitmodules_is_not_read() {
+        let d = repo("sha1");
+        let ws = fs::canonicalize(d.path()).unwrap_or_default();
+        let elsewhere = tmp();
+        fs::rename(ws.join(".git/index"), elsewhere.path().join("index")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(elsewhere.path().join("index"), ws.join(".git/index"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        fs::write(elsewhere.path().join("gm"), "[submodule \"x\"]\n\tpath = leaked\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(elsewhere.path().join("gm"), ws.join(".gitmodules"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let l = discover(&ws, std::slice::from_ref(&ws), true).unwrap_or_else(|e| panic!("{e}"));
+        assert!(l.unpopulated.is_empty(), "{:?}", l.unpopulated);
     }
 
     #[test]
