@@ -2,6 +2,7 @@
 
 mod blocked;
 mod cgroup;
+mod git;
 mod grants;
 mod guard;
 mod hint;

@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 use portcullis_helper::spec::{Identity, LandlockSpec, Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
 
+use super::git::{self, replaceable_link};
 use super::{grants, ExecRequest, SandboxError};
 
 /// System directories made visible read-only when they exist.
@@ -27,9 +28,6 @@ pub const SYSTEM_ROOTS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "
 pub const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 /// Carve-outs that stay read-only inside a writable workspace.
 pub const DEFAULT_PROTECTED: &[&str] = &[".git/hooks", ".git/config"];
-/// Files in a git dir that make git read config and hooks elsewhere.
-/// A missing `hooks` directory is guarded the same way.
-pub const GIT_REDIRECTS: &[&str] = &["commondir", "config.worktree", "hooks", "config"];
 /// The most entries the deny-glob walk visits before it refuses.
 pub const DENY_WALK_LIMIT: usize = 500_000;
 /// The host uid and gid (`nobody`) a root caller's command runs as.
@@ -356,36 +354,20 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // Only files the command could have planted are judged (and named in
     // the error): ones in the workspace or a writable area.
     let ours = |p: &Path| p.starts_with(&ws) || protect_areas.iter().any(|a| p.starts_with(a));
-    let dotgit = ws.join(".git");
-    if !dotgit.is_dir() {
-        check_git_file(&dotgit)?;
-    }
-    for gd in git_dirs(&ws).into_iter().filter(|gd| ours(gd)) {
-        for name in ["config", "commondir", "config.worktree", "gitdir"] {
-            check_git_file(&gd.join(name))?;
-        }
-        for inc in git_includes_deep(&gd.join("config")).into_iter().filter(|p| ours(p)) {
-            check_git_file(&inc)?;
-        }
-    }
-    let protected = protected_paths(req, &ws, &protect_areas)?;
+    // Submodule working trees are looked for (indexes read) only when
+    // something is writable: a read-only run has nothing to protect.
+    let git = git::discover(&ws, &protect_areas, !protect_areas.is_empty())?;
+    git.check_files(&ws, &ours)?;
+    git.check_spelled(&protect_areas)?;
+    let hook_targets = git.hook_link_targets(&ws, &protect_areas)?;
+    let protected = protected_paths(req, &ws, &protect_areas, &git, &hook_targets)?;
     // Files git would read config or hooks from that do not exist yet (so
     // nothing can be mounted over them): each git dir's redirections, the
-    // configured hooksPath and include targets, and a HEAD at the workspace
-    // root (with it, git's bare-repository fallback would make the workspace
+    // configured hooksPath and include targets, unpopulated submodules'
+    // `.git`, missing hook link targets, and a HEAD at the workspace root
+    // (with it, git's bare-repository fallback would make the workspace
     // itself a git dir with a config of the command's choosing).
-    let mut git_guard: Vec<PathBuf> = Vec::new();
-    for gd in git_dirs(&ws).iter().filter(|gd| writable_areas.iter().any(|a| gd.starts_with(a))) {
-        git_guard.extend(GIT_REDIRECTS.iter().map(|n| gd.join(n)));
-        if let Some(hp) = hooks_path(&gd.join("config")) {
-            git_guard.push(lexical(&if hp.is_absolute() { hp } else { ws.join(hp) }));
-        }
-        git_guard.extend(git_includes_deep(&gd.join("config")).iter().map(|p| lexical(p)));
-    }
-    if writable {
-        git_guard.push(ws.join("HEAD"));
-    }
-    git_guard.retain(|f| fs::symlink_metadata(f).is_err() && writable_areas.iter().any(|a| f.starts_with(a)));
+    let git_guard = git.guard(&ws, &writable_areas, writable, &hook_targets);
     // Masks: the deny list.
     // `a//b`, `a/./b` and `./a/` name what `a/b` and `a` name.
     let deny: Vec<String> = req.deny.iter().map(|g| crate::policy::normalize_glob(g)).collect();
@@ -697,7 +679,13 @@ fn build_env(req: &ExecRequest) -> Vec<Vec<u8>> {
 
 /// Protected paths inside writable areas: the defaults, the request's own,
 /// the policy file, and the hooks/config of a worktree's real git dir.
-fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> Result<Vec<PathBuf>, SandboxError> {
+fn protected_paths(
+    req: &ExecRequest,
+    ws: &Path,
+    writable_areas: &[PathBuf],
+    git: &git::Layout,
+    hook_targets: &[PathBuf],
+) -> Result<Vec<PathBuf>, SandboxError> {
     if writable_areas.is_empty() {
         return Ok(Vec::new());
     }
@@ -720,27 +708,14 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
     if let Some(pf) = &req.policy_file {
         wanted.push(pf.clone());
     }
-    // What git reads code or configuration from, besides hooks and config:
-    // commondir (redirects both), config.worktree, submodules' git dirs, and
-    // the directory core.hooksPath names.
-    let gitdirs = git_dirs(ws);
-    for gd in &gitdirs {
-        for name in ["hooks", "config", "config.worktree", "commondir", "gitdir"] {
-            wanted.push(gd.join(name));
-        }
-        if let Some(hp) = hooks_path(&gd.join("config")) {
-            wanted.push(if hp.is_absolute() { hp } else { ws.join(hp) });
-        }
-        // `[include] path = …` and `[includeIf …] path = …` files are read as
-        // part of the config.
-        wanted.extend(git_includes_deep(&gd.join("config")));
-    }
-    // A worktree's `.git` is a file `gitdir: <path>`; it stays read-only, so
-    // it cannot be pointed elsewhere.
-    let dotgit = ws.join(".git");
-    if dotgit.is_file() {
-        wanted.push(dotgit.clone());
-    }
+    // What git reads code or configuration from, in every git dir of the
+    // workspace and its submodules: hooks, config, config.worktree,
+    // commondir, gitdir, the core.hooksPath directory, included files, the
+    // `.git` files of worktrees and submodules (so they cannot be pointed at
+    // another git dir), and where the hooks' links lead.
+    wanted.extend(git.wanted(ws));
+    wanted.extend(hook_targets.iter().cloned());
+    let gitdirs: Vec<&Path> = git.paths().collect();
     let mut out: BTreeSet<PathBuf> =
         own.into_iter().filter(|t| writable_areas.iter().any(|a| t.starts_with(a) && t != a)).collect();
     for w in wanted {
@@ -763,7 +738,7 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
                 let Some(parent) = w.parent().and_then(|p| fs::canonicalize(p).ok()) else {
                     continue;
                 };
-                if writable_areas.contains(&parent) || gitdirs.contains(&parent) {
+                if writable_areas.contains(&parent) || gitdirs.contains(&parent.as_path()) {
                     continue;
                 }
                 parent
@@ -774,62 +749,6 @@ fn protected_paths(req: &ExecRequest, ws: &Path, writable_areas: &[PathBuf]) -> 
         }
     }
     Ok(out.into_iter().collect())
-}
-
-/// The first symbolic link met while resolving `path` (as the kernel does,
-/// `..` after a link included) that lies in one of `areas`: a command
-/// allowed to write there could point it elsewhere before the next run.
-fn replaceable_link(path: &Path, areas: &[PathBuf]) -> Option<PathBuf> {
-    if areas.is_empty() {
-        return None;
-    }
-    crate::policy::links_on_the_way(path)?
-        .into_iter()
-        .find(|l| l.parent().is_some_and(|d| areas.iter().any(|a| d.starts_with(a))))
-}
-
-/// Largest git file read while planning.
-const GIT_FILE_MAX: u64 = 1 << 20;
-
-/// A small regular file's text: never blocks on a FIFO, never reads a
-/// device or more than 1 MiB (a writable run may have planted any of them
-/// where git files belong). `None` for anything else; [`check_git_file`]
-/// turns the bad kinds into a refusal.
-fn read_small(p: &Path) -> Option<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    // Only a regular file is opened for reading at all (opening a device
-    // has effects): held by an O_PATH descriptor first, checked, then
-    // reopened through it, so a swap in between cannot change the file.
-    let held = fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(p).ok()?;
-    if !held.metadata().is_ok_and(|m| m.is_file()) {
-        return None;
-    }
-    let reopen = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&held)));
-    let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(reopen).ok()?;
-    let m = f.metadata().ok()?;
-    if !m.is_file() || m.len() > GIT_FILE_MAX {
-        return None;
-    }
-    let mut s = String::new();
-    f.take(GIT_FILE_MAX).read_to_string(&mut s).ok()?;
-    Some(s)
-}
-
-/// Refuse a git file that is there but is not a small regular file (a FIFO
-/// would hang planning, `/dev/zero` exhaust memory; silently skipping it
-/// would leave its redirections unguarded).
-fn check_git_file(p: &Path) -> Result<(), SandboxError> {
-    match fs::metadata(p) {
-        Ok(m) if !m.is_file() => Err(SandboxError::BadRequest(format!(
-            "{} is not a regular file; git would read it: remove it first",
-            p.display()
-        ))),
-        Ok(m) if m.len() > GIT_FILE_MAX => {
-            Err(SandboxError::BadRequest(format!("{} is larger than 1 MiB; git would read it", p.display())))
-        }
-        _ => Ok(()),
-    }
 }
 
 /// `p` with `.` dropped and `..` applied, without touching the filesystem.
@@ -845,148 +764,6 @@ pub(crate) fn lexical(p: &Path) -> PathBuf {
         }
     }
     out
-}
-
-/// The workspace's git directories: `.git` (or a worktree's gitdir and its
-/// commondir) and every submodule git dir under `modules/`.
-fn git_dirs(ws: &Path) -> Vec<PathBuf> {
-    let dotgit = ws.join(".git");
-    let mut roots = Vec::new();
-    if dotgit.is_dir() {
-        roots.extend(fs::canonicalize(&dotgit).ok());
-    } else if let Some(gd) = read_gitdir(&dotgit) {
-        if let Some(c) = read_small(&gd.join("commondir")) {
-            roots.extend(fs::canonicalize(gd.join(c.trim())).ok());
-        }
-        roots.push(gd);
-    }
-    let mut out = Vec::new();
-    for r in roots {
-        // Linked worktrees' private git dirs (`commondir`, `gitdir`,
-        // `config.worktree`) redirect git run in those worktrees.
-        if let Ok(rd) = fs::read_dir(r.join("worktrees")) {
-            for e in rd.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    out.push(e.path());
-                }
-            }
-        }
-        collect_modules(&r, 0, &mut out);
-    }
-    out
-}
-
-fn collect_modules(gd: &Path, depth: u32, out: &mut Vec<PathBuf>) {
-    out.push(gd.to_path_buf());
-    if depth > 4 {
-        return;
-    }
-    let Ok(rd) = fs::read_dir(gd.join("modules")) else { return };
-    for e in rd.flatten() {
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            let p = e.path();
-            if p.join("config").is_file() {
-                collect_modules(&p, depth + 1, out);
-            } else {
-                // Nested module names (a/b) are directories of directories.
-                let Ok(inner) = fs::read_dir(&p) else { continue };
-                for i in inner.flatten() {
-                    if i.path().join("config").is_file() {
-                        collect_modules(&i.path(), depth + 1, out);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// `(section, key, value)` of a git config file, from a plain line scan:
-/// sections and keys lowercased (`[includeIf "gitdir:x"]` gives section
-/// `includeif`), values unquoted; `[section] key = value` on one line is
-/// understood too. Not a full parser: enough to find what git would run.
-fn git_config_entries(config: &Path) -> Vec<(String, String, String)> {
-    let Some(text) = read_small(config) else { return Vec::new() };
-    let mut section = String::new();
-    let mut out = Vec::new();
-    for raw in text.lines() {
-        let mut line = raw.trim();
-        if let Some(rest) = line.strip_prefix('[') {
-            let Some((head, tail)) = rest.split_once(']') else { continue };
-            section = head.split_whitespace().next().unwrap_or("").to_ascii_lowercase();
-            line = tail.trim();
-        }
-        if let Some((k, v)) = line.split_once('=') {
-            out.push((section.clone(), k.trim().to_ascii_lowercase(), git_value(v)));
-        }
-    }
-    out
-}
-
-/// A git config value as git reads it: quotes removed, `\` escapes
-/// applied, an unquoted `;` or `#` starting a comment, outer blanks dropped.
-fn git_value(v: &str) -> String {
-    let mut out = String::new();
-    let mut quoted = false;
-    let mut chars = v.trim().chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => quoted = !quoted,
-            '\\' => match chars.next() {
-                Some('n') => out.push('\n'),
-                Some('t') => out.push('\t'),
-                Some('b') => {
-                    out.pop();
-                }
-                Some(other) => out.push(other),
-                None => {}
-            },
-            ';' | '#' if !quoted => break,
-            c => out.push(c),
-        }
-    }
-    out.trim_end().to_string()
-}
-
-/// The files a git config includes (`path =` in `[include]` and
-/// `[includeIf …]` sections), resolved as git does: relative to the
-/// including file's directory, `~/` against `$HOME`.
-fn git_includes(config: &Path) -> Vec<PathBuf> {
-    let base = config.parent().unwrap_or(Path::new("/"));
-    git_config_entries(config)
-        .into_iter()
-        .filter(|(sec, key, _)| (sec == "include" || sec == "includeif") && key == "path")
-        .filter_map(|(_, _, v)| match v.strip_prefix("~/") {
-            Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
-            None => Some(base.join(&v)),
-        })
-        .map(|p| lexical(&p))
-        .collect()
-}
-
-/// Includes of includes too (git follows them up to a depth of 10).
-fn git_includes_deep(config: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    let mut todo = vec![(config.to_path_buf(), 0)];
-    while let Some((file, depth)) = todo.pop() {
-        for inc in git_includes(&file) {
-            if !out.contains(&inc) {
-                if depth < 10 {
-                    todo.push((inc.clone(), depth + 1));
-                }
-                out.push(inc);
-            }
-        }
-    }
-    out
-}
-
-/// `core.hooksPath` from a git config file, if set.
-fn hooks_path(config: &Path) -> Option<PathBuf> {
-    git_config_entries(config)
-        .into_iter()
-        .rev()
-        .find(|(sec, key, _)| sec == "core" && key == "hookspath")
-        .map(|(_, _, v)| PathBuf::from(v))
 }
 
 /// Directories strictly between a writable root and each protected path.
@@ -1009,14 +786,6 @@ fn pinned_ancestors(protected: &[PathBuf], writable_areas: &[PathBuf]) -> Vec<Pa
         }
     }
     out.into_iter().collect()
-}
-
-fn read_gitdir(dotgit: &Path) -> Option<PathBuf> {
-    let s = read_small(dotgit)?;
-    let line = s.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim();
-    let p = Path::new(line);
-    let p = if p.is_absolute() { p.to_path_buf() } else { dotgit.parent()?.join(p) };
-    fs::canonicalize(p).ok()
 }
 
 /// Refuse a deny glob whose literal directories go through a symbolic link
@@ -1258,19 +1027,6 @@ mod tests {
         let p = build(&req(&d), 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.spec.identity.inside_uid, p.spec.identity.outside_uid), (1000, 1000));
         assert!(!p.spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })));
-    }
-
-    #[test]
-    fn git_config_scan_finds_includes_and_hooks_path_in_both_forms() {
-        let d = tree();
-        let cfg = d.path().join("config");
-        fs::write(&cfg, "[core]\n\thooksPath = .githooks\n[include] path = ../shared\n[includeIf \"gitdir:x\"]\n\tpath = \"other\"\n")
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(hooks_path(&cfg), Some(PathBuf::from(".githooks")));
-        let base = d.path();
-        assert_eq!(git_includes(&cfg), vec![lexical(&base.join("../shared")), base.join("other")]);
-        fs::write(&cfg, "[core] hooksPath = h\n").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(hooks_path(&cfg), Some(PathBuf::from("h")));
     }
 
     #[test]

@@ -1,0 +1,1042 @@
+//! Where host git would take code and configuration from: the git dirs of
+//! the workspace and of its submodules, found on the trusted side without
+//! ever running git on the (possibly hostile) repository.
+//!
+//! [`discover`] starts at the workspace's `.git` (a directory, or a
+//! `gitdir:` file with its `commondir`) and finds submodule working trees
+//! the way git does: the gitlinks (mode 160000) in each working tree's
+//! index, the `path` values of its `.gitmodules`, and the `core.worktree`
+//! of every module git dir under `modules/` (module names of any depth,
+//! nested submodules in `modules/<name>/modules/<name>`). A submodule's
+//! `.git` is followed whether it is a `gitdir:` file or an embedded
+//! directory, and its own index, `.gitmodules` and `modules/` are searched
+//! in turn. Every read is of a small regular file (or a bounded index),
+//! never blocking on a FIFO, and the whole search is bounded.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Component, Path, PathBuf};
+
+use super::plan::lexical;
+use super::SandboxError;
+
+/// Files in a git dir that make git read config and hooks elsewhere.
+/// A missing `hooks` directory is guarded the same way.
+pub const GIT_REDIRECTS: &[&str] = &["commondir", "config.worktree", "hooks", "config"];
+/// The files of a git dir kept read-only when they exist.
+const GIT_FILES: &[&str] = &["hooks", "config", "config.worktree", "commondir", "gitdir"];
+/// Largest git file (config, gitfile, `.gitmodules`) read while planning.
+const GIT_FILE_MAX: u64 = 1 << 20;
+/// Largest index read while planning (a very large monorepo's is a few
+/// hundred MiB; it is streamed, not held).
+const INDEX_MAX: u64 = 1 << 30;
+/// Most submodules nested inside one another.
+const MAX_NESTING: usize = 16;
+/// Most git dirs plus submodule working trees in one workspace.
+const MAX_REPOS: usize = 10_000;
+/// Most directory entries listed while walking `modules/` directories.
+const MODULES_WALK_LIMIT: usize = 200_000;
+/// Most components of one module name (`a/b/c` has three).
+const MODULE_NAME_DEPTH: usize = 64;
+/// Most entries of one hooks directory looked at for links.
+const HOOK_ENTRIES_MAX: usize = 10_000;
+/// Longest path in an index entry.
+const INDEX_NAME_MAX: usize = 1 << 16;
+
+/// A git dir and the working tree it serves, when known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct GitDir {
+    /// The git dir's real path.
+    pub path: PathBuf,
+    /// The working tree whose index this git dir holds (a relative
+    /// `core.hooksPath` is taken against it); `None` for a common dir or a
+    /// module git dir whose working tree is unknown.
+    pub worktree: Option<PathBuf>,
+}
+
+/// Everything git would read for the workspace and its submodules.
+#[derive(Debug, Default)]
+pub(super) struct Layout {
+    /// Every git dir, top-level first.
+    pub dirs: Vec<GitDir>,
+    /// `.git` files (`gitdir: …`) of working trees: a linked worktree's at
+    /// the workspace root, and every populated submodule's.
+    pub gitfiles: Vec<PathBuf>,
+    /// A submodule working tree's `.git` that does not exist, though git
+    /// would look there (an unpopulated submodule).
+    pub unpopulated: Vec<PathBuf>,
+    /// Paths as written in `gitdir:` files and `commondir` files, before
+    /// any link is resolved: git follows them again on every run.
+    pub spelled: Vec<PathBuf>,
+}
+
+impl Layout {
+    /// The git dirs' paths.
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.dirs.iter().map(|d| d.path.as_path())
+    }
+
+    /// The directory `core.hooksPath` names in `gd`'s config, if set:
+    /// absolute, `~/` against `$HOME`, or relative to the working tree the
+    /// hooks run in (the workspace when that is unknown).
+    pub fn hooks_path(&self, gd: &GitDir, ws: &Path) -> Option<PathBuf> {
+        let hp = hooks_path(&gd.path.join("config"))?;
+        let p = match hp.strip_prefix("~") {
+            Ok(rest) if hp.as_os_str().as_encoded_bytes().starts_with(b"~/") => {
+                PathBuf::from(std::env::var_os("HOME")?).join(rest)
+            }
+            _ if hp.is_absolute() => hp,
+            _ => gd.worktree.as_deref().unwrap_or(ws).join(hp),
+        };
+        Some(lexical(&p))
+    }
+
+    /// Paths git reads code or configuration from, to be kept read-only
+    /// where they exist: each git dir's [`GIT_FILES`], its `core.hooksPath`
+    /// directory and the files its config includes, and the `.git` files.
+    pub fn wanted(&self, ws: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for gd in &self.dirs {
+            out.extend(GIT_FILES.iter().map(|n| gd.path.join(n)));
+            out.extend(self.hooks_path(gd, ws));
+            out.extend(git_includes_deep(&gd.path.join("config")));
+        }
+        out.extend(self.gitfiles.iter().cloned());
+        out
+    }
+
+    /// Refuse a run in which a planted file where git reads would hang or
+    /// exhaust planning; only files `ours` (that the command could have
+    /// planted) are judged.
+    pub fn check_files(&self, ws: &Path, ours: &dyn Fn(&Path) -> bool) -> Result<(), SandboxError> {
+        let dotgit = ws.join(".git");
+        if !dotgit.is_dir() {
+            check_git_file(&dotgit)?;
+        }
+        for f in self.gitfiles.iter().filter(|f| ours(f)) {
+            check_git_file(f)?;
+        }
+        for gd in self.dirs.iter().filter(|gd| ours(&gd.path)) {
+            for name in ["config", "commondir", "config.worktree", "gitdir"] {
+                check_git_file(&gd.path.join(name))?;
+            }
+            for inc in git_includes_deep(&gd.path.join("config")).into_iter().filter(|p| ours(p)) {
+                check_git_file(&inc)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuse when a `gitdir:` or `commondir` path goes through a symbolic
+    /// link in a writable area: the command could point it elsewhere, and
+    /// host git would follow the new link after the run.
+    pub fn check_spelled(&self, areas: &[PathBuf]) -> Result<(), SandboxError> {
+        for s in &self.spelled {
+            if let Some(link) = replaceable_link(s, areas) {
+                return Err(SandboxError::BadRequest(format!(
+                    "the git dir {} is reached through the symbolic link {} in a writable area, which the command \
+                     could point elsewhere; replace the link with the real directory, or run read-only",
+                    s.display(),
+                    link.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the links in the hooks directories (each git dir's `hooks` and
+    /// `core.hooksPath` directory) lead: git runs the target, so a target in
+    /// a writable area must be kept read-only too (or, when missing, removed
+    /// after the run if the command creates it). A target reached through a
+    /// link in a writable area refuses the run: the command could repoint
+    /// that link instead.
+    pub fn hook_link_targets(&self, ws: &Path, areas: &[PathBuf]) -> Result<Vec<PathBuf>, SandboxError> {
+        let mut out = BTreeSet::new();
+        if areas.is_empty() {
+            return Ok(Vec::new());
+        }
+        let hook_dirs: BTreeSet<PathBuf> = self
+            .dirs
+            .iter()
+            .flat_map(|gd| std::iter::once(gd.path.join("hooks")).chain(self.hooks_path(gd, ws)))
+            .collect();
+        for dir in &hook_dirs {
+            let Ok(rd) = fs::read_dir(dir) else { continue };
+            for (i, e) in rd.flatten().enumerate() {
+                if i >= HOOK_ENTRIES_MAX {
+                    return Err(SandboxError::BadRequest(format!(
+                        "the hooks directory {} has more than {HOOK_ENTRIES_MAX} entries; git runs them, so \
+                         portcullis checks each: remove the extra entries",
+                        dir.display()
+                    )));
+                }
+                if !e.file_type().is_ok_and(|t| t.is_symlink()) {
+                    continue;
+                }
+                let entry = e.path();
+                // The entry itself sits in the hooks directory (read-only
+                // where it matters); any further link on the way is judged.
+                let links = crate::policy::links_on_the_way(&entry).unwrap_or_default();
+                if let Some(link) = links
+                    .iter()
+                    .filter(|l| **l != entry)
+                    .find(|l| l.parent().is_some_and(|d| areas.iter().any(|a| d.starts_with(a))))
+                {
+                    return Err(SandboxError::BadRequest(format!(
+                        "the hook {} leads through the symbolic link {} in a writable area, which the command \
+                         could point elsewhere; link the hook to the real file, or run read-only",
+                        entry.display(),
+                        link.display()
+                    )));
+                }
+                if let Some(target) = link_target(&entry) {
+                    // A link to another hook in a hooks directory is covered
+                    // by that directory's own carve-out.
+                    if hook_dirs.iter().any(|d| target.starts_with(d)) {
+                        continue;
+                    }
+                    if areas.iter().any(|a| target.starts_with(a) && target != *a) {
+                        out.insert(target);
+                    }
+                }
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    /// Files that git would read code or configuration from and that do not
+    /// exist (so nothing can be mounted over them), in writable areas: each
+    /// git dir's redirections, `core.hooksPath` directory and include
+    /// targets, unpopulated submodules' `.git`, missing hook link targets
+    /// (`extra`), and (`root_head`) a `HEAD` at the workspace root.
+    pub fn guard(&self, ws: &Path, writable_areas: &[PathBuf], root_head: bool, extra: &[PathBuf]) -> Vec<PathBuf> {
+        let mut out: BTreeSet<PathBuf> = BTreeSet::new();
+        for gd in self.dirs.iter().filter(|gd| writable_areas.iter().any(|a| gd.path.starts_with(a))) {
+            out.extend(GIT_REDIRECTS.iter().map(|n| gd.path.join(n)));
+            out.extend(self.hooks_path(gd, ws));
+            out.extend(git_includes_deep(&gd.path.join("config")).iter().map(|p| lexical(p)));
+        }
+        out.extend(self.unpopulated.iter().cloned());
+        out.extend(extra.iter().cloned());
+        if root_head {
+            out.insert(ws.join("HEAD"));
+        }
+        out.into_iter()
+            .filter(|f| fs::symlink_metadata(f).is_err() && writable_areas.iter().any(|a| f.starts_with(a) && f != a))
+            .collect()
+    }
+}
+
+/// The first symbolic link met while resolving `path` (as the kernel does,
+/// `..` after a link included) that lies in one of `areas`: a command
+/// allowed to write there could point it elsewhere before the next run.
+pub(super) fn replaceable_link(path: &Path, areas: &[PathBuf]) -> Option<PathBuf> {
+    if areas.is_empty() {
+        return None;
+    }
+    crate::policy::links_on_the_way(path)?
+        .into_iter()
+        .find(|l| l.parent().is_some_and(|d| areas.iter().any(|a| d.starts_with(a))))
+}
+
+/// Where the link `entry` finally leads: its real path, or for a missing
+/// target the real path of its deepest existing ancestor with the rest
+/// appended (`None` when a `..` follows a missing component).
+fn link_target(entry: &Path) -> Option<PathBuf> {
+    if let Ok(real) = fs::canonicalize(entry) {
+        return Some(real);
+    }
+    let t = fs::read_link(entry).ok()?;
+    let t = if t.is_absolute() { t } else { entry.parent()?.join(t) };
+    let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut cur = t.as_path();
+    loop {
+        if let Ok(real) = fs::canonicalize(cur) {
+            let mut out = real;
+            for c in rest.iter().rev() {
+                out.push(c);
+            }
+            return Some(out);
+        }
+        match cur.components().next_back()? {
+            Component::Normal(n) => rest.push(n),
+            _ => return None,
+        }
+        cur = cur.parent()?;
+    }
+}
+
+/// Find the workspace's git dirs, submodules included. `deep` also reads
+/// indexes and `.gitmodules` to find submodule working trees (only needed
+/// when something is writable); `ours` are the workspace and the writable
+/// areas, the only places where a submodule working tree is looked for.
+pub(super) fn discover(ws: &Path, areas: &[PathBuf], deep: bool) -> Result<Layout, SandboxError> {
+    let mut d = Discovery { ws, areas, deep, layout: Layout::default(), trees: BTreeSet::new(), walked: 0 };
+    d.top()?;
+    Ok(d.layout)
+}
+
+struct Discovery<'a> {
+    ws: &'a Path,
+    areas: &'a [PathBuf],
+    deep: bool,
+    layout: Layout,
+    /// Working trees already looked at.
+    trees: BTreeSet<PathBuf>,
+    /// Entries listed under `modules/` so far.
+    walked: usize,
+}
+
+impl Discovery<'_> {
+    fn ours(&self, p: &Path) -> bool {
+        p.starts_with(self.ws) || self.areas.iter().any(|a| p.starts_with(a))
+    }
+
+    fn too_many(&self) -> Result<(), SandboxError> {
+        if self.layout.dirs.len() + self.trees.len() > MAX_REPOS {
+            return Err(SandboxError::BadRequest(format!(
+                "{} holds more than {MAX_REPOS} git dirs and submodules; portcullis protects each, and stops here",
+                self.ws.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The workspace's own `.git`.
+    fn top(&mut self) -> Result<(), SandboxError> {
+        let ws = self.ws.to_path_buf();
+        self.trees.insert(ws.clone());
+        let dotgit = ws.join(".git");
+        if dotgit.is_dir() {
+            if fs::symlink_metadata(&dotgit).is_ok_and(|m| m.file_type().is_symlink()) {
+                self.layout.spelled.push(dotgit.clone());
+            }
+            if let Ok(gd) = fs::canonicalize(&dotgit) {
+                self.git_dir(gd, Some(ws), 0)?;
+            }
+        } else if dotgit.is_file() {
+            self.layout.gitfiles.push(dotgit.clone());
+            if let Some(gd) = self.follow_gitfile(&dotgit) {
+                self.git_dir(gd, Some(ws), 0)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The git dir a `gitdir:` file names (recording the path as spelled).
+    fn follow_gitfile(&mut self, dotgit: &Path) -> Option<PathBuf> {
+        let s = read_small(dotgit)?;
+        let line = s.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim();
+        let p = Path::new(line);
+        let p = if p.is_absolute() { p.to_path_buf() } else { dotgit.parent()?.join(p) };
+        self.layout.spelled.push(p.clone());
+        fs::canonicalize(p).ok()
+    }
+
+    /// A git dir: its common dir, its linked worktrees' private dirs, its
+    /// module git dirs and (`worktree` known) the submodules its working
+    /// tree's index and `.gitmodules` name.
+    fn git_dir(&mut self, gd: PathBuf, worktree: Option<PathBuf>, nesting: usize) -> Result<(), SandboxError> {
+        if let Some(known) = self.layout.dirs.iter_mut().find(|d| d.path == gd) {
+            if known.worktree.is_none() && worktree.is_some() {
+                known.worktree = worktree.clone();
+            } else {
+                return Ok(());
+            }
+        } else {
+            self.layout.dirs.push(GitDir { path: gd.clone(), worktree: worktree.clone() });
+            self.too_many()?;
+            if let Some(c) = read_small(&gd.join("commondir")) {
+                let spelled = gd.join(c.trim());
+                self.layout.spelled.push(spelled.clone());
+                if let Ok(common) = fs::canonicalize(spelled) {
+                    self.git_dir(common, None, nesting)?;
+                }
+            }
+            // Linked worktrees' private git dirs (`commondir`, `gitdir`,
+            // `config.worktree`) redirect git run in those worktrees.
+            if let Ok(rd) = fs::read_dir(gd.join("worktrees")) {
+                for e in rd.flatten().take(MAX_REPOS) {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) && !self.layout.dirs.iter().any(|d| d.path == e.path()) {
+                        self.layout.dirs.push(GitDir { path: e.path(), worktree: None });
+                        self.too_many()?;
+                    }
+                }
+            }
+            self.modules(&gd.join("modules"), 0, nesting)?;
+        }
+        if let (true, Some(wt)) = (self.deep, worktree) {
+            let sha256 = object_format_sha256(&gd);
+            for p in gitlinks(&gd.join("index"), sha256, &|p| self.ours(p))? {
+                self.submodule(&wt, &p, nesting + 1)?;
+            }
+            for p in gitmodules_paths(&wt.join(".gitmodules")) {
+                self.submodule(&wt, &p, nesting + 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Walk a `modules/` directory: a directory that looks like a git dir is
+    /// a module git dir (its own `modules/` holds its nested submodules'),
+    /// any other directory is part of a longer module name.
+    fn modules(&mut self, dir: &Path, name_depth: usize, nesting: usize) -> Result<(), SandboxError> {
+        let Ok(rd) = fs::read_dir(dir) else { return Ok(()) };
+        for e in rd.flatten() {
+            self.walked += 1;
+            if self.walked > MODULES_WALK_LIMIT {
+                return Err(SandboxError::BadRequest(format!(
+                    "the walk of the submodule git dirs under {} passed {MODULES_WALK_LIMIT} entries",
+                    dir.display()
+                )));
+            }
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let p = e.path();
+            if looks_like_git_dir(&p) {
+                if nesting + 1 > MAX_NESTING {
+                    return Err(nested_too_deep(&p));
+                }
+                // The working tree the module git dir serves, when it says.
+                let wt = core_worktree(&p);
+                self.git_dir(p, None, nesting + 1)?;
+                if let Some(wt) = wt {
+                    self.tree_from_worktree_setting(&wt, nesting + 1)?;
+                }
+            } else if name_depth + 1 < MODULE_NAME_DEPTH {
+                self.modules(&p, name_depth + 1, nesting)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A working tree named by a module git dir's `core.worktree`: looked at
+    /// only inside the workspace or a writable area.
+    fn tree_from_worktree_setting(&mut self, wt: &Path, nesting: usize) -> Result<(), SandboxError> {
+        let real = fs::canonicalize(wt).unwrap_or_else(|_| lexical(wt));
+        if !self.ours(&real) || real == self.ws {
+            return Ok(());
+        }
+        self.tree(real, nesting)
+    }
+
+    /// A submodule at `rel` (as an index or `.gitmodules` spells it) below
+    /// the working tree `wt`.
+    fn submodule(&mut self, wt: &Path, rel: &Path, nesting: usize) -> Result<(), SandboxError> {
+        // git never enters a submodule path through a symbolic link (it
+        // takes the entry for gone) nor one spelled with `.`, `..` or `.git`.
+        let mut cur = wt.to_path_buf();
+        for c in rel.components() {
+            match c {
+                Component::Normal(n) if !n.eq_ignore_ascii_case(".git") => cur.push(n),
+                _ => return Ok(()),
+            }
+            match fs::symlink_metadata(&cur) {
+                Ok(m) if m.is_dir() => {}
+                // Not populated (yet): git would look at its `.git` once
+                // the directory is made.
+                Err(_) => break,
+                // A link or a file: git does not enter it.
+                Ok(_) => return Ok(()),
+            }
+        }
+        let full = wt.join(rel);
+        if !self.ours(&full) {
+            return Ok(());
+        }
+        self.tree(full, nesting)
+    }
+
+    /// A submodule working tree: its `.git` file, embedded `.git`
+    /// directory, or (missing) the place git would look.
+    fn tree(&mut self, wt: PathBuf, nesting: usize) -> Result<(), SandboxError> {
+        if self.trees.contains(&wt) {
+            return Ok(());
+        }
+        if nesting > MAX_NESTING {
+            return Err(nested_too_deep(&wt));
+        }
+        self.trees.insert(wt.clone());
+        self.too_many()?;
+        let dotgit = wt.join(".git");
+        match fs::symlink_metadata(&dotgit) {
+            Err(_) => {
+                self.layout.unpopulated.push(dotgit);
+            }
+            Ok(m) if m.file_type().is_symlink() => {
+                // git follows a `.git` link; the link itself could be
+                // repointed, which `check_spelled` refuses in a writable area.
+                self.layout.spelled.push(dotgit.clone());
+                if let Ok(real) = fs::canonicalize(&dotgit) {
+                    if real.is_dir() {
+                        self.git_dir(real, Some(wt), nesting)?;
+                    } else if let Some(gd) = self.follow_gitfile(&dotgit) {
+                        self.layout.gitfiles.push(dotgit);
+                        self.git_dir(gd, Some(wt), nesting)?;
+                    }
+                }
+            }
+            Ok(m) if m.is_dir() => {
+                if let Ok(real) = fs::canonicalize(&dotgit) {
+                    self.git_dir(real, Some(wt), nesting)?;
+                }
+            }
+            Ok(_) => {
+                self.layout.gitfiles.push(dotgit.clone());
+                if let Some(gd) = self.follow_gitfile(&dotgit) {
+                    self.git_dir(gd, Some(wt), nesting)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn nested_too_deep(p: &Path) -> SandboxError {
+    SandboxError::BadRequest(format!(
+        "{} is a submodule nested more than {MAX_NESTING} levels deep; portcullis stops there",
+        p.display()
+    ))
+}
+
+/// A directory git could take for a module git dir.
+fn looks_like_git_dir(p: &Path) -> bool {
+    p.join("config").is_file() || p.join("HEAD").is_file()
+}
+
+/// `core.worktree` of a git dir, resolved against it.
+fn core_worktree(gd: &Path) -> Option<PathBuf> {
+    let v = git_config_entries(&gd.join("config"))
+        .into_iter()
+        .rev()
+        .find(|(sec, key, _)| sec == "core" && key == "worktree")
+        .map(|(_, _, v)| PathBuf::from(v))?;
+    Some(lexical(&gd.join(v)))
+}
+
+/// Whether a git dir's objects are SHA-256 (`extensions.objectFormat`).
+fn object_format_sha256(gd: &Path) -> bool {
+    let mut cfg = gd.to_path_buf();
+    if let Some(c) = read_small(&gd.join("commondir")) {
+        cfg = gd.join(c.trim());
+    }
+    git_config_entries(&cfg.join("config"))
+        .into_iter()
+        .rev()
+        .find(|(sec, key, _)| sec == "extensions" && key == "objectformat")
+        .is_some_and(|(_, _, v)| v.eq_ignore_ascii_case("sha256"))
+}
+
+/// The `path` values of a `.gitmodules` file.
+fn gitmodules_paths(file: &Path) -> Vec<PathBuf> {
+    config_entries_of(read_small_as(file, false))
+        .into_iter()
+        .filter(|(sec, key, v)| sec == "submodule" && key == "path" && !v.is_empty())
+        .map(|(_, _, v)| PathBuf::from(v))
+        .collect()
+}
+
+/// Open a regular file for reading without blocking on a FIFO or opening a
+/// device: held by an O_PATH descriptor first, checked, then reopened
+/// through it, so a swap in between cannot change the file. `Ok(None)` for
+/// a missing file or anything that is not a regular file (with `follow`
+/// false, a symbolic link too: git writes its index and `.gitmodules` as
+/// plain files, and a planted link must not make planning read a host file).
+fn open_regular(p: &Path, follow: bool) -> io::Result<Option<(fs::File, u64)>> {
+    let flags = libc::O_PATH | libc::O_CLOEXEC | if follow { 0 } else { libc::O_NOFOLLOW };
+    let held = match fs::OpenOptions::new().read(true).custom_flags(flags).open(p) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if !held.metadata()?.is_file() {
+        return Ok(None);
+    }
+    let reopen = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&held)));
+    let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(reopen)?;
+    let m = f.metadata()?;
+    if !m.is_file() {
+        return Ok(None);
+    }
+    Ok(Some((f, m.len())))
+}
+
+/// A small regular file's text: never blocks on a FIFO, never reads a
+/// device or more than 1 MiB (a writable run may have planted any of them
+/// where git files belong). `None` for anything else; [`check_git_file`]
+/// turns the bad kinds into a refusal.
+pub(super) fn read_small(p: &Path) -> Option<String> {
+    read_small_as(p, true)
+}
+
+fn read_small_as(p: &Path, follow: bool) -> Option<String> {
+    let (f, len) = open_regular(p, follow).ok()??;
+    if len > GIT_FILE_MAX {
+        return None;
+    }
+    let mut s = String::new();
+    f.take(GIT_FILE_MAX).read_to_string(&mut s).ok()?;
+    Some(s)
+}
+
+/// Refuse a git file that is there but is not a small regular file (a FIFO
+/// would hang planning, `/dev/zero` exhaust memory; silently skipping it
+/// would leave its redirections unguarded).
+pub(super) fn check_git_file(p: &Path) -> Result<(), SandboxError> {
+    match fs::metadata(p) {
+        Ok(m) if !m.is_file() => Err(SandboxError::BadRequest(format!(
+            "{} is not a regular file; git would read it: remove it first",
+            p.display()
+        ))),
+        Ok(m) if m.len() > GIT_FILE_MAX => {
+            Err(SandboxError::BadRequest(format!("{} is larger than 1 MiB; git would read it", p.display())))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The gitlinks (mode 160000 entries) of a git index, formats 2, 3 and 4,
+/// SHA-1 or SHA-256, with a split index's shared index read too. A missing
+/// index, or one that is not a regular file, has none; a damaged one gives
+/// the gitlinks read before the damage (git refuses such an index).
+/// An index that cannot be read or is too large refuses the run when it is
+/// `ours` (the command could have made it so).
+fn gitlinks(index: &Path, sha256: bool, ours: &dyn Fn(&Path) -> bool) -> Result<Vec<PathBuf>, SandboxError> {
+    let mut out = Vec::new();
+    let shared = read_index(index, sha256, &mut out, ours)?;
+    if let Some(id) = shared {
+        let dir = index.parent().unwrap_or(Path::new("/"));
+        read_index(&dir.join(format!("sharedindex.{id}")), sha256, &mut out, ours)?;
+    }
+    Ok(out)
+}
+
+/// Read one index file into `out`; the shared index's name, if this is a
+/// split index.
+fn read_index(
+    index: &Path,
+    sha256: bool,
+    out: &mut Vec<PathBuf>,
+    ours: &dyn Fn(&Path) -> bool,
+) -> Result<Option<String>, SandboxError> {
+    let opened = match open_regular(index, false) {
+        Ok(o) => o,
+        Err(_) if !ours(index) => None,
+        Err(source) => return Err(SandboxError::Path { what: "git index", path: index.to_path_buf(), source }),
+    };
+    let Some((f, len)) = opened else { return Ok(None) };
+    if len > INDEX_MAX {
+        if !ours(index) {
+            return Ok(None);
+        }
+        return Err(SandboxError::BadRequest(format!(
+            "the git index {} is larger than {} MiB; portcullis reads it to find submodules",
+            index.display(),
+            INDEX_MAX >> 20
+        )));
+    }
+    let mut r = IndexReader { inner: BufReader::with_capacity(1 << 16, f.take(len)), pos: 0 };
+    let hash_len = if sha256 { 32 } else { 20 };
+    match parse_index(&mut r, len, hash_len, out) {
+        Ok(shared) => Ok(shared),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData || e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(_) if !ours(index) => Ok(None),
+        Err(source) => Err(SandboxError::Path { what: "git index", path: index.to_path_buf(), source }),
+    }
+}
+
+struct IndexReader<R> {
+    inner: R,
+    pos: u64,
+}
+
+impl<R: BufRead> IndexReader<R> {
+    fn bytes<const N: usize>(&mut self) -> io::Result<[u8; N]> {
+        let mut b = [0u8; N];
+        self.inner.read_exact(&mut b)?;
+        self.pos += N as u64;
+        Ok(b)
+    }
+
+    fn u32(&mut self) -> io::Result<u32> {
+        Ok(u32::from_be_bytes(self.bytes::<4>()?))
+    }
+
+    fn skip(&mut self, n: u64) -> io::Result<()> {
+        let got = io::copy(&mut (&mut self.inner).take(n), &mut io::sink())?;
+        self.pos += got;
+        if got != n {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(())
+    }
+
+    /// Bytes up to (not including) a NUL, which is consumed.
+    fn until_nul(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
+        let before = buf.len();
+        let n = (&mut self.inner).take(INDEX_NAME_MAX as u64 + 1).read_until(0, buf)?;
+        self.pos += n as u64;
+        if buf.pop() != Some(0) || buf.len() > before + INDEX_NAME_MAX {
+            return Err(bad("an index entry name is too long or unterminated"));
+        }
+        Ok(())
+    }
+
+    /// git's offset varint (`decode_varint`): each continuation adds one.
+    fn varint(&mut self) -> io::Result<u64> {
+        let [mut c] = self.bytes::<1>()?;
+        let mut val = u64::from(c & 0x7f);
+        while c & 0x80 != 0 {
+            [c] = self.bytes::<1>()?;
+            val = val.checked_add(1).and_then(|v| v.checked_mul(128)).ok_or_else(|| bad("varint overflow"))?
+                | u64::from(c & 0x7f);
+        }
+        Ok(val)
+    }
+}
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+const GITLINK_MODE: u32 = 0o160000;
+const ENTRY_EXTENDED: u16 = 0x4000;
+
+fn parse_index<R: BufRead>(
+    r: &mut IndexReader<R>,
+    len: u64,
+    hash_len: usize,
+    out: &mut Vec<PathBuf>,
+) -> io::Result<Option<String>> {
+    use std::os::unix::ffi::OsStrExt;
+    if &r.bytes::<4>()? != b"DIRC" {
+        return Err(bad("not an index"));
+    }
+    let version = r.u32()?;
+    if !(2..=4).contains(&version) {
+        return Err(bad("unknown index version"));
+    }
+    let count = r.u32()?;
+    let mut name: Vec<u8> = Vec::new();
+    let mut fixed = vec![0u8; 40 + hash_len + 2];
+    for _ in 0..count {
+        let start = r.pos;
+        // ctime, mtime, dev, ino (24 bytes), mode, uid, gid, size, the
+        // object name, the flags.
+        r.inner.read_exact(&mut fixed)?;
+        r.pos += fixed.len() as u64;
+        let mode = u32::from_be_bytes([fixed[24], fixed[25], fixed[26], fixed[27]]);
+        let flags = u16::from_be_bytes([fixed[40 + hash_len], fixed[41 + hash_len]]);
+        if flags & ENTRY_EXTENDED != 0 {
+            if version < 3 {
+                return Err(bad("extended flags in a version 2 index"));
+            }
+            r.skip(2)?;
+        }
+        if version == 4 {
+            let strip = usize::try_from(r.varint()?).map_err(|_| bad("bad prefix length"))?;
+            if strip > name.len() {
+                return Err(bad("bad prefix length"));
+            }
+            name.truncate(name.len() - strip);
+            r.until_nul(&mut name)?;
+        } else {
+            name.clear();
+            r.until_nul(&mut name)?;
+            // Entries are padded with NULs to a multiple of 8 bytes; the
+            // name's NUL was the first of them.
+            let used = r.pos - start;
+            let entry_len = (used - 1 + 8) & !7;
+            r.skip(entry_len - used)?;
+        }
+        if mode == GITLINK_MODE {
+            out.push(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
+        }
+    }
+    // Extensions, then the checksum: a split index names its shared index
+    // in the `link` extension.
+    let mut shared = None;
+    while len.saturating_sub(r.pos) > hash_len as u64 {
+        let sig = r.bytes::<4>()?;
+        let size = u64::from(r.u32()?);
+        if size > len.saturating_sub(r.pos) {
+            return Err(bad("an extension runs past the end"));
+        }
+        if &sig == b"link" && size >= hash_len as u64 {
+            let mut id = vec![0u8; hash_len];
+            r.inner.read_exact(&mut id)?;
+            r.pos += hash_len as u64;
+            if id.iter().any(|b| *b != 0) {
+                shared = Some(id.iter().map(|b| format!("{b:02x}")).collect());
+            }
+            r.skip(size - hash_len as u64)?;
+        } else {
+            r.skip(size)?;
+        }
+    }
+    Ok(shared)
+}
+
+/// `(section, key, value)` of a git config file, from a plain line scan:
+/// sections and keys lowercased (`[includeIf "gitdir:x"]` gives section
+/// `includeif`), values unquoted; `[section] key = value` on one line is
+/// understood too. Not a full parser: enough to find what git would run.
+fn git_config_entries(config: &Path) -> Vec<(String, String, String)> {
+    config_entries_of(read_small(config))
+}
+
+fn config_entries_of(text: Option<String>) -> Vec<(String, String, String)> {
+    let Some(text) = text else { return Vec::new() };
+    let mut section = String::new();
+    let mut out = Vec::new();
+    for raw in text.lines() {
+        let mut line = raw.trim();
+        if let Some(rest) = line.strip_prefix('[') {
+            let Some((head, tail)) = rest.split_once(']') else { continue };
+            section = head.split_whitespace().next().unwrap_or("").to_ascii_lowercase();
+            line = tail.trim();
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            out.push((section.clone(), k.trim().to_ascii_lowercase(), git_value(v)));
+        }
+    }
+    out
+}
+
+/// A git config value as git reads it: quotes removed, `\` escapes
+/// applied, an unquoted `;` or `#` starting a comment, outer blanks dropped.
+fn git_value(v: &str) -> String {
+    let mut out = String::new();
+    let mut quoted = false;
+    let mut chars = v.trim().chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => quoted = !quoted,
+            '\\' => match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some('b') => {
+                    out.pop();
+                }
+                Some(other) => out.push(other),
+                None => {}
+            },
+            ';' | '#' if !quoted => break,
+            c => out.push(c),
+        }
+    }
+    out.trim_end().to_string()
+}
+
+/// The files a git config includes (`path =` in `[include]` and
+/// `[includeIf …]` sections), resolved as git does: relative to the
+/// including file's directory, `~/` against `$HOME`.
+fn git_includes(config: &Path) -> Vec<PathBuf> {
+    let base = config.parent().unwrap_or(Path::new("/"));
+    git_config_entries(config)
+        .into_iter()
+        .filter(|(sec, key, _)| (sec == "include" || sec == "includeif") && key == "path")
+        .filter_map(|(_, _, v)| match v.strip_prefix("~/") {
+            Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
+            None => Some(base.join(&v)),
+        })
+        .map(|p| lexical(&p))
+        .collect()
+}
+
+/// Includes of includes too (git follows them up to a depth of 10).
+fn git_includes_deep(config: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut todo = vec![(config.to_path_buf(), 0)];
+    while let Some((file, depth)) = todo.pop() {
+        for inc in git_includes(&file) {
+            if !out.contains(&inc) {
+                if depth < 10 {
+                    todo.push((inc.clone(), depth + 1));
+                }
+                out.push(inc);
+            }
+        }
+    }
+    out
+}
+
+/// `core.hooksPath` from a git config file, if set (git takes the last).
+fn hooks_path(config: &Path) -> Option<PathBuf> {
+    git_config_entries(config)
+        .into_iter()
+        .rev()
+        .find(|(sec, key, _)| sec == "core" && key == "hookspath")
+        .map(|(_, _, v)| PathBuf::from(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn tmp() -> tempfile::TempDir {
+        tempfile::Builder::new().prefix("pc-git-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn git(dir: &Path, args: &[&str]) {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| panic!("git: {e}"));
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A repository with two files and three gitlinks (one deep), made with
+    /// plumbing so that no submodule needs cloning.
+    fn repo(format: &str) -> tempfile::TempDir {
+        let d = tmp();
+        git(d.path(), &["init", "-q", &format!("--object-format={format}"), "."]);
+        fs::write(d.path().join("a"), "a").unwrap_or_else(|e| panic!("{e}"));
+        fs::create_dir_all(d.path().join("dir")).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(d.path().join("dir/b"), "b").unwrap_or_else(|e| panic!("{e}"));
+        git(d.path(), &["add", "a", "dir/b"]);
+        let zero = if format == "sha256" { "1".repeat(64) } else { "1".repeat(40) };
+        for p in ["libs/x", "third_party/libs/deep/name", "z"] {
+            git(d.path(), &["update-index", "--add", "--cacheinfo", &format!("160000,{zero},{p}")]);
+        }
+        // An intent-to-add entry sets the extended flag (version 3).
+        fs::write(d.path().join("dir/c"), "c").unwrap_or_else(|e| panic!("{e}"));
+        git(d.path(), &["add", "-N", "dir/c"]);
+        d
+    }
+
+    fn links_of(d: &Path) -> Vec<PathBuf> {
+        let sha256 = object_format_sha256(&d.join(".git"));
+        let mut l = gitlinks(&d.join(".git/index"), sha256, &|_| true).unwrap_or_else(|e| panic!("{e}"));
+        l.sort();
+        l
+    }
+
+    #[test]
+    fn git_config_scan_finds_includes_and_hooks_path_in_both_forms() {
+        let d = tmp();
+        let cfg = d.path().join("config");
+        fs::write(&cfg, "[core]\n\thooksPath = .githooks\n[include] path = ../shared\n[includeIf \"gitdir:x\"]\n\tpath = \"other\"\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(hooks_path(&cfg), Some(PathBuf::from(".githooks")));
+        let base = d.path();
+        assert_eq!(git_includes(&cfg), vec![lexical(&base.join("../shared")), base.join("other")]);
+        fs::write(&cfg, "[core] hooksPath = h\n").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(hooks_path(&cfg), Some(PathBuf::from("h")));
+    }
+
+    #[test]
+    fn gitlinks_are_read_from_every_index_format_and_hash() {
+        let want: Vec<PathBuf> = ["libs/x", "third_party/libs/deep/name", "z"].iter().map(PathBuf::from).collect();
+        for format in ["sha1", "sha256"] {
+            let d = repo(format);
+            for version in ["2", "3", "4"] {
+                if version == "2" {
+                    // Version 2 cannot hold the intent-to-add entry.
+                    git(d.path(), &["rm", "-q", "--cached", "dir/c"]);
+                }
+                git(d.path(), &["update-index", "--index-version", version]);
+                assert_eq!(links_of(d.path()), want, "{format} v{version}");
+                if version == "2" {
+                    git(d.path(), &["add", "-N", "dir/c"]);
+                }
+            }
+            git(d.path(), &["update-index", "--split-index"]);
+            git(
+                d.path(),
+                &[
+                    "update-index",
+                    "--add",
+                    "--cacheinfo",
+                    &format!("100644,{},new", "2".repeat(if format == "sha256" { 64 } else { 40 })),
+                ],
+            );
+            assert_eq!(links_of(d.path()), want, "{format} split index");
+        }
+    }
+
+    #[test]
+    fn a_damaged_index_gives_what_was_read_and_never_fails() {
+        let d = repo("sha1");
+        let idx = d.path().join(".git/index");
+        let full = fs::read(&idx).unwrap_or_default();
+        for cut in [0, 5, 12, 100, full.len() / 2, full.len() - 1] {
+            fs::write(&idx, &full[..cut]).unwrap_or_else(|e| panic!("{e}"));
+            let got = gitlinks(&idx, false, &|_| true).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+            assert!(got.len() <= 3);
+        }
+        let mut flipped = full.clone();
+        for b in flipped.iter_mut().skip(12) {
+            *b ^= 0xa5;
+        }
+        fs::write(&idx, &flipped).unwrap_or_else(|e| panic!("{e}"));
+        assert!(gitlinks(&idx, false, &|_| true).is_ok());
+        fs::remove_file(&idx).unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::mkfifo(&idx, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(gitlinks(&idx, false, &|_| true).unwrap_or_else(|e| panic!("{e}")), Vec::<PathBuf>::new());
+    }
+
+    #[test]
+    fn submodule_trees_are_found_from_index_gitmodules_and_core_worktree() {
+        let d = repo("sha1");
+        let ws = fs::canonicalize(d.path()).unwrap_or_default();
+        // libs/x populated with a gitfile into a deep module git dir,
+        // z embedded, the deep one unpopulated.
+        let m = ws.join(".git/modules/libs/x");
+        fs::create_dir_all(m.join("hooks")).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(m.join("HEAD"), "ref: refs/heads/main\n").unwrap_or_else(|e| panic!("{e}"));
+        fs::write(m.join("config"), "[core]\n\tworktree = ../../../../libs/x\n").unwrap_or_else(|e| panic!("{e}"));
+        fs::create_dir_all(ws.join("libs/x")).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(ws.join("libs/x/.git"), "gitdir: ../../.git/modules/libs/x\n").unwrap_or_else(|e| panic!("{e}"));
+        fs::create_dir_all(ws.join("z")).unwrap_or_else(|e| panic!("{e}"));
+        git(&ws.join("z"), &["init", "-q", "."]);
+        fs::write(ws.join(".gitmodules"), "[submodule \"g\"]\n\tpath = from/gitmodules\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let l = discover(&ws, std::slice::from_ref(&ws), true).unwrap_or_else(|e| panic!("{e}"));
+        let dirs: Vec<&Path> = l.paths().collect();
+        assert!(dirs.contains(&m.as_path()), "{dirs:?}");
+        assert!(dirs.contains(&ws.join("z/.git").as_path()), "{dirs:?}");
+        assert_eq!(l.gitfiles, vec![ws.join("libs/x/.git")]);
+        let mut un = l.unpopulated.clone();
+        un.sort();
+        assert_eq!(un, vec![ws.join("from/gitmodules/.git"), ws.join("third_party/libs/deep/name/.git")]);
+        let x = l.dirs.iter().find(|g| g.path == m).map(|g| g.worktree.clone());
+        assert_eq!(x, Some(Some(ws.join("libs/x"))));
+        // A read-only run reads no index and no `.gitmodules`.
+        let l = discover(&ws, &[], false).unwrap_or_else(|e| panic!("{e}"));
+        assert!(l.unpopulated.is_empty(), "{:?}", l.unpopulated);
+        assert!(!l.paths().any(|p| p == ws.join("z/.git")));
+    }
+
+    #[test]
+    fn a_linked_index_or_gitmodules_is_not_read() {
+        let d = repo("sha1");
+        let ws = fs::canonicalize(d.path()).unwrap_or_default();
+        let elsewhere = tmp();
+        fs::rename(ws.join(".git/index"), elsewhere.path().join("index")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(elsewhere.path().join("index"), ws.join(".git/index"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        fs::write(elsewhere.path().join("gm"), "[submodule \"x\"]\n\tpath = leaked\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(elsewhere.path().join("gm"), ws.join(".gitmodules"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let l = discover(&ws, std::slice::from_ref(&ws), true).unwrap_or_else(|e| panic!("{e}"));
+        assert!(l.unpopulated.is_empty(), "{:?}", l.unpopulated);
+    }
+
+    #[test]
+    fn a_submodule_path_through_a_link_is_not_entered() {
+        let d = repo("sha1");
+        let ws = fs::canonicalize(d.path()).unwrap_or_default();
+        fs::create_dir_all(ws.join("real/x")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("real", ws.join("libs")).unwrap_or_else(|e| panic!("{e}"));
+        let l = discover(&ws, std::slice::from_ref(&ws), true).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!l.unpopulated.iter().any(|p| p.starts_with(ws.join("libs"))), "{:?}", l.unpopulated);
+    }
+}
