@@ -285,7 +285,10 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     }
     // Only files the command could have planted are judged (and named in
     // the error): ones in the workspace or a writable area.
-    let ours = |p: &Path| p.starts_with(&ws) || protect_areas.iter().any(|a| p.starts_with(a));
+    let ours = |p: &Path| {
+        let p = lexical(p);
+        p.starts_with(&ws) || protect_areas.iter().any(|a| p.starts_with(a))
+    };
     let dotgit = ws.join(".git");
     if !dotgit.is_dir() {
         check_git_file(&dotgit)?;
@@ -307,15 +310,20 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     let mut git_guard: Vec<PathBuf> = Vec::new();
     for gd in git_dirs(&ws).iter().filter(|gd| writable_areas.iter().any(|a| gd.starts_with(a))) {
         git_guard.extend(GIT_REDIRECTS.iter().map(|n| gd.join(n)));
+        // Spelled as git opens them, `..` kept: a link the command puts
+        // before a `..` changes where they lead, and the guard must walk
+        // exactly that way.
         if let Some(hp) = hooks_path(&gd.join("config")) {
-            git_guard.push(lexical(&if hp.is_absolute() { hp } else { ws.join(hp) }));
+            git_guard.push(if hp.is_absolute() { hp } else { ws.join(hp) });
         }
-        git_guard.extend(git_includes_deep(&gd.join("config")).iter().map(|p| lexical(p)));
+        git_guard.extend(git_includes_deep(&gd.join("config")));
     }
     if writable {
         git_guard.push(ws.join("HEAD"));
     }
-    git_guard.retain(|f| fs::symlink_metadata(f).is_err() && writable_areas.iter().any(|a| f.starts_with(a)));
+    git_guard.retain(|f| {
+        fs::symlink_metadata(f).is_err() && writable_areas.iter().any(|a| lexical(f).starts_with(a))
+    });
     // Masks: the deny list.
     // `a//b`, `a/./b` and `./a/` name what `a/b` and `a` name.
     let deny: Vec<String> = req.deny.iter().map(|g| crate::policy::normalize_glob(g)).collect();
@@ -785,8 +793,9 @@ fn git_value(v: &str) -> String {
 }
 
 /// The files a git config includes (`path =` in `[include]` and
-/// `[includeIf …]` sections), resolved as git does: relative to the
-/// including file's directory, `~/` against `$HOME`.
+/// `[includeIf …]` sections), spelled as git opens them: relative to the
+/// including file's directory, `~/` against `$HOME`, `..` left for the
+/// kernel to resolve (after a link it leads elsewhere than its spelling).
 fn git_includes(config: &Path) -> Vec<PathBuf> {
     let base = config.parent().unwrap_or(Path::new("/"));
     git_config_entries(config)
@@ -796,7 +805,6 @@ fn git_includes(config: &Path) -> Vec<PathBuf> {
             Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
             None => Some(base.join(&v)),
         })
-        .map(|p| lexical(&p))
         .collect()
 }
 
@@ -1081,7 +1089,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(hooks_path(&cfg), Some(PathBuf::from(".githooks")));
         let base = d.path();
-        assert_eq!(git_includes(&cfg), vec![lexical(&base.join("../shared")), base.join("other")]);
+        assert_eq!(git_includes(&cfg), vec![base.join("../shared"), base.join("other")]);
         fs::write(&cfg, "[core] hooksPath = h\n").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(hooks_path(&cfg), Some(PathBuf::from("h")));
     }

@@ -1,6 +1,7 @@
 mod util;
 
 mod escapes;
+mod git_guard;
 mod meta;
 mod policy;
 mod policy_corpus;
