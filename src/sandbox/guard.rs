@@ -20,7 +20,7 @@
 //! Whatever cannot be done is a [`Failed`] naming the step, the entry and
 //! the errno; the caller must not report the run as a success then.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -31,6 +31,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, FileStat, Mode};
+use nix::unistd::UnlinkatFlags;
 
 /// What became of a guarded path.
 #[derive(Debug)]
@@ -80,8 +81,7 @@ enum Step {
     Up,
 }
 
-const DIR_FLAGS: OFlag =
-    OFlag::O_PATH.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
+const DIR_FLAGS: OFlag = OFlag::O_PATH.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
 
 /// Modes changed for the walk, put back when it ends.
 #[derive(Default)]
@@ -150,7 +150,8 @@ pub(super) fn remove(root: &Path, path: &Path, fail_rename: bool) -> Result<Remo
         return Err(Failed::new("checking the path", path, io::Error::other("the writable root itself")));
     };
     let mut restore = Restore::default();
-    let top = nix::fcntl::open(root, DIR_FLAGS, Mode::empty()).map_err(|e| Failed::new("opening the writable root", root, e))?;
+    let top = nix::fcntl::open(root, DIR_FLAGS, Mode::empty())
+        .map_err(|e| Failed::new("opening the writable root", root, e))?;
     // The directories walked so far, each with the path it is shown as.
     let mut stack: Vec<(OwnedFd, PathBuf)> = vec![(top, root.to_path_buf())];
     for step in &steps {
@@ -174,7 +175,9 @@ pub(super) fn remove(root: &Path, path: &Path, fail_rename: bool) -> Result<Remo
             Err(Errno::ELOOP | Errno::ENOTDIR) => {
                 return match fstatat(dir, n.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                     // The link is what makes the guarded path reachable.
-                    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => neutralise(dir, n, &here, &mut restore, fail_rename),
+                    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
+                        neutralise(dir, n, &here, &mut restore, fail_rename)
+                    }
                     // A file where a directory belongs: the path leads nowhere.
                     Ok(_) | Err(Errno::ENOENT) => Ok(Removed::Nothing),
                     Err(e) => Err(Failed::new("looking at an entry on the way", &here, e)),
@@ -263,26 +266,103 @@ fn neutralise(
     // failure leaves the quarantined name behind (reported, not fatal).
     let quarantined = |error| Ok(Removed::Quarantined { entry: shown.to_path_buf(), to: moved.clone(), error });
     // The renamed entry, held by descriptor (never through a link).
-    let held = match openat(dir, quarantine.as_str(), OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())
-    {
-        Ok(h) => h,
-        Err(e) => return quarantined(e.into()),
-    };
+    let held =
+        match openat(dir, quarantine.as_str(), OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()) {
+            Ok(h) => h,
+            Err(e) => return quarantined(e.into()),
+        };
     // fstat of the descriptor itself: a link is seen as a link.
     let st = match fstat(&held) {
         Ok(st) => st,
         Err(e) => return quarantined(e.into()),
     };
-    let q = fd_path(dir).join(&quarantine);
-    // std's remove_dir_all never follows a link, at the top or inside.
     let deleted = if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-        let _ = fs::set_permissions(fd_path(&held), fs::Permissions::from_mode((st.st_mode & 0o7777) | 0o700));
-        fs::remove_dir_all(&q)
+        drop(held);
+        delete_tree(dir, &to)
     } else {
-        fs::remove_file(&q)
+        nix::unistd::unlinkat(dir, to.as_c_str(), UnlinkatFlags::NoRemoveDir).map_err(io::Error::from)
     };
     match deleted {
         Ok(()) => Ok(Removed::Deleted { entry: shown.to_path_buf() }),
         Err(e) => quarantined(e),
     }
+}
+
+/// Delete the directory `name` in `parent` and everything below it, never
+/// following a link, without recursion and with a handful of descriptors
+/// whatever the depth (a recursive delete of a tree 20,000 levels deep, which
+/// a command makes in a second, overflows a thread's stack and aborts the
+/// process): each subdirectory's own subdirectories are moved up into the
+/// top directory, its other entries unlinked, then it is removed; passes
+/// repeat until the top is empty.
+fn delete_tree(parent: &OwnedFd, name: &CStr) -> io::Result<()> {
+    let top = open_for_delete(parent, name)?;
+    let mut fresh = 0u64;
+    loop {
+        let entries = list(&top)?;
+        if entries.is_empty() {
+            break;
+        }
+        for (entry, is_dir) in entries {
+            if !is_dir {
+                nix::unistd::unlinkat(&top, entry.as_c_str(), UnlinkatFlags::NoRemoveDir)?;
+                continue;
+            }
+            let sub = open_for_delete(&top, &entry)?;
+            for (inner, inner_dir) in list(&sub)? {
+                if inner_dir {
+                    // Up into the top directory, under a name not in use.
+                    drop(full_access(&sub, &inner)?);
+                    loop {
+                        fresh += 1;
+                        let to = CString::new(format!(".portcullis-rm-{fresh}")).map_err(io::Error::other)?;
+                        match crate::sys::rename_noreplace_at(&sub, &inner, &top, &to) {
+                            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                            r => break r?,
+                        }
+                    }
+                } else {
+                    nix::unistd::unlinkat(&sub, inner.as_c_str(), UnlinkatFlags::NoRemoveDir)?;
+                }
+            }
+            drop(sub);
+            nix::unistd::unlinkat(&top, entry.as_c_str(), UnlinkatFlags::RemoveDir)?;
+        }
+    }
+    drop(top);
+    nix::unistd::unlinkat(parent, name, UnlinkatFlags::RemoveDir).map_err(io::Error::from)
+}
+
+/// Open the directory `name` in `dir` (not followed) for listing, after
+/// giving it the owner's full access (a command may have made it `000`).
+fn open_for_delete(dir: &OwnedFd, name: &CStr) -> io::Result<OwnedFd> {
+    let held = full_access(dir, name)?;
+    Ok(openat(&held, c".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?)
+}
+
+/// The directory `name` in `dir` (not followed), held by an `O_PATH`
+/// descriptor, with the owner's full access: listing it needs read, moving
+/// it to another parent write (its `..` changes).
+fn full_access(dir: &OwnedFd, name: &CStr) -> io::Result<OwnedFd> {
+    let held = openat(dir, name, DIR_FLAGS, Mode::empty())?;
+    let st = fstat(&held)?;
+    if st.st_mode & 0o700 != 0o700 {
+        fs::set_permissions(fd_path(&held), fs::Permissions::from_mode((st.st_mode & 0o7777) | 0o700))?;
+    }
+    Ok(held)
+}
+
+/// The entries of a directory (`.` and `..` left out), each with whether it
+/// is a directory (not followed).
+fn list(dir: &OwnedFd) -> io::Result<Vec<(CString, bool)>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = Vec::new();
+    // Through the descriptor's magic link: that very directory. An entry's
+    // type comes from the directory itself (or an lstat of the entry).
+    for e in fs::read_dir(fd_path(dir))? {
+        let e = e?;
+        let is_dir = e.file_type()?.is_dir();
+        out.push((CString::new(e.file_name().as_bytes()).map_err(io::Error::other)?, is_dir));
+    }
+    Ok(out)
 }

@@ -321,9 +321,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     if writable {
         git_guard.push(ws.join("HEAD"));
     }
-    git_guard.retain(|f| {
-        fs::symlink_metadata(f).is_err() && writable_areas.iter().any(|a| lexical(f).starts_with(a))
-    });
+    git_guard.retain(|f| fs::symlink_metadata(f).is_err() && writable_areas.iter().any(|a| lexical(f).starts_with(a)));
     // Masks: the deny list.
     // `a//b`, `a/./b` and `./a/` name what `a/b` and `a` name.
     let deny: Vec<String> = req.deny.iter().map(|g| crate::policy::normalize_glob(g)).collect();

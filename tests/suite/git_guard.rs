@@ -69,7 +69,8 @@ struct Markers {
 
 impl Markers {
     fn new() -> Markers {
-        let dir = tempfile::Builder::new().prefix("pc-marker-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+        let dir =
+            tempfile::Builder::new().prefix("pc-marker-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
         Markers { dir }
     }
 
@@ -125,7 +126,9 @@ fn r0060_an_include_planted_through_a_link_is_unreachable_after_the_run() {
     for link in ["tools", "vendor"] {
         assert!(!exists(&ws.join(link)), "{link} is still there; warnings: {:?}", r.warnings);
         assert!(
-            r.warnings.iter().any(|w| w.starts_with("removed the symbolic link") && w.contains(&format!("/{link} created"))),
+            r.warnings
+                .iter()
+                .any(|w| w.starts_with("removed the symbolic link") && w.contains(&format!("/{link} created"))),
             "{:?}",
             r.warnings
         );
@@ -139,7 +142,8 @@ fn r0060_an_include_planted_through_a_link_is_unreachable_after_the_run() {
     symlink(".cache", ws.join("tools")).unwrap_or_else(|e| panic!("{e}"));
     symlink(".cache/a/b", ws.join("vendor")).unwrap_or_else(|e| panic!("{e}"));
     // (The status above refreshed the index: change the mtimes again.)
-    let touched = Command::new("touch").args(["-d", "2001-01-01", "src/main.rs", "src/lib.rs"]).current_dir(ws.path()).status();
+    let touched =
+        Command::new("touch").args(["-d", "2001-01-01", "src/main.rs", "src/lib.rs"]).current_dir(ws.path()).status();
     assert!(touched.is_ok_and(|s| s.success()));
     safe_status(&ws);
     assert!(m.hit("include") && m.hit("dotdot"), "control: the planted filters did not run");
@@ -151,6 +155,8 @@ fn r0060_an_include_planted_through_a_link_is_unreachable_after_the_run() {
 /// ordinary commit) runs no planted hook. Then the final entry as a link
 /// (`.husky/_ -> ../.cache/_`) inside a directory the command made
 /// unsearchable (`chmod 000 .husky`): it is removed, and the mode restored.
+/// And a guarded directory 30,000 levels deep is removed without recursion
+/// (std's recursive delete aborted the whole process on a stack overflow).
 #[test]
 fn r0061_a_hooks_path_planted_through_a_link_is_unreachable_after_the_run() {
     let ws = git_repo("[core]\n\thooksPath = .husky/_\n");
@@ -181,6 +187,19 @@ fn r0061_a_hooks_path_planted_through_a_link_is_unreachable_after_the_run() {
     assert!(r.warnings.iter().any(|w| w.starts_with("removed ") && w.contains(".husky/_")), "{:?}", r.warnings);
     commit(&ws);
     assert!(!m.hit("hook"), "the host's git ran a planted hook");
+
+    // A guarded entry too deep for a recursive delete (20,000 levels
+    // overflow a thread's stack): a `HEAD` directory 30,000 levels deep at
+    // the workspace root, one level of it `chmod 000`, is removed.
+    // (Built bottom-up, every step near the top: fast under Landlock.)
+    let deep = "import os\nos.mkdir('t')\nfor i in range(30000):\n    os.mkdir('n'); os.rename('t', 'n/d'); \
+                os.rename('n', 't')\nos.rename('t', 'HEAD'); os.chmod('HEAD/d/d', 0)\nprint('deep')\n";
+    let mut req = ws.req(&["/usr/bin/python3", "-c", deep]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert_eq!((r.exit_code, stdout(&r).as_str()), (Some(0), "deep\n"), "{}", stderr(&r));
+    assert!(!exists(&ws.join("HEAD")), "{:?}", r.warnings);
+    assert!(r.warnings.iter().any(|w| w.starts_with("removed ") && w.contains("/HEAD created")), "{:?}", r.warnings);
 
     // Control: with the link back, the same commit runs the planted hook.
     symlink("../.cache/_", ws.join(".husky/_")).unwrap_or_else(|e| panic!("{e}"));
@@ -227,7 +246,8 @@ fn r0062_a_guard_that_cannot_neutralise_fails_the_run() {
     let ws = git_repo(config);
     let w = ws.path().display().to_string();
     let cli_args = ["exec", "--writable", "--test-fail-git-guard", "--workspace", &w];
-    let out = cli().args(cli_args).args(["--json", "--", "sh", "-c", &script]).output().unwrap_or_else(|e| panic!("{e}"));
+    let out =
+        cli().args(cli_args).args(["--json", "--", "sh", "-c", &script]).output().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.status.code(), Some(125), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("json: {e}: {}", String::from_utf8_lossy(&out.stdout)));
@@ -267,7 +287,8 @@ fn r0062_a_guard_that_cannot_neutralise_fails_the_run() {
     let ws = git_repo("[core]\n\thooksPath = vendor/h/hooks\n");
     fs::create_dir(ws.join("vendor")).unwrap_or_else(|e| panic!("{e}"));
     fs::set_permissions(ws.join("vendor"), fs::Permissions::from_mode(0o777)).unwrap_or_else(|e| panic!("{e}"));
-    let chattr = |flag: &str| Command::new("chattr").arg(flag).arg(ws.join("vendor")).status().is_ok_and(|s| s.success());
+    let chattr =
+        |flag: &str| Command::new("chattr").arg(flag).arg(ws.join("vendor")).status().is_ok_and(|s| s.success());
     if !available("r0062 (append-only)", chattr("+a"), "chattr +a is not supported here") {
         return;
     }

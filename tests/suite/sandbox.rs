@@ -1280,7 +1280,11 @@ fn r0044_the_git_guard_never_deletes_through_a_link() {
     // The link itself is what is removed (git would read through it), never
     // what it leads to.
     assert!(std::fs::symlink_metadata(ws.join("sub")).is_err(), "{:?}", r.warnings);
-    assert!(r.warnings.iter().any(|w| w.starts_with("removed the symbolic link") && w.contains("/sub ")), "{:?}", r.warnings);
+    assert!(
+        r.warnings.iter().any(|w| w.starts_with("removed the symbolic link") && w.contains("/sub ")),
+        "{:?}",
+        r.warnings
+    );
     // Control: the same kind of entry, created without a link on the way,
     // is removed.
     let mut req = ws.req(&["sh", "-c", &format!("mkdir -p sub2{v} && touch sub2{v}/file.txt")]);
