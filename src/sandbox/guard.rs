@@ -123,51 +123,70 @@ fn fd_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
-/// Make `path` (below the writable root `root`, spelled as git would open
-/// it, `..` included) unreachable without going through a link.
+/// Make `path` (below one of the writable `roots`, spelled as git would
+/// open it, `..` included) unreachable without going through a link.
 ///
 /// `fail_rename` (debug builds, a test switch) makes every rename fail
 /// with `EPERM`, as on an append-only directory.
-pub(super) fn remove(root: &Path, path: &Path, fail_rename: bool) -> Result<Removed, Failed> {
-    let rel = path
-        .strip_prefix(root)
-        .map_err(|_| Failed::new("checking the path", path, io::Error::other("not below its writable root")))?;
+pub(super) fn remove(roots: &[&Path], path: &Path, fail_rename: bool) -> Result<Removed, Failed> {
+    let Some(root) = roots.iter().filter(|r| path.starts_with(r)).max_by_key(|r| r.components().count()) else {
+        // Spelled from outside every writable root (`/elsewhere/../ws/x`):
+        // what lies outside them the command could not change.
+        let lex = super::lexical(path);
+        if lex != path && roots.iter().any(|r| lex.starts_with(r)) {
+            return remove(roots, &lex, fail_rename);
+        }
+        return Ok(Removed::Nothing);
+    };
+    let bad = |why: &str| Failed::new("checking the path", path, io::Error::other(why.to_string()));
+    let rel = path.strip_prefix(root).map_err(|_| bad("not below its writable root"))?;
     let mut steps = Vec::new();
     for c in rel.components() {
         match c {
             Component::Normal(n) => steps.push(Step::Name(n.to_os_string())),
             Component::ParentDir => steps.push(Step::Up),
             Component::CurDir => {}
-            _ => return Err(Failed::new("checking the path", path, io::Error::other("an unexpected component"))),
+            _ => return Err(bad("an unexpected component")),
         }
     }
-    // A path ending in `..` names a directory above a created one; with no
-    // link on the way (which the walk would find) it is the lexical one.
-    if matches!(steps.last(), Some(Step::Up)) {
-        return remove_lexical(root, path, fail_rename);
-    }
-    let Some(Step::Name(last)) = steps.pop() else {
-        return Err(Failed::new("checking the path", path, io::Error::other("the writable root itself")));
+    // The entry to neutralise: the last name. A path ending in `..` is
+    // walked whole first (a link on the way is what matters), then taken
+    // by its spelling, which is where it leads when no link was met.
+    let last = match steps.last() {
+        None => return Ok(Removed::Nothing),
+        Some(Step::Up) => None,
+        Some(Step::Name(_)) => match steps.pop() {
+            Some(Step::Name(n)) => Some(n),
+            _ => None,
+        },
     };
     let mut restore = Restore::default();
-    let top = nix::fcntl::open(root, DIR_FLAGS, Mode::empty())
+    let top = nix::fcntl::open(*root, DIR_FLAGS, Mode::empty())
         .map_err(|e| Failed::new("opening the writable root", root, e))?;
     // The directories walked so far, each with the path it is shown as.
     let mut stack: Vec<(OwnedFd, PathBuf)> = vec![(top, root.to_path_buf())];
-    for step in &steps {
+    for (i, step) in steps.iter().enumerate() {
         let n = match step {
-            Step::Up => {
-                if stack.len() == 1 {
-                    // Above the writable root: every directory so far was
-                    // real, so the path is where its spelling says.
-                    return remove_lexical(root, path, fail_rename);
+            Step::Up if stack.len() == 1 => {
+                // Above the writable root, every directory so far real: go
+                // on from the root's parent with the rest of the path.
+                let mut rest = root.parent().unwrap_or(Path::new("/")).to_path_buf();
+                for s in &steps[i + 1..] {
+                    rest.push(match s {
+                        Step::Name(n) => n.as_os_str(),
+                        Step::Up => OsStr::new(".."),
+                    });
                 }
+                rest.extend(&last);
+                return remove(roots, &rest, fail_rename);
+            }
+            Step::Up => {
                 stack.pop();
                 continue;
             }
             Step::Name(n) => n,
         };
-        let Some((dir, shown)) = stack.last() else { return remove_lexical(root, path, fail_rename) };
+        let Some((dir, shown)) = stack.last() else { return Ok(Removed::Nothing) };
         let here = shown.join(n);
         match open_dir(dir, n, &mut restore) {
             Ok(fd) => stack.push((fd, here)),
@@ -186,22 +205,17 @@ pub(super) fn remove(root: &Path, path: &Path, fail_rename: bool) -> Result<Remo
             Err(e) => return Err(Failed::new("opening a directory on the way", &here, e)),
         }
     }
-    let Some((dir, shown)) = stack.last() else { return remove_lexical(root, path, fail_rename) };
+    let Some(last) = last else {
+        drop(restore);
+        return remove(roots, &super::lexical(path), fail_rename);
+    };
+    let Some((dir, shown)) = stack.last() else { return Ok(Removed::Nothing) };
     let here = shown.join(&last);
     match lookup(dir, &last, &mut restore) {
         Ok(()) => neutralise(dir, &last, &here, &mut restore, fail_rename),
         Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(Removed::Nothing),
         Err(e) => Err(Failed::new("looking at the guarded entry", &here, e)),
     }
-}
-
-/// The walk again for the path's lexical form, which has no `..` left.
-fn remove_lexical(root: &Path, path: &Path, fail_rename: bool) -> Result<Removed, Failed> {
-    let lex = super::lexical(path);
-    if !lex.starts_with(root) || lex == root {
-        return Ok(Removed::Nothing);
-    }
-    remove(root, &lex, fail_rename)
 }
 
 /// Open the directory `name` in `dir` without following a link, giving
@@ -365,4 +379,102 @@ fn list(dir: &OwnedFd) -> io::Result<Vec<(CString, bool)>> {
         out.push((CString::new(e.file_name().as_bytes()).map_err(io::Error::other)?, is_dir));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn tree() -> tempfile::TempDir {
+        tempfile::Builder::new().prefix("pc-guard-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn ok<T, E: std::fmt::Debug>(r: Result<T, E>) -> T {
+        r.unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    fn gone(p: &Path) -> bool {
+        fs::symlink_metadata(p).is_err()
+    }
+
+    #[test]
+    fn a_link_before_dotdot_is_removed_and_its_target_kept() {
+        let d = tree();
+        let ws = ok(fs::canonicalize(d.path()));
+        ok(fs::create_dir_all(ws.join(".git")));
+        ok(fs::create_dir_all(ws.join(".cache/a/b/x")));
+        ok(fs::write(ws.join(".cache/a/evil"), "x"));
+        ok(symlink(".cache/a/b", ws.join("vendor")));
+        // git opens .git/../vendor/x/../../evil: .cache/a/evil.
+        let r = ok(remove(&[&ws], &ws.join(".git/../vendor/x/../../evil"), false));
+        assert!(matches!(&r, Removed::Deleted { entry } if *entry == ws.join("vendor")), "{r:?}");
+        assert!(gone(&ws.join("vendor")) && ws.join(".cache/a/evil").is_file());
+        // Without a link the spelling is where it leads.
+        ok(fs::write(ws.join("evil"), "x"));
+        let r = ok(remove(&[&ws], &ws.join(".git/../a/../evil"), false));
+        assert!(matches!(&r, Removed::Nothing), "{r:?}");
+        ok(fs::create_dir(ws.join("a")));
+        let r = ok(remove(&[&ws], &ws.join(".git/../a/../evil"), false));
+        assert!(matches!(&r, Removed::Deleted { entry } if *entry == ws.join("evil")), "{r:?}");
+    }
+
+    #[test]
+    fn a_file_on_the_way_leads_nowhere_and_stays() {
+        let d = tree();
+        let ws = ok(fs::canonicalize(d.path()));
+        ok(fs::write(ws.join(".husky"), "not a directory"));
+        let r = ok(remove(&[&ws], &ws.join(".husky/_"), false));
+        assert!(matches!(r, Removed::Nothing), "{r:?}");
+        assert!(ws.join(".husky").is_file());
+    }
+
+    #[test]
+    fn a_path_spelled_from_above_the_root_is_walked_from_there() {
+        let d = tree();
+        let base = ok(fs::canonicalize(d.path()));
+        let ws = base.join("ws");
+        ok(fs::create_dir_all(ws.join(".cache/h")));
+        ok(symlink(".cache", ws.join("tools")));
+        let name = ok(ws.file_name().ok_or("no name"));
+        let spelled = ws.join("..").join(name).join("tools/h");
+        let r = ok(remove(&[&ws], &spelled, false));
+        assert!(matches!(&r, Removed::Deleted { entry } if *entry == ws.join("tools")), "{r:?}");
+        // From outside every root, the spelling is taken lexically.
+        ok(fs::create_dir(ws.join("hooks")));
+        let r = ok(remove(&[&ws], &base.join("elsewhere/../ws/hooks"), false));
+        assert!(matches!(&r, Removed::Deleted { entry } if *entry == ws.join("hooks")), "{r:?}");
+        assert!(gone(&ws.join("hooks")) && gone(&ws.join("tools")) && ws.join(".cache/h").is_dir());
+    }
+
+    #[test]
+    fn a_trailing_dotdot_after_a_link_removes_the_link() {
+        let d = tree();
+        let ws = ok(fs::canonicalize(d.path()));
+        ok(fs::create_dir_all(ws.join(".cache/a/b")));
+        ok(symlink(".cache/a/b", ws.join("t")));
+        let r = ok(remove(&[&ws], &ws.join("t/.."), false));
+        assert!(matches!(&r, Removed::Deleted { entry } if *entry == ws.join("t")), "{r:?}");
+        // Without the link, `x/y/..` is `x`.
+        ok(fs::create_dir_all(ws.join("x/y")));
+        let r = ok(remove(&[&ws], &ws.join("x/y/.."), false));
+        assert!(matches!(&r, Removed::Deleted { entry } if *entry == ws.join("x")), "{r:?}");
+        assert!(ws.join(".cache/a/b").is_dir());
+    }
+
+    #[test]
+    fn a_failed_rename_is_a_failure_naming_the_entry() {
+        let d = tree();
+        let ws = ok(fs::canonicalize(d.path()));
+        ok(fs::create_dir_all(ws.join(".cache")));
+        ok(symlink(".cache", ws.join("tools")));
+        match remove(&[&ws], &ws.join("tools/x"), true) {
+            Err(Failed { entry, source, .. }) => {
+                assert_eq!(entry, ws.join("tools"));
+                assert_eq!(source.raw_os_error(), Some(libc::EPERM));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!gone(&ws.join("tools")));
+    }
 }

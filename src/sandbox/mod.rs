@@ -729,11 +729,7 @@ impl Sandbox {
             .collect();
         let fail_guard = cfg!(debug_assertions) && plan.spec.test_switches.fail_git_guard;
         for f in &plan.git_guard {
-            let lex = lexical(f);
-            let Some(root) = roots.iter().filter(|r| lex.starts_with(r)).max_by_key(|r| r.components().count()) else {
-                continue;
-            };
-            match guard::remove(root, f, fail_guard) {
+            match guard::remove(&roots, f, fail_guard) {
                 Ok(guard::Removed::Nothing) => {}
                 Ok(guard::Removed::Deleted { entry }) if entry == *f => warnings.push(format!(
                     "removed {} created by the command: it would redirect git's config and hooks",
