@@ -695,10 +695,12 @@ impl Sandbox {
             }
         }
         drop(lifeline);
+        // An error here is returned only after the guard has run: the
+        // command may have planted something all the same.
         let helper_status = match status {
-            Some(Ok(s)) => s,
-            Some(Err(source)) => return Err(SandboxError::Io { stage: "waiting for the helper", source }),
-            None => return Err(SandboxError::HelperDied { status: "unknown".into() }),
+            Some(Ok(s)) => Ok(s),
+            Some(Err(source)) => Err(SandboxError::Io { stage: "waiting for the helper", source }),
+            None => Err(SandboxError::HelperDied { status: "unknown".into() }),
         };
         let records = records.await.unwrap_or_default();
         // Nothing of the run may be left when the guard looks: a process
@@ -759,6 +761,10 @@ impl Sandbox {
             }
         }
 
+        let helper_status = match helper_status {
+            Ok(s) => s,
+            Err(e) => return after_run(failures, Err(e)),
+        };
         let mut applied: Option<Applied> = None;
         let mut outcome: Option<(Option<i32>, Option<i32>)> = None;
         for r in &records {

@@ -64,7 +64,9 @@ pub struct Plan {
     pub landlock_gaps: Vec<PathBuf>,
     /// Files that would redirect git (`commondir`, `config.worktree`) and do
     /// not exist yet in a writable git dir: they cannot be mounted over, so
-    /// the library removes any the command creates (see `ExecResult::warnings`).
+    /// the library makes unreachable any the command creates (see
+    /// `ExecResult::warnings`), or fails the run. Spelled as git opens them
+    /// (`..` kept): the guard walks them as the kernel would.
     pub git_guard: Vec<PathBuf>,
     /// SHA-256 of the compiled seccomp program.
     pub seccomp_sha256: String,
