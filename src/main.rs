@@ -155,6 +155,9 @@ struct ExecArgs {
     /// Test builds only: skip Landlock (proves the mounts alone hold).
     #[arg(long, hide = true)]
     test_skip_landlock: bool,
+    /// Test builds only: make the git guard fail (proves the run fails closed).
+    #[arg(long, hide = true)]
+    test_fail_git_guard: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -326,6 +329,7 @@ fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<Plan>), Stop> {
     }
     req.test_switches.skip_readonly = a.test_skip_readonly;
     req.test_switches.skip_landlock = a.test_skip_landlock;
+    req.test_switches.fail_git_guard = a.test_fail_git_guard;
     if let Some(DegradedArg::LandlockOnly) = a.degraded {
         req.degraded = Some(portcullis::sandbox::Mode::LandlockOnly);
     }
@@ -661,8 +665,17 @@ async fn exec(a: ExecArgs) -> ExitCode {
     let fail = |e: &portcullis::SandboxError, json: bool| {
         let code = exit_status(Outcome::Failed(e));
         if json {
-            let obj = serde_json::json!({ "error": { "message": error_chain(e), "exit_code": code } });
+            // A failure after the run (the git guard) still carries the
+            // command's result: its output is not lost.
+            let mut obj = serde_json::json!({ "error": { "message": error_chain(e), "exit_code": code } });
+            if let (Some(r), Some(map)) = (e.result(), obj.as_object_mut()) {
+                map.insert("result".into(), serde_json::to_value(r).unwrap_or_default());
+            }
             println!("{obj}");
+        } else if let Some(r) = e.result() {
+            for w in &r.warnings {
+                eprintln!("portcullis: warning: {w}");
+            }
         }
         eprintln!("portcullis: {}", error_chain(e));
         ExitCode::from(code)

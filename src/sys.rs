@@ -70,15 +70,25 @@ pub fn x32_enabled() -> bool {
 /// directory held by `dir`, never replacing an existing `to`. (nix offers
 /// it on glibc only; the musl build needs the raw call.)
 pub fn rename_noreplace(dir: &OwnedFd, from: &std::ffi::CStr, to: &std::ffi::CStr) -> io::Result<()> {
+    rename_noreplace_at(dir, from, dir, to)
+}
+
+/// `renameat2(from_dir, from, to_dir, to, RENAME_NOREPLACE)`.
+pub fn rename_noreplace_at(
+    from_dir: &OwnedFd,
+    from: &std::ffi::CStr,
+    to_dir: &OwnedFd,
+    to: &std::ffi::CStr,
+) -> io::Result<()> {
     const RENAME_NOREPLACE: libc::c_uint = 1;
-    // SAFETY: a valid directory fd and two NUL-terminated names that live
+    // SAFETY: valid directory fds and two NUL-terminated names that live
     // for the call; the kernel reads nothing else.
     let r = unsafe {
         libc::syscall(
             libc::SYS_renameat2,
-            dir.as_raw_fd(),
+            from_dir.as_raw_fd(),
             from.as_ptr(),
-            dir.as_raw_fd(),
+            to_dir.as_raw_fd(),
             to.as_ptr(),
             RENAME_NOREPLACE,
         )

@@ -212,11 +212,15 @@ pub struct TestSwitches {
     /// Do not install Landlock (the Landlock barrier is broken).
     #[serde(default)]
     pub skip_landlock: bool,
+    /// Make the library's git guard fail as on an append-only directory
+    /// (its quarantine rename gets `EPERM`): the run must fail closed.
+    #[serde(default)]
+    pub fail_git_guard: bool,
 }
 
 impl TestSwitches {
     /// Whether any switch is set.
     pub fn any(&self) -> bool {
-        self.skip_readonly || self.skip_landlock
+        self.skip_readonly || self.skip_landlock || self.fail_git_guard
     }
 }

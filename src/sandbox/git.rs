@@ -90,7 +90,8 @@ impl Layout {
             _ if hp.is_absolute() => hp,
             _ => gd.worktree.as_deref().unwrap_or(ws).join(hp),
         };
-        Some(lexical(&p))
+        // Spelled as git opens it, `..` kept (see `git_includes`).
+        Some(p)
     }
 
     /// Paths git reads code or configuration from, to be kept read-only
@@ -216,7 +217,7 @@ impl Layout {
         for gd in self.dirs.iter().filter(|gd| writable_areas.iter().any(|a| gd.path.starts_with(a))) {
             out.extend(GIT_REDIRECTS.iter().map(|n| gd.path.join(n)));
             out.extend(self.hooks_path(gd, ws));
-            out.extend(git_includes_deep(&gd.path.join("config")).iter().map(|p| lexical(p)));
+            out.extend(git_includes_deep(&gd.path.join("config")));
         }
         out.extend(self.unpopulated.iter().cloned());
         out.extend(extra.iter().cloned());
@@ -224,7 +225,10 @@ impl Layout {
             out.insert(ws.join("HEAD"));
         }
         out.into_iter()
-            .filter(|f| fs::symlink_metadata(f).is_err() && writable_areas.iter().any(|a| f.starts_with(a) && f != a))
+            .filter(|f| {
+                let l = lexical(f);
+                fs::symlink_metadata(f).is_err() && writable_areas.iter().any(|a| l.starts_with(a) && l != *a)
+            })
             .collect()
     }
 }
@@ -832,8 +836,10 @@ fn git_value(v: &str) -> String {
 }
 
 /// The files a git config includes (`path =` in `[include]` and
-/// `[includeIf …]` sections), resolved as git does: relative to the
-/// including file's directory, `~/` against `$HOME`.
+/// `[includeIf …]` sections), spelled as git opens them: relative to the
+/// including file's directory, `~/` against `$HOME`, `..` left for the
+/// kernel to resolve (after a link it leads elsewhere than its spelling,
+/// and the git guard must walk exactly that way).
 fn git_includes(config: &Path) -> Vec<PathBuf> {
     let base = config.parent().unwrap_or(Path::new("/"));
     git_config_entries(config)
@@ -843,7 +849,6 @@ fn git_includes(config: &Path) -> Vec<PathBuf> {
             Some(rest) => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)),
             None => Some(base.join(&v)),
         })
-        .map(|p| lexical(&p))
         .collect()
 }
 
@@ -926,7 +931,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(hooks_path(&cfg), Some(PathBuf::from(".githooks")));
         let base = d.path();
-        assert_eq!(git_includes(&cfg), vec![lexical(&base.join("../shared")), base.join("other")]);
+        assert_eq!(git_includes(&cfg), vec![base.join("../shared"), base.join("other")]);
         fs::write(&cfg, "[core] hooksPath = h\n").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(hooks_path(&cfg), Some(PathBuf::from("h")));
     }

@@ -207,6 +207,51 @@ pub enum SandboxError {
         /// The workspace.
         workspace: PathBuf,
     },
+    /// A security step after the command ended could not be completed, so
+    /// the workspace may not be safe to use from the host: the git guard
+    /// could not make a path git would read unreachable, or processes of a
+    /// writable run could not be killed. The command did run; its result
+    /// (output included) is carried along.
+    #[error("after the run, {step} failed for {}: {errno}; {}", .path.display(), .cleanup.advice())]
+    AfterRun {
+        /// Which cleanup.
+        cleanup: Cleanup,
+        /// What was being done.
+        step: &'static str,
+        /// The path it was done to.
+        path: PathBuf,
+        /// The kernel's answer (shown in the message, not a separate cause).
+        errno: io::Error,
+        /// The command's result (`None` when the helper failed before the
+        /// command started).
+        result: Option<Box<ExecResult>>,
+    },
+}
+
+/// The security steps after a run that must not fail silently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Cleanup {
+    /// The git guard (see [`Plan::git_guard`]).
+    GitGuard,
+    /// Emptying the run's cgroup.
+    Cgroup,
+}
+
+impl Cleanup {
+    fn advice(self) -> &'static str {
+        match self {
+            Cleanup::GitGuard => {
+                "git on the host could read config or hooks the command planted there: remove that entry (and any \
+                 symbolic link leading to it) before running git in this workspace"
+            }
+            Cleanup::Cgroup => {
+                "processes of the writable run may still be running and changing the workspace: kill them (write 1 \
+                 to cgroup.kill in that cgroup) before trusting the workspace"
+            }
+        }
+    }
 }
 
 fn display_list(p: &[PathBuf]) -> String {
@@ -225,6 +270,15 @@ impl SandboxError {
             SandboxError::TimedOutWaiting { .. } => 124,
             SandboxError::CancelledWaiting { .. } => 130,
             _ => 125,
+        }
+    }
+
+    /// The command's result, when the command ran but a step after it
+    /// failed ([`SandboxError::AfterRun`]).
+    pub fn result(&self) -> Option<&ExecResult> {
+        match self {
+            SandboxError::AfterRun { result, .. } => result.as_deref(),
+            _ => None,
         }
     }
 }
@@ -811,54 +865,83 @@ impl Sandbox {
             }
         }
         drop(lifeline);
+        // An error here is returned only after the guard has run: the
+        // command may have planted something all the same.
         let helper_status = match status {
-            Some(Ok(s)) => s,
-            Some(Err(source)) => return Err(SandboxError::Io { stage: "waiting for the helper", source }),
-            None => return Err(SandboxError::HelperDied { status: "unknown".into() }),
+            Some(Ok(s)) => Ok(s),
+            Some(Err(source)) => Err(SandboxError::Io { stage: "waiting for the helper", source }),
+            None => Err(SandboxError::HelperDied { status: "unknown".into() }),
         };
         let records = records.await.unwrap_or_default();
+        // Nothing of the run may be left when the guard looks: a process
+        // still running could plant again behind it.
+        let mut failures: Vec<(Cleanup, &'static str, PathBuf, io::Error)> = Vec::new();
+        if let Some(c) = cg.as_mut() {
+            if !c.kill_and_remove(Duration::from_secs(5)).await {
+                if c.populated() && (plan.writable || !plan.write_grants.is_empty()) {
+                    failures.push((
+                        Cleanup::Cgroup,
+                        "emptying the run's cgroup",
+                        c.path.clone(),
+                        io::Error::from_raw_os_error(libc::EBUSY),
+                    ));
+                } else {
+                    warnings.push(format!("cgroup {} could not be emptied and removed", c.path.display()));
+                }
+            }
+        }
         // Git redirections the command created where nothing could be mounted
-        // (the files did not exist): remove them before any host git runs.
+        // (the files did not exist): make them unreachable before any host
+        // git runs. A failure fails the run (below), never a mere warning.
         let roots: Vec<&Path> = plan
             .writable
             .then_some(plan.workspace.as_path())
             .into_iter()
             .chain(plan.write_grants.iter().map(PathBuf::as_path))
             .collect();
+        let fail_guard = cfg!(debug_assertions) && plan.spec.test_switches.fail_git_guard;
         for f in &plan.git_guard {
-            let Some(root) = roots.iter().filter(|r| f.starts_with(r)).max_by_key(|r| r.components().count()) else {
-                continue;
-            };
-            match guard::remove(root, f) {
+            match guard::remove(&roots, f, fail_guard) {
                 Ok(guard::Removed::Nothing) => {}
-                Ok(guard::Removed::Deleted) => warnings.push(format!(
+                Ok(guard::Removed::Deleted { entry }) if entry == *f => warnings.push(format!(
                     "removed {} created by the command: it would redirect git's config and hooks",
                     f.display()
                 )),
-                Ok(guard::Removed::Quarantined(q, e)) => warnings.push(format!(
-                    "{} was created by the command; it is renamed to {} (git no longer reads it) but could not be \
-                     deleted: {e}",
-                    f.display(),
-                    q.display()
-                )),
-                Err(e) => warnings.push(format!(
-                    "{} was created by the command and could not be removed: {e}; do not run git on the host \
-                     before removing it",
+                Ok(guard::Removed::Deleted { entry }) => warnings.push(format!(
+                    "removed the symbolic link {} created by the command: through it git would read {}",
+                    entry.display(),
                     f.display()
                 )),
-            }
-        }
-        if let Some(c) = cg.as_mut() {
-            if !c.kill_and_remove(Duration::from_secs(5)).await {
-                warnings.push(format!("cgroup {} could not be emptied and removed", c.path.display()));
+                Ok(guard::Removed::Quarantined { entry, to, error }) => warnings.push(format!(
+                    "{} was created by the command (git would read {} through it); it is renamed to {} (git no \
+                     longer reads it) but could not be deleted: {error}",
+                    entry.display(),
+                    f.display(),
+                    to.display()
+                )),
+                Err(guard::Failed { step, entry, source }) => {
+                    warnings.push(format!(
+                        "git guard: {} could not be made unreachable ({step} {}: {source}); do not run git on \
+                         the host before removing it",
+                        f.display(),
+                        entry.display()
+                    ));
+                    failures.push((Cleanup::GitGuard, step, entry, source));
+                }
             }
         }
 
+        let helper_status = match helper_status {
+            Ok(s) => s,
+            Err(e) => return after_run(failures, Err(e)),
+        };
         let mut applied: Option<Applied> = None;
         let mut outcome: Option<(Option<i32>, Option<i32>)> = None;
         for r in &records {
             match *r {
-                Record::Error { step, errno, detail } => return Err(setup_error(plan, step, errno, detail)),
+                Record::Error { step, errno, detail } => {
+                    return after_run(failures, Err(setup_error(plan, step, errno, detail)));
+                }
                 Record::Applied(a) => applied = Some(a),
                 Record::Exited(c) => outcome = Some((Some(c), None)),
                 Record::Signaled(s) => outcome = Some((None, Some(s))),
@@ -867,10 +950,10 @@ impl Sandbox {
         let (exit_code, signal) = match outcome {
             Some(o) => o,
             None if timed_out || cancelled => (None, Some(libc::SIGKILL)),
-            None => return Err(SandboxError::HelperDied { status: helper_status.to_string() }),
+            None => return after_run(failures, Err(SandboxError::HelperDied { status: helper_status.to_string() })),
         };
         let applied = applied.unwrap_or_default();
-        Ok(ExecResult {
+        let result = ExecResult {
             exit_code,
             signal,
             timed_out,
@@ -898,8 +981,21 @@ impl Sandbox {
             stdout,
             stderr,
             warnings,
-        })
+        };
+        after_run(failures, Ok(result))
     }
+}
+
+/// The run's outcome, unless a security step after it failed: then the
+/// first failure, carrying the result (the others are in its warnings).
+fn after_run(
+    failures: Vec<(Cleanup, &'static str, PathBuf, io::Error)>,
+    outcome: Result<ExecResult, SandboxError>,
+) -> Result<ExecResult, SandboxError> {
+    let Some((cleanup, step, path, errno)) = failures.into_iter().next() else { return outcome };
+    // A setup error means the command never ran; the cleanup failure still
+    // comes first, since the workspace is what the caller must not trust.
+    Err(SandboxError::AfterRun { cleanup, step, path, errno, result: outcome.ok().map(Box::new) })
 }
 
 /// How the caller's stdin reaches the command.

@@ -74,7 +74,9 @@ pub struct Plan {
     pub landlock_gaps: Vec<PathBuf>,
     /// Files that would redirect git (`commondir`, `config.worktree`) and do
     /// not exist yet in a writable git dir: they cannot be mounted over, so
-    /// the library removes any the command creates (see `ExecResult::warnings`).
+    /// the library makes unreachable any the command creates (see
+    /// `ExecResult::warnings`), or fails the run. Spelled as git opens them
+    /// (`..` kept): the guard walks them as the kernel would.
     pub git_guard: Vec<PathBuf>,
     /// SHA-256 of the compiled seccomp program.
     pub seccomp_sha256: String,
@@ -353,7 +355,12 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     }
     // Only files the command could have planted are judged (and named in
     // the error): ones in the workspace or a writable area.
-    let ours = |p: &Path| p.starts_with(&ws) || protect_areas.iter().any(|a| p.starts_with(a));
+    // Git paths keep their `..` (spelled as git opens them); containment
+    // is judged on their lexical form.
+    let ours = |p: &Path| {
+        let p = lexical(p);
+        p.starts_with(&ws) || protect_areas.iter().any(|a| p.starts_with(a))
+    };
     // Submodule working trees are looked for (indexes read) only when
     // something is writable: a read-only run has nothing to protect.
     let git = git::discover(&ws, &protect_areas, !protect_areas.is_empty())?;

@@ -4,6 +4,7 @@ mod cli;
 mod concurrent;
 mod container;
 mod escapes;
+mod git_guard;
 mod git_protect;
 mod hardlinks;
 mod landlock_only;
