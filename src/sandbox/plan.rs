@@ -277,6 +277,12 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         });
     }
 
+    // A root caller's command runs as host `nobody`; its workspace, grants
+    // and readable roots are idmapped so that root-owned files there are its
+    // own (and the helper opens them as host root, on the host side).
+    let remap = uid == 0;
+    let (run_uid, run_gid) = (ROOT_RUNS_AS, ROOT_RUNS_AS);
+
     // Extra readable roots.
     let mut read_roots = Vec::new();
     for r in &req.read {
@@ -284,13 +290,16 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         if is_within(&real, &ws) || real == Path::new("/") {
             continue;
         }
-        base.push(MountOp::Bind { src: bytes(&real), dst: bytes(&real), writable: false, idmap: false });
+        // Exact for a root caller (no supplementary groups, no capabilities);
+        // an unprivileged caller's own groups also count, so its reads are
+        // left to the kernel.
+        if remap && !degraded_req(req) {
+            super::roots::check_readable(&real, &base, remap, run_uid, run_gid)?;
+        }
+        base.push(MountOp::Bind { src: bytes(&real), dst: bytes(&real), writable: false, idmap: remap });
         read_roots.push(real);
     }
 
-    // A root caller's command runs as host `nobody`; its workspace and
-    // grants are idmapped so that root-owned files there are its own.
-    let remap = uid == 0;
     base.push(MountOp::Bind { src: bytes(&ws), dst: bytes(&ws), writable, idmap: remap });
     for g in grants.iter().filter(|g| g.as_path() != Path::new("/tmp")) {
         base.push(MountOp::Bind { src: bytes(g), dst: bytes(g), writable: true, idmap: remap });
