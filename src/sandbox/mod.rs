@@ -11,6 +11,7 @@ mod links;
 mod lock;
 mod plan;
 mod roots;
+mod split;
 
 use std::ffi::OsString;
 use std::io;
@@ -32,6 +33,7 @@ pub use blocked::{seccomp_filtered, Blocked};
 pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
 pub(crate) use plan::lexical;
 pub use plan::{Plan, DEFAULT_PROTECTED, SYSTEM_ROOTS};
+pub use split::{Split, SPLIT_LIMIT};
 
 use crate::sys;
 
