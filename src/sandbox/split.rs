@@ -125,13 +125,14 @@ mod tests {
         fs::write(g.join("f"), "").unwrap_or_else(|e| panic!("{e}"));
         let _ = std::os::unix::fs::symlink("a/ws", g.join("l"));
         let ws = g.join("a/ws");
-        let (whole, splits) = split(&[PathBuf::from("/dev"), g.clone()], &[g.clone()], &[ws.clone()]);
+        let (whole, splits) =
+            split(&[PathBuf::from("/dev"), g.clone()], std::slice::from_ref(&g), std::slice::from_ref(&ws));
         assert_eq!(whole, vec![PathBuf::from("/dev")]);
         assert_eq!(splits.len(), 1);
         assert_eq!(splits[0].closed, vec![g.clone(), g.join("a")]);
         assert_eq!(splits[0].entries, vec![g.join("a/other"), g.join("b"), g.join("f")], "no rule on the link");
         // A narrower writable path over the area: nothing to gain.
-        let (whole, splits) = split(&[g.clone(), g.join("a")], &[g.clone()], &[ws]);
+        let (whole, splits) = split(&[g.clone(), g.join("a")], std::slice::from_ref(&g), &[ws]);
         assert!(splits.is_empty());
         assert_eq!(whole.len(), 2);
     }
