@@ -562,14 +562,14 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
 
     // The narrower rule wins in Landlock too, where a grant's rule can be
     // split around the read-only areas beneath it (see `split`).
-    let read_only_areas: Vec<PathBuf> = (!writable)
-        .then(|| ws.clone())
-        .into_iter()
-        .chain(read_roots.iter().cloned())
-        .chain(protected.iter().cloned())
-        .chain(hard_linked.iter().cloned())
-        .collect();
-    let (whole, landlock_split) = super::split::split(&landlock_writable, &grants, &read_only_areas);
+    // Split only around the read-only workspace and read roots: a protected
+    // path or a hard-linked name inside `target/` would otherwise cost every
+    // new entry there (cargo's); those stay reported gaps.
+    let narrower: Vec<PathBuf> =
+        (!writable).then(|| ws.clone()).into_iter().chain(read_roots.iter().cloned()).collect();
+    let (whole, landlock_split) = super::split::split(&landlock_writable, &grants, &narrower);
+    let read_only_areas: Vec<PathBuf> =
+        narrower.into_iter().chain(protected.iter().cloned()).chain(hard_linked.iter().cloned()).collect();
     landlock_writable = whole;
     let split_entries: Vec<PathBuf> = landlock_split.iter().flat_map(|s| s.entries.iter().cloned()).collect();
 

@@ -1,8 +1,10 @@
 //! The most specific rule wins, in Landlock too, where it can.
 //!
 //! A write grant may contain a read-only area: the workspace (`--write
-//! /srv/data` for a workspace in `/srv/data/ws`), a readable root, the
-//! policy file. The mount layer enforces the narrower rule exactly (the
+//! /srv/data` for a workspace in `/srv/data/ws`) or a readable root (the
+//! plan splits only around those; protected paths and hard-linked names
+//! stay reported gaps, since splitting around one in `target/` would refuse
+//! every new file there). The mount layer enforces the narrower rule exactly (the
 //! read-only bind lies over the grant's). Landlock's rules are hierarchical
 //! and allow-only, so a rule on the grant would cover the read-only area
 //! too. [`split`] therefore replaces such a grant's rule by rules on its
