@@ -548,7 +548,7 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
         if !full {
             " (no user namespace: the caller's own ids)"
         } else if id.inside_uid != id.outside_uid {
-            " (root caller: runs as nobody; workspace and grants idmapped)"
+            " (root caller: runs as nobody; workspace, grants and readable roots idmapped)"
         } else {
             ""
         }
@@ -577,6 +577,19 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
     }
     for w in &plan.landlock_writable {
         s += &format!("landlock-writable: {}\n", shown(w));
+    }
+    for sp in &plan.landlock_split {
+        s += &format!(
+            "landlock-split: {} (its rule left out {}: rules on its {} other entries instead; no new entry, \
+             removal or rename directly in {})\n",
+            shown(&sp.grant),
+            sp.holes.iter().map(|h| shown(h)).collect::<Vec<_>>().join(", "),
+            sp.entries.len(),
+            sp.closed.iter().map(|c| shown(c)).collect::<Vec<_>>().join(", ")
+        );
+        for e in &sp.entries {
+            s += &format!("landlock-writable: {}\n", shown(e));
+        }
     }
     for w in &plan.landlock_sockets {
         s += &format!("landlock-sockets: {} (unix sockets may be made only here)\n", shown(w));

@@ -214,6 +214,30 @@ fn landlock(spec: &SpawnSpec, applied: &mut Applied) -> Result<(), Fail> {
         let rights = if is_dir { rights } else { rights & AccessFs::from_file(abi) };
         created = created.add_rule(PathBeneath::new(fd, rights)).map_err(|e| fail(&e))?;
     }
+    // A split grant's entries: never through a link, and one gone since the
+    // plan (or swapped for a link) simply gets no rule.
+    let entry_rights = if restrict_reads { no_sock | read } else { no_sock };
+    for p in &ll.writable_entries {
+        let c = std::ffi::CString::new(p.as_slice()).map_err(|_| Fail::errno(Step::Landlock, libc::EINVAL))?;
+        let fd = match crate::sys::openat2(
+            libc::AT_FDCWD,
+            &c,
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            crate::sys::RESOLVE_NO_SYMLINKS | crate::sys::RESOLVE_NO_MAGICLINKS,
+        ) {
+            Ok(fd) => fd,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)) => continue,
+            Err(e) => return Err(Fail::io(Step::Landlock, e)),
+        };
+        let st = nix::sys::stat::fstat(&fd).map_err(|e| Fail::errno(Step::Landlock, e as i32))?;
+        let kind = st.st_mode & libc::S_IFMT;
+        let rights = match kind {
+            libc::S_IFDIR => entry_rights,
+            libc::S_IFREG => entry_rights & AccessFs::from_file(abi),
+            _ => continue,
+        };
+        created = created.add_rule(PathBeneath::new(fd, rights)).map_err(|e| fail(&e))?;
+    }
     let status = created.restrict_self().map_err(|e| fail(&e))?;
     applied.landlock_full = status.ruleset == RulesetStatus::FullyEnforced;
     applied.landlock_partial = status.ruleset == RulesetStatus::PartiallyEnforced;

@@ -156,6 +156,12 @@ impl MountOp {
 pub struct LandlockSpec {
     /// Paths inside the sandbox beneath which writing is allowed.
     pub writable: Vec<Bytes>,
+    /// Entries of a write grant whose rule was split around a read-only
+    /// area beneath it: writable like `writable`, but each is opened without
+    /// following any symbolic link, and one gone (or replaced by a link)
+    /// since the plan is skipped rather than refused.
+    #[serde(default)]
+    pub writable_entries: Vec<Bytes>,
     /// Refuse to run when the kernel cannot enforce the write rules.
     pub required: bool,
     /// Deny every TCP bind and connect (ABI 4 and later).

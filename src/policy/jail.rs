@@ -55,8 +55,9 @@ impl PathJail {
         // Grants outside the workspace (`/tmp`, a cache directory), read as
         // the sandbox reads them: one spelled inside the workspace is the
         // workspace's (writable anyway; the sandbox refuses it if a link
-        // leads out), one that contains the workspace or a system directory
-        // is refused there and grants nothing here, nor does a missing one.
+        // leads out), one that touches a system directory is refused there
+        // and grants nothing here, nor does a missing one. One that contains
+        // the workspace grants what lies outside it (the narrower rule wins).
         let mut grants = Vec::new();
         for g in policy.write.iter().filter(|p| p.is_absolute()) {
             if g.strip_prefix(ws).is_ok() || g.starts_with(&root) {
@@ -65,7 +66,7 @@ impl PathJail {
             let Ok(real) = fs::canonicalize(g) else { continue };
             let system =
                 crate::sandbox::SYSTEM_ROOTS.iter().any(|r| real.starts_with(r) || Path::new(r).starts_with(&real));
-            if real.starts_with(&root) || root.starts_with(&real) || system {
+            if real.starts_with(&root) || system {
                 continue;
             }
             grants.push(real);
@@ -132,10 +133,15 @@ impl PathJail {
         if let Some(g) = self.deny.matching(&self.root, real) {
             return Err(denied(g));
         }
-        if self.grants.iter().any(|g| real.starts_with(g)) {
+        // The most specific rule wins: a read-only root inside a grant stays
+        // read-only, a grant inside a read-only root is writable.
+        let deepest =
+            |roots: &[PathBuf]| roots.iter().filter(|r| real.starts_with(r)).map(|r| r.components().count()).max();
+        let (grant, allow) = (deepest(&self.grants), deepest(&self.allow));
+        if grant.is_some() && grant >= allow {
             return Ok(());
         }
-        if self.allow.iter().any(|a| real.starts_with(a)) {
+        if allow.is_some() {
             return match access {
                 Access::Read => Ok(()),
                 Access::Write => Err(format!("{} is in a read-only root (allow_paths)", real.display())),

@@ -58,7 +58,17 @@ struct Pending {
 /// what to do) when there are more than [`HARD_LINK_LIMIT`] such names, or
 /// any at all when `no_mounts` (the landlock-only mode cannot bind them).
 pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> Result<Vec<PathBuf>, SandboxError> {
-    let roots: Vec<&PathBuf> = areas.iter().filter(|a| !areas.iter().any(|b| b != *a && a.starts_with(b))).collect();
+    // An area beneath another is walked with it, unless a skipped path lies
+    // between them (a grant inside a read-only workspace that lies inside a
+    // broader grant): then it is a root of its own.
+    let roots: Vec<&PathBuf> = areas
+        .iter()
+        .filter(|a| {
+            !areas
+                .iter()
+                .any(|b| b != *a && a.starts_with(b) && !skip.iter().any(|s| a.starts_with(s) && s.starts_with(b)))
+        })
+        .collect();
     if roots.is_empty() {
         return Ok(Vec::new());
     }

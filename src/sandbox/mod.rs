@@ -10,6 +10,8 @@ mod launch;
 mod links;
 mod lock;
 mod plan;
+mod roots;
+mod split;
 
 use std::ffi::OsString;
 use std::io;
@@ -31,6 +33,7 @@ pub use blocked::{seccomp_filtered, Blocked};
 pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
 pub(crate) use plan::lexical;
 pub use plan::{Plan, DEFAULT_PROTECTED, SYSTEM_ROOTS};
+pub use split::{Split, SPLIT_LIMIT};
 
 use crate::sys;
 
@@ -88,6 +91,30 @@ pub enum SandboxError {
         /// The directory.
         path: PathBuf,
         /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A readable root the command could not read (checked before the run).
+    #[error("readable root {path} would not be readable inside the sandbox: {reason}")]
+    ReadRootUnreadable {
+        /// The readable root (real path).
+        path: PathBuf,
+        /// Who the command is, what mode stops it, and what to do.
+        reason: String,
+    },
+    /// The filesystem of a root caller's bind refused an idmapped mount.
+    #[error(
+        "the filesystem holding the {what} {path} refuses idmapped mounts, which a root caller's binds need (its \
+         command runs as host nobody, and the idmapped bind makes root's files there the command's); put it on a \
+         filesystem that supports them (ext4, xfs, btrfs, tmpfs, overlayfs), or run portcullis as an unprivileged \
+         user who can read it"
+    )]
+    IdmapRefused {
+        /// Which path of the plan (workspace, write grant, readable root).
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The kernel's answer.
         #[source]
         source: io::Error,
     },
@@ -1121,6 +1148,20 @@ fn setup_error(plan: &Plan, step: Result<Step, u16>, errno: i32, detail: u32) ->
             source,
         },
 
+        // mount_setattr(MOUNT_ATTR_IDMAP) answers EINVAL for a filesystem
+        // without idmapping support (and EPERM where its owner namespace is
+        // not the initial one, e.g. a FUSE mount made in a container).
+        (Some(Step::Idmap), libc::EINVAL | libc::EPERM) if path.is_some() => {
+            let path = path.unwrap_or_default();
+            let what = if path == plan.workspace {
+                "workspace"
+            } else if plan.read_roots.contains(&path) {
+                "readable root"
+            } else {
+                "write grant"
+            };
+            SandboxError::IdmapRefused { what, path, source }
+        }
         (Some(Step::Landlock), libc::EOPNOTSUPP | libc::ENOSYS) => SandboxError::LayerUnavailable {
             layer: "Landlock",
             hint: "the kernel does not enforce Landlock; it needs Linux 5.13+ with landlock in the lsm= boot parameter (CONFIG_LSM)".into(),

@@ -72,6 +72,11 @@ pub struct Plan {
     /// workspace under `/tmp`, say): Landlock rules are hierarchical, so
     /// there only the read-only mount protects them.
     pub landlock_gaps: Vec<PathBuf>,
+    /// Write grants whose Landlock rule was split around the read-only
+    /// areas beneath them (the workspace in `--write /srv/data`): rules on
+    /// their other entries instead, so that Landlock keeps the narrower rule
+    /// too (see `sandbox::split` for what that costs).
+    pub landlock_split: Vec<super::split::Split>,
     /// Files that would redirect git (`commondir`, `config.worktree`) and do
     /// not exist yet in a writable git dir: they cannot be mounted over, so
     /// the library makes unreachable any the command creates (see
@@ -204,12 +209,8 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     for g in &req.write {
         let abs = resolve_rel(g);
         if abs == Path::new("/tmp") {
-            if ws.starts_with("/tmp") {
-                return Err(SandboxError::BadRequest(format!(
-                    "write grant /tmp contains the workspace {}; use the private /tmp or --writable",
-                    ws.display()
-                )));
-            }
+            // A workspace (or a read root) beneath it stays read-only: the
+            // narrower rule wins (its own bind lies over the host's /tmp).
             host_tmp = true;
             grants.push(canon(&abs, "write grant")?);
             continue;
@@ -252,11 +253,14 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             writable = true;
             continue;
         }
-        if real == Path::new("/") || ws.starts_with(&real) {
-            return Err(SandboxError::BadRequest(format!(
-                "write grant {} contains the workspace; use --writable to make the workspace writable",
-                real.display()
-            )));
+        // A grant that contains the workspace (or a read root) leaves it as
+        // the request says: the narrower rule wins, in the mounts (the
+        // workspace's bind lies over the grant's) and, where it can, in
+        // Landlock (see `split`).
+        if real == Path::new("/") {
+            return Err(SandboxError::BadRequest(
+                "write grant / would make every host directory writable; grant narrower paths".into(),
+            ));
         }
         if SYSTEM_ROOTS.iter().any(|r| real.starts_with(r) || Path::new(r).starts_with(&real)) && !is_within(&real, &ws)
         {
@@ -279,6 +283,12 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         });
     }
 
+    // A root caller's command runs as host `nobody`; its workspace, grants
+    // and readable roots are idmapped so that root-owned files there are its
+    // own (and the helper opens them as host root, on the host side).
+    let remap = uid == 0;
+    let (run_uid, run_gid) = (ROOT_RUNS_AS, ROOT_RUNS_AS);
+
     // Extra readable roots.
     let mut read_roots = Vec::new();
     for r in &req.read {
@@ -286,13 +296,16 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         if is_within(&real, &ws) || real == Path::new("/") {
             continue;
         }
-        base.push(MountOp::Bind { src: bytes(&real), dst: bytes(&real), writable: false, idmap: false });
+        // Exact for a root caller (no supplementary groups, no capabilities);
+        // an unprivileged caller's own groups also count, so its reads are
+        // left to the kernel.
+        if remap && !degraded_req(req) {
+            super::roots::check_readable(&real, &base, remap, run_uid, run_gid)?;
+        }
+        base.push(MountOp::Bind { src: bytes(&real), dst: bytes(&real), writable: false, idmap: remap });
         read_roots.push(real);
     }
 
-    // A root caller's command runs as host `nobody`; its workspace and
-    // grants are idmapped so that root-owned files there are its own.
-    let remap = uid == 0;
     base.push(MountOp::Bind { src: bytes(&ws), dst: bytes(&ws), writable, idmap: remap });
     for g in grants.iter().filter(|g| g.as_path() != Path::new("/tmp")) {
         base.push(MountOp::Bind { src: bytes(g), dst: bytes(g), writable: true, idmap: remap });
@@ -421,12 +434,24 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // Pin the parents of protected paths and of masks in writable areas:
     // renaming a parent would carry the read-only file or the mask away, and
     // the next run would find the file unprotected under its new name.
-    let pin_for: Vec<PathBuf> = protected.iter().chain(masked.iter()).cloned().collect();
+    // The same for a read-only workspace or read root beneath a grant (`--write
+    // /tmp` for a workspace in /tmp/w/ws): `mv /tmp/w /tmp/old` would
+    // otherwise let the command put a workspace of its own where the next
+    // run (and the user) will look.
+    let beneath_grant = (!writable)
+        .then(|| ws.clone())
+        .into_iter()
+        .chain(read_roots.iter().cloned())
+        .filter(|p| protect_areas.iter().any(|a| p.starts_with(a) && p != a));
+    let pin_for: Vec<PathBuf> = protected.iter().chain(masked.iter()).cloned().chain(beneath_grant).collect();
     let pinned: Vec<PathBuf> =
         pinned_ancestors(&pin_for, &protect_areas).into_iter().filter(|p| !masked.contains(p)).collect();
     // Hard links: a writable name of a file that has another name the run
     // may not write.
-    let not_writable: Vec<PathBuf> = protected.iter().chain(&masked).chain(&read_roots).cloned().collect();
+    // A read-only workspace beneath a grant is not writable either.
+    let ro_ws = (!writable).then(|| ws.clone());
+    let not_writable: Vec<PathBuf> =
+        protected.iter().chain(&masked).chain(&read_roots).chain(ro_ws.iter()).cloned().collect();
     // A grant still to be created (only `--explain` plans one) holds nothing.
     let walked: Vec<PathBuf> = protect_areas.iter().filter(|a| !create_grants.contains(a)).cloned().collect();
     let hard_linked = super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))?;
@@ -542,9 +567,23 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             .collect();
     }
 
+    // The narrower rule wins in Landlock too, where a grant's rule can be
+    // split around the read-only areas beneath it (see `split`).
+    // Split only around the read-only workspace and read roots: a protected
+    // path or a hard-linked name inside `target/` would otherwise cost every
+    // new entry there (cargo's); those stay reported gaps.
+    let narrower: Vec<PathBuf> =
+        (!writable).then(|| ws.clone()).into_iter().chain(read_roots.iter().cloned()).collect();
+    let (whole, landlock_split) = super::split::split(&landlock_writable, &grants, &narrower);
+    let read_only_areas: Vec<PathBuf> =
+        narrower.into_iter().chain(protected.iter().cloned()).chain(hard_linked.iter().cloned()).collect();
+    landlock_writable = whole;
+    let split_entries: Vec<PathBuf> = landlock_split.iter().flat_map(|s| s.entries.iter().cloned()).collect();
+
     if degraded {
         if let Some(p) = landlock_writable
             .iter()
+            .chain(split_entries.iter())
             .chain(landlock_readable.iter())
             .find(|p| lock_dir.starts_with(p) || p.starts_with(&lock_dir))
         {
@@ -557,11 +596,10 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         }
     }
 
-    let read_only_areas =
-        (!writable).then(|| ws.clone()).into_iter().chain(read_roots.iter().cloned()).chain(protected.iter().cloned());
-    let read_only_areas = read_only_areas.chain(hard_linked.iter().cloned());
-    let landlock_gaps: Vec<PathBuf> =
-        read_only_areas.filter(|a| landlock_writable.iter().any(|w| a.starts_with(w))).collect();
+    let landlock_gaps: Vec<PathBuf> = read_only_areas
+        .into_iter()
+        .filter(|a| landlock_writable.iter().chain(split_entries.iter()).any(|w| a.starts_with(w)))
+        .collect();
     if degraded && !landlock_gaps.is_empty() {
         return Err(SandboxError::BadRequest(format!(
             "landlock-only mode cannot keep {} read-only beneath a writable path (Landlock can only allow)",
@@ -589,6 +627,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         mounts: if degraded { Vec::new() } else { mounts },
         landlock: LandlockSpec {
             writable: landlock_writable.iter().map(|p| bytes(p)).collect(),
+            writable_entries: split_entries.iter().map(|p| bytes(p)).collect(),
             required: true,
             deny_tcp: req.network == Network::None,
             scope: true,
@@ -614,6 +653,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         landlock_writable,
         landlock_sockets,
         landlock_gaps,
+        landlock_split,
         seccomp_sha256,
         spec,
     })

@@ -13,4 +13,5 @@ mod policy;
 mod policy_corpus;
 mod policy_diff;
 mod policy_fuzz;
+mod roots;
 mod sandbox;

@@ -180,7 +180,7 @@ mod jail {
         mk(symlink(b.join("ws-evil"), f.ws().join("cache")));
         let p = WorkspacePolicy {
             workspace: Some(f.ws()),
-            write: vec![f.ws().join("cache"), b.join("ws/../ws-evil"), b.to_path_buf()],
+            write: vec![f.ws().join("cache"), b.join("ws/../ws-evil")],
             ..WorkspacePolicy::default()
         };
         let jail = match p.jail() {
@@ -194,6 +194,14 @@ mod jail {
                 target.display()
             );
         }
+        // A grant containing the workspace grants what lies outside it, as
+        // the sandbox does (the narrower rule wins inside).
+        let p = WorkspacePolicy { workspace: Some(f.ws()), write: vec![b.to_path_buf()], ..WorkspacePolicy::default() };
+        let jail = match p.jail() {
+            Ok(j) => j,
+            Err(e) => panic!("{e}"),
+        };
+        assert!(jail.resolve(&b.join("ws-evil/loot"), Access::Write).is_ok());
         // A deny glob whose directories go through a link would match
         // nothing: the policy is refused, naming it.
         mk(symlink("src", f.ws().join("srclink")));

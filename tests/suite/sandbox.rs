@@ -296,13 +296,11 @@ fn r0011_setup_failures_are_typed_errors() {
     // A missing grant is created only inside the workspace (cli::r0075).
     req.write.push(PathBuf::from("/nonexistent/portcullis-grant"));
     assert!(matches!(run(&req), Err(SandboxError::MissingGrant { .. })));
+    // A grant containing the workspace is accepted (the narrower rule wins,
+    // roots::r0087/r0088); only `/` is refused.
     let mut req = ws.req(&["true"]);
-    req.write.push(ws.path().parent().map(PathBuf::from).unwrap_or_default());
-    assert!(matches!(run(&req), Err(SandboxError::BadRequest(_))), "a grant containing the workspace is refused");
-    let ws_tmp = Ws::new_in(std::path::Path::new("/tmp"));
-    let mut req = ws_tmp.req(&["true"]);
-    req.write.push(PathBuf::from("/tmp"));
-    assert!(matches!(run(&req), Err(SandboxError::BadRequest(_))), "a grant containing the workspace is refused");
+    req.write.push(PathBuf::from("/"));
+    assert!(matches!(run(&req), Err(SandboxError::BadRequest(_))), "a grant of / is refused");
     let mut req = ws.req(&["true"]);
     req.deny.push("[".into());
     assert!(matches!(run(&req), Err(SandboxError::Glob { .. })));
