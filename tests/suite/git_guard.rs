@@ -281,7 +281,7 @@ fn r0062_a_guard_that_cannot_neutralise_fails_the_run() {
     // For real, as root: `core.hooksPath = vendor/h/hooks` with `vendor` an
     // append-only directory (chattr +a: entries can be made there, never
     // renamed or removed), where the command makes `h` a link.
-    if !available("r0062 (append-only)", is_root(), "chattr +a needs root") {
+    if !in_root_pass("r0062 (append-only)", "chattr +a needs host root") {
         return;
     }
     let ws = git_repo("[core]\n\thooksPath = vendor/h/hooks\n");

@@ -66,6 +66,19 @@ pub fn skipped(test: &str, why: &str) {
     }
 }
 
+/// Whether this part of a test runs in this pass: a part that needs host
+/// root runs in the root pass of scripts/test and is noted (not failed, not
+/// counted as a missing layer) in the unprivileged one.
+pub fn in_root_pass(test: &str, what: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    use std::io::Write;
+    let line = format!("ROOT PASS ONLY {test}: {what}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    false
+}
+
 /// Whether this process runs as root.
 pub fn is_root() -> bool {
     nix::unistd::getuid().is_root()
