@@ -7,3 +7,4 @@ mod policy_corpus;
 mod policy_diff;
 mod policy_fuzz;
 mod sandbox;
+mod stdin;
