@@ -215,25 +215,56 @@ impl Epoll {
     }
 }
 
-/// An inotify instance watching one pipe, given by a descriptor of it, for
-/// `IN_ACCESS` (a read by any process, through any descriptor of the pipe).
-pub fn watch_reads(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
-    // SAFETY: inotify_init1 with valid flags returns a new fd.
-    let ino = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
-    cvt(ino.into())?;
-    // SAFETY: ino is a fresh fd we own.
-    let ino = unsafe { OwnedFd::from_raw_fd(ino) };
-    let path = std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: a valid inotify fd and a NUL-terminated path for the call.
-    let wd = unsafe { libc::inotify_add_watch(ino.as_raw_fd(), path.as_ptr(), libc::IN_ACCESS) };
-    cvt(wd.into())?;
-    Ok(ino)
+/// Ask for a `SIGIO` to the calling thread whenever any process reads the
+/// pipe whose write end is `fd` (`O_ASYNC` with an owner thread: since
+/// Linux 5.16 a pipe signals its async writers on every read). Call
+/// [`sigio_fd`] first, in the same thread, so the signal is blocked there
+/// and only ever queued, never delivered; no other thread sees it.
+pub fn sigio_on_reads(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // <asm-generic/fcntl.h> (the libc crate lacks them): F_SETOWN_EX and
+    // struct f_owner_ex with F_OWNER_TID.
+    const F_SETOWN_EX: libc::c_int = 15;
+    const F_OWNER_TID: libc::c_int = 0;
+    #[repr(C)]
+    struct FOwnerEx {
+        kind: libc::c_int,
+        pid: libc::pid_t,
+    }
+    // SAFETY: gettid has no arguments.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    let owner = FOwnerEx { kind: F_OWNER_TID, pid: libc::pid_t::try_from(tid).unwrap_or(0) };
+    // SAFETY: F_SETOWN_EX reads one f_owner_ex, valid for the call.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), F_SETOWN_EX, &owner) }.into())?;
+    // SAFETY: F_GETFL/F_SETFL on an open fd.
+    let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    cvt(fl.into())?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_ASYNC) }.into()).map(drop)
 }
 
-/// Read and drop every queued event of a non-blocking fd (inotify).
+/// Block `SIGIO` in the calling thread (only) and return a non-blocking
+/// signalfd that reports it.
+pub fn sigio_fd() -> io::Result<OwnedFd> {
+    // SAFETY: a zeroed sigset is valid storage for sigemptyset; the set and
+    // the NULL old set are valid for the calls.
+    let r = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGIO);
+        let e = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if e != 0 {
+            return Err(io::Error::from_raw_os_error(e));
+        }
+        libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+    };
+    cvt(r.into())?;
+    // SAFETY: r is a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}
+
+/// Read and drop everything queued on a non-blocking fd (a signalfd).
 pub fn drain(fd: BorrowedFd<'_>) {
-    let mut buf = [0u8; 4096];
+    let mut buf = [0u8; 1024];
     loop {
         // SAFETY: buf is valid for writes of its length for the call.
         let r = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };

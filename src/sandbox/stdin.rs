@@ -14,10 +14,12 @@
 //!
 //! The relay is event-driven (epoll), never polls. It wakes when
 //!
-//! * the command reads from the relay pipe: an inotify watch for `IN_ACCESS`
-//!   on the relay pipe's inode reports every read, by any process of the
-//!   sandbox, through any descriptor of it (`read`, `readv`, and since
-//!   Linux 6.5 `splice`);
+//! * the command reads from the relay pipe: the relay's write end is in
+//!   async mode (`O_ASYNC`, owned by the relay thread, `SIGIO` blocked
+//!   there and read from a signalfd), and since Linux 5.16 a pipe signals
+//!   its async writers on every read, by any process, through any
+//!   descriptor of it (inotify would do the same, but closing an inotify
+//!   instance waits for an SRCU grace period, ~13 ms per run here);
 //! * the caller's input grows: a pipe wakes its readers when a write lands
 //!   in an empty pipe and when a write completes; a socket on every
 //!   arrival (edge-triggered);
@@ -177,8 +179,6 @@ struct Pump {
     out: Option<OwnedFd>,
     /// The relay pipe's read end (FIONREAD only).
     probe: OwnedFd,
-    /// Reports the command's reads of the relay pipe.
-    reads: OwnedFd,
     /// A pipe as big as the caller's, to reach beyond what is relayed.
     shadow: Option<(OwnedFd, OwnedFd)>,
     null: File,
@@ -242,7 +242,6 @@ impl Relay {
         }
         let null = std::fs::OpenOptions::new().write(true).open("/dev/null").map_err(io_err)?;
         let probe = sys::dup_above(&read, 10).map_err(io_err)?;
-        let reads = sys::watch_reads(probe.as_fd()).map_err(io_err)?;
         std::mem::forget(guard);
         Ok(Relay {
             read,
@@ -251,7 +250,6 @@ impl Relay {
                 src,
                 out: Some(write),
                 probe,
-                reads,
                 shadow,
                 null,
                 buf: Vec::new(),
@@ -332,6 +330,9 @@ impl Pump {
         if let Err(e) = self.relay(&stop) {
             self.error.get_or_insert_with(|| e.to_string());
         }
+        // Closing the write end also ends its SIGIO requests, before this
+        // thread (their owner) is gone.
+        self.out = None;
         // The run has ended (or the relay failed): take what the command
         // read, and nothing more.
         if let Err(e) = self.settle() {
@@ -343,7 +344,12 @@ impl Pump {
     fn relay(&mut self, stop: &OwnedFd) -> io::Result<()> {
         let ep = sys::Epoll::new()?;
         ep.add(self.src.as_fd(), libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET, SRC)?;
-        ep.add(self.reads.as_fd(), libc::EPOLLIN, READS)?;
+        // The command's reads of the relay pipe, as SIGIO to this thread.
+        let reads = sys::sigio_fd()?;
+        if let Some(out) = &self.out {
+            sys::sigio_on_reads(out.as_fd())?;
+        }
+        ep.add(reads.as_fd(), libc::EPOLLIN, READS)?;
         ep.add(stop.as_fd(), libc::EPOLLIN, STOP)?;
         loop {
             self.settle()?;
@@ -367,7 +373,7 @@ impl Pump {
             }
             let evs = ep.wait()?;
             if evs.contains(&READS) {
-                sys::drain(self.reads.as_fd());
+                sys::drain(reads.as_fd());
             }
             if evs.contains(&STOP) {
                 return Ok(());
