@@ -246,15 +246,18 @@ pub enum Stdin {
     /// `/dev/null`.
     #[default]
     Null,
-    /// The caller's stdin, safely: an anonymous pipe or a socket is handed
-    /// on as it is; anything else (a regular file, a device) reaches the
-    /// command through a pipe fed by a thread, because on the caller's own
-    /// file descriptor it could `fchmod`, `ftruncate` or reopen the file
-    /// outside every barrier. A regular file is read with positional reads,
-    /// so the caller's offset does not move and nothing is consumed (a
-    /// `while read` loop around portcullis keeps all its lines). Terminals
+    /// The caller's stdin, safely: the command never holds a descriptor of
+    /// the caller's input. A pipe, FIFO or stream socket is relayed into a
+    /// fresh pipe without being consumed, and exactly the bytes the command
+    /// read are then taken from it (the rest stays for the caller's next
+    /// reader); a regular file is fed with positional reads, so the caller's
+    /// offset does not move and nothing is consumed (a `while read` loop
+    /// around portcullis keeps all its lines); anything else (a device, a
+    /// datagram socket) is copied by a thread that reads ahead. Terminals
     /// should be given as `Null` (see the CLI). A stdin that is the null
-    /// device itself is treated as `Null` (no thread, nothing shared).
+    /// device itself is treated as `Null` (no thread, nothing shared). One
+    /// relay at a time per process: a second run relaying stdin while one
+    /// does is refused.
     Copy,
 }
 
