@@ -168,6 +168,8 @@ pub(super) struct Relay {
     read: OwnedFd,
     pump: Option<Pump>,
     running: Option<(OwnedFd, std::thread::JoinHandle<Outcome>)>,
+    /// Dropped last, after the thread has ended.
+    _slot: Slot,
 }
 
 /// The relay's state, moved into its thread.
@@ -216,8 +218,9 @@ impl Relay {
                 "stdin is already relayed to another command that is running; give this run Stdin::Null".into(),
             ));
         }
-        // From here on, dropping `guard` (on an error) frees the slot.
-        let guard = Slot;
+        // From here on, dropping the slot (on an error, or with the relay)
+        // frees it.
+        let slot = Slot;
         let io_err = |source| SandboxError::Io { stage: "preparing the stdin relay", source };
         let src = io::stdin().as_fd().try_clone_to_owned().map_err(io_err)?;
         let src = sys::dup_above(&src, 10).map_err(io_err)?;
@@ -242,7 +245,6 @@ impl Relay {
         }
         let null = std::fs::OpenOptions::new().write(true).open("/dev/null").map_err(io_err)?;
         let probe = sys::dup_above(&read, 10).map_err(io_err)?;
-        std::mem::forget(guard);
         Ok(Relay {
             read,
             pump: Some(Pump {
@@ -259,6 +261,7 @@ impl Relay {
                 error: None,
             }),
             running: None,
+            _slot: slot,
         })
     }
 
@@ -317,7 +320,6 @@ impl Drop for Relay {
         // An abandoned run: settle what the command read and stop, so no
         // thread touches the caller's input after the run is gone.
         self.stop();
-        drop(Slot);
     }
 }
 
