@@ -1,8 +1,9 @@
 //! The few raw calls the library needs: a sealed memfd for the spec and
-//! moving fds above the protocol numbers.
+//! moving fds above the protocol numbers, and the pipe, socket and epoll
+//! calls of the stdin relay.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// A memfd holding `data`, positioned at its start.
 pub fn memfd_with(name: &std::ffi::CStr, data: &[u8]) -> io::Result<OwnedFd> {
@@ -97,4 +98,188 @@ pub fn rename_noreplace_at(
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+fn cvt(r: libc::c_long) -> io::Result<usize> {
+    usize::try_from(r).map_err(|_| io::Error::last_os_error())
+}
+
+/// Bytes waiting to be read on a pipe or a stream socket (`FIONREAD`).
+pub fn fionread(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer, which is valid
+    // for the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
+    cvt(r.into())?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// `tee(2)`, non-blocking: duplicate up to `len` bytes from the head of the
+/// pipe `from` onto the pipe `to` without consuming them. `Ok(0)`: `from`
+/// is empty and has no writers; `EAGAIN`: `from` is empty or `to` is full.
+pub fn tee(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    // SAFETY: a plain syscall on two open fds; no memory is passed.
+    let r = unsafe { libc::tee(from.as_raw_fd(), to.as_raw_fd(), len, libc::SPLICE_F_NONBLOCK) };
+    cvt(r.try_into().unwrap_or(-1))
+}
+
+/// `splice(2)`, non-blocking, between a pipe and a pipe or file, at the
+/// current positions: moves up to `len` bytes.
+pub fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    // SAFETY: a plain syscall on two open fds; NULL offsets mean the file
+    // positions.
+    let r = unsafe {
+        libc::splice(
+            from.as_raw_fd(),
+            std::ptr::null_mut(),
+            to.as_raw_fd(),
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE,
+        )
+    };
+    cvt(r.try_into().unwrap_or(-1))
+}
+
+/// `recv(2)` with `flags` (`MSG_PEEK`, `MSG_DONTWAIT`) into `buf`.
+pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: buf is valid for writes of buf.len() bytes for the call.
+    let r = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+    cvt(r.try_into().unwrap_or(-1))
+}
+
+/// The capacity of a pipe in bytes (`F_GETPIPE_SZ`).
+pub fn pipe_size(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    // SAFETY: F_GETPIPE_SZ on an open fd only reports.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETPIPE_SZ) }.into())
+}
+
+/// Set a pipe's capacity (`F_SETPIPE_SZ`); returns the capacity set.
+pub fn set_pipe_size(fd: BorrowedFd<'_>, size: usize) -> io::Result<usize> {
+    let size = libc::c_int::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: F_SETPIPE_SZ on an open fd with an int argument.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, size) }.into())
+}
+
+/// The socket's type (`SO_TYPE`: `SOCK_STREAM`, `SOCK_DGRAM`, ...).
+pub fn socket_type(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
+    let mut ty: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: SO_TYPE writes one int; ty and len are valid for the call.
+    let r =
+        unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TYPE, (&raw mut ty).cast(), &mut len) };
+    cvt(r.into())?;
+    Ok(ty)
+}
+
+/// The poll events pending on `fd` now (a zero-timeout `poll`).
+pub fn poll_now(fd: BorrowedFd<'_>, events: libc::c_short) -> io::Result<libc::c_short> {
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 };
+    // SAFETY: one valid pollfd, timeout 0.
+    cvt(unsafe { libc::poll(&mut p, 1, 0) }.into())?;
+    Ok(p.revents)
+}
+
+/// A small epoll set: fds registered with a token, waited on without a
+/// timeout.
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    /// A new, close-on-exec epoll instance.
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 with a valid flag returns a new fd.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        cvt(fd.into())?;
+        // SAFETY: fd is a fresh fd we own.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Watch `fd` for `events` (`EPOLLIN | EPOLLET`, ...), reported as `token`.
+    pub fn add(&self, fd: BorrowedFd<'_>, events: libc::c_int, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: events as u32, u64: token };
+        // SAFETY: a valid epoll fd, an open fd and an event the kernel copies.
+        let r = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
+        cvt(r.into()).map(drop)
+    }
+
+    /// Stop watching `fd`.
+    pub fn delete(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        // SAFETY: as in `add`; the event argument may be NULL for DEL.
+        let r =
+            unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_DEL, fd.as_raw_fd(), std::ptr::null_mut()) };
+        cvt(r.into()).map(drop)
+    }
+
+    /// Wait for at least one event; returns the tokens seen (`EINTR` retried).
+    pub fn wait(&self) -> io::Result<Vec<u64>> {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
+        loop {
+            // SAFETY: evs is valid for 8 events for the call.
+            let r = unsafe { libc::epoll_wait(self.0.as_raw_fd(), evs.as_mut_ptr(), 8, -1) };
+            match cvt(r.into()) {
+                Ok(n) => return Ok(evs[..n.min(8)].iter().map(|e| e.u64).collect()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Ask for a `SIGIO` to the calling thread whenever any process reads the
+/// pipe whose write end is `fd` (`O_ASYNC` with an owner thread: since
+/// Linux 5.16 a pipe signals its async writers on every read). Call
+/// [`sigio_fd`] first, in the same thread, so the signal is blocked there
+/// and only ever queued, never delivered; no other thread sees it.
+pub fn sigio_on_reads(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // <asm-generic/fcntl.h> (the libc crate lacks them): F_SETOWN_EX and
+    // struct f_owner_ex with F_OWNER_TID.
+    const F_SETOWN_EX: libc::c_int = 15;
+    const F_OWNER_TID: libc::c_int = 0;
+    #[repr(C)]
+    struct FOwnerEx {
+        kind: libc::c_int,
+        pid: libc::pid_t,
+    }
+    // SAFETY: gettid has no arguments.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    let owner = FOwnerEx { kind: F_OWNER_TID, pid: libc::pid_t::try_from(tid).unwrap_or(0) };
+    // SAFETY: F_SETOWN_EX reads one f_owner_ex, valid for the call.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), F_SETOWN_EX, &owner) }.into())?;
+    // SAFETY: F_GETFL/F_SETFL on an open fd.
+    let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    cvt(fl.into())?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_ASYNC) }.into()).map(drop)
+}
+
+/// Block `SIGIO` in the calling thread (only) and return a non-blocking
+/// signalfd that reports it.
+pub fn sigio_fd() -> io::Result<OwnedFd> {
+    // SAFETY: a zeroed sigset is valid storage for sigemptyset; the set and
+    // the NULL old set are valid for the calls.
+    let r = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGIO);
+        let e = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if e != 0 {
+            return Err(io::Error::from_raw_os_error(e));
+        }
+        libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+    };
+    cvt(r.into())?;
+    // SAFETY: r is a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}
+
+/// Read and drop everything queued on a non-blocking fd (a signalfd).
+pub fn drain(fd: BorrowedFd<'_>) {
+    let mut buf = [0u8; 1024];
+    loop {
+        // SAFETY: buf is valid for writes of its length for the call.
+        let r = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if r <= 0 {
+            return;
+        }
+    }
 }

@@ -12,10 +12,11 @@ mod lock;
 mod plan;
 mod roots;
 mod split;
+mod stdin;
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -405,15 +406,18 @@ pub enum Stdin {
     /// `/dev/null`.
     #[default]
     Null,
-    /// The caller's stdin, safely: an anonymous pipe or a socket is handed
-    /// on as it is; anything else (a regular file, a device) reaches the
-    /// command through a pipe fed by a thread, because on the caller's own
-    /// file descriptor it could `fchmod`, `ftruncate` or reopen the file
-    /// outside every barrier. A regular file is read with positional reads,
-    /// so the caller's offset does not move and nothing is consumed (a
-    /// `while read` loop around portcullis keeps all its lines). Terminals
+    /// The caller's stdin, safely: the command never holds a descriptor of
+    /// the caller's input. A pipe, FIFO or stream socket is relayed into a
+    /// fresh pipe without being consumed, and exactly the bytes the command
+    /// read are then taken from it (the rest stays for the caller's next
+    /// reader); a regular file is fed with positional reads, so the caller's
+    /// offset does not move and nothing is consumed (a `while read` loop
+    /// around portcullis keeps all its lines); anything else (a device, a
+    /// datagram socket) is copied by a thread that reads ahead. Terminals
     /// should be given as `Null` (see the CLI). A stdin that is the null
-    /// device itself is treated as `Null` (no thread, nothing shared).
+    /// device itself is treated as `Null` (no thread, nothing shared). One
+    /// relay at a time per process: a second run relaying stdin while one
+    /// does is refused.
     Copy,
 }
 
@@ -793,19 +797,24 @@ impl Sandbox {
             fds.push((c.as_raw_fd(), portcullis_helper::CGROUP_FD));
         }
         let stdin = match opts.stdin {
-            Stdin::Null => StdinPlan::Null,
-            Stdin::Copy => stdin_plan().map_err(|source| SandboxError::Io { stage: "preparing stdin", source })?,
+            Stdin::Null => stdin::StdinPlan::Null,
+            Stdin::Copy => stdin::plan()?,
         };
-        let stdin_fd = match &stdin {
-            StdinPlan::Null => None,
-            StdinPlan::Pass(fd) => Some(fd.as_raw_fd()),
-            StdinPlan::Feed { read, .. } => Some(read.as_raw_fd()),
-        };
-        let mut child = launch::spawn(&self.helper, &fds, stdin_fd)
+        // Declared before the helper, so an abandoned run drops (kills and
+        // reaps) the helper first and settles the relay after.
+        let mut relay = None;
+        let mut child = launch::spawn(&self.helper, &fds, stdin.command_end())
             .map_err(|source| SandboxError::Spawn { helper: self.helper.clone(), source })?;
-        if let StdinPlan::Feed { read, write, from } = stdin {
-            drop(read);
-            feed_stdin(write, from);
+        match stdin {
+            stdin::StdinPlan::Null => {}
+            stdin::StdinPlan::Relay(mut r) => {
+                r.start()?;
+                relay = Some(r);
+            }
+            stdin::StdinPlan::Feed { read, write, from } => {
+                drop(read);
+                stdin::feed(write, from);
+            }
         }
         drop((memfd, report_w, life_r, cg_fd));
         let mut lifeline = Some(life_w);
@@ -957,6 +966,11 @@ impl Sandbox {
                 }
             }
         }
+        // Only now, with every process of the sandbox gone, is what the
+        // command read of its stdin final.
+        if let Some(w) = relay.take().and_then(stdin::Relay::finish) {
+            warnings.push(w);
+        }
 
         let helper_status = match helper_status {
             Ok(s) => s,
@@ -1023,81 +1037,6 @@ fn after_run(
     // A setup error means the command never ran; the cleanup failure still
     // comes first, since the workspace is what the caller must not trust.
     Err(SandboxError::AfterRun { cleanup, step, path, errno, result: outcome.ok().map(Box::new) })
-}
-
-/// How the caller's stdin reaches the command.
-enum StdinPlan {
-    Null,
-    /// An anonymous pipe or a socket, handed on as it is: it names no file of
-    /// the caller's, and nothing is read ahead. (Its status flags, such as
-    /// O_NONBLOCK, are shared with the caller, as with any inherited pipe.)
-    Pass(OwnedFd),
-    /// A pipe fed by a thread: from a regular file with positional reads
-    /// (`from` is the caller's offset, which is never moved, so nothing of
-    /// the caller's input is consumed), else by plain reads.
-    Feed {
-        read: OwnedFd,
-        write: OwnedFd,
-        from: Option<u64>,
-    },
-}
-
-fn stdin_plan() -> io::Result<StdinPlan> {
-    // The caller's stdin is /dev/null (the usual case for an agent's tool
-    // call): the command gets a /dev/null of its own, as with `Stdin::Null`,
-    // and no feeding thread is started. Only the real null device (char 1:3)
-    // qualifies; nothing of the caller's is handed on.
-    if let Ok(st) = nix::sys::stat::fstat(std::io::stdin().as_fd()) {
-        let kind = nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT;
-        if kind == nix::sys::stat::SFlag::S_IFCHR && st.st_rdev == libc::makedev(1, 3) {
-            return Ok(StdinPlan::Null);
-        }
-    }
-    let link = std::fs::read_link("/proc/self/fd/0").unwrap_or_default();
-    let link = link.to_string_lossy();
-    if link.starts_with("pipe:") || link.starts_with("socket:") {
-        return Ok(StdinPlan::Pass(std::io::stdin().as_fd().try_clone_to_owned()?));
-    }
-    let meta = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?).metadata()?;
-    let from = if meta.is_file() {
-        // SAFETY: lseek on fd 0 with offset 0 from the current position only
-        // reports the offset.
-        let pos = unsafe { libc::lseek(0, 0, libc::SEEK_CUR) };
-        Some(u64::try_from(pos).map_err(|_| io::Error::last_os_error())?)
-    } else {
-        None
-    };
-    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    Ok(StdinPlan::Feed { read, write, from })
-}
-
-/// Feed the caller's stdin into `w` on a detached thread; it ends at
-/// end-of-file or when the command closes its end.
-fn feed_stdin(w: OwnedFd, from: Option<u64>) {
-    let _ = std::thread::Builder::new().name("portcullis-stdin".into()).spawn(move || {
-        let mut out = std::fs::File::from(w);
-        match (from, std::io::stdin().as_fd().try_clone_to_owned()) {
-            (Some(mut pos), Ok(fd)) => {
-                use std::os::unix::fs::FileExt;
-                let file = std::fs::File::from(fd);
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    match file.read_at(&mut buf, pos) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            if io::Write::write_all(&mut out, &buf[..n]).is_err() {
-                                return;
-                            }
-                            pos += n as u64;
-                        }
-                    }
-                }
-            }
-            _ => {
-                let _ = std::io::copy(&mut std::io::stdin().lock(), &mut out);
-            }
-        }
-    });
 }
 
 async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, stream: Stream, tx: mpsc::Sender<(Stream, Vec<u8>)>) {

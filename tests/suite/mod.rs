@@ -15,3 +15,4 @@ mod policy_diff;
 mod policy_fuzz;
 mod roots;
 mod sandbox;
+mod stdin;
