@@ -10,6 +10,7 @@ mod launch;
 mod links;
 mod lock;
 mod plan;
+mod submodules;
 
 use std::ffi::OsString;
 use std::io;
@@ -29,6 +30,7 @@ use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind, TestSwitches
 
 pub use blocked::{seccomp_filtered, Blocked};
 pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
+pub use git::GitIndex;
 pub(crate) use plan::lexical;
 pub use plan::{Plan, DEFAULT_PROTECTED, SYSTEM_ROOTS};
 
@@ -930,6 +932,8 @@ impl Sandbox {
                 }
             }
         }
+        // Gitlinks the command added, to repositories of its own.
+        submodules::quarantine_new(plan, &roots, &mut warnings, &mut failures);
 
         let helper_status = match helper_status {
             Ok(s) => s,
