@@ -42,8 +42,6 @@ const MODULES_WALK_LIMIT: usize = 200_000;
 const MODULE_NAME_DEPTH: usize = 64;
 /// Most entries of one hooks directory looked at for links.
 const HOOK_ENTRIES_MAX: usize = 10_000;
-/// Longest path in an index entry.
-const INDEX_NAME_MAX: usize = 1 << 16;
 
 /// A git dir and the working tree it serves, when known.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +68,23 @@ pub(super) struct Layout {
     /// Paths as written in `gitdir:` files and `commondir` files, before
     /// any link is resolved: git follows them again on every run.
     pub spelled: Vec<PathBuf>,
+    /// Every index read (the working tree it serves and its hash), for the
+    /// after-run look for gitlinks the command added.
+    pub indexes: Vec<GitIndex>,
+    /// Every working tree looked at (the workspace and each submodule's),
+    /// whose `.git` is protected or guarded.
+    pub trees: Vec<PathBuf>,
+}
+
+/// A git index and the working tree whose gitlinks it holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GitIndex {
+    /// The index file (`<git dir>/index`).
+    pub index: PathBuf,
+    /// The working tree its paths are relative to.
+    pub worktree: PathBuf,
+    /// Whether its object names are SHA-256.
+    pub sha256: bool,
 }
 
 impl Layout {
@@ -279,6 +294,7 @@ fn link_target(entry: &Path) -> Option<PathBuf> {
 pub(super) fn discover(ws: &Path, areas: &[PathBuf], deep: bool) -> Result<Layout, SandboxError> {
     let mut d = Discovery { ws, areas, deep, layout: Layout::default(), trees: BTreeSet::new(), walked: 0 };
     d.top()?;
+    d.layout.trees = std::mem::take(&mut d.trees).into_iter().collect();
     Ok(d.layout)
 }
 
@@ -373,10 +389,18 @@ impl Discovery<'_> {
         }
         if let (true, Some(wt)) = (self.deep, worktree) {
             let sha256 = object_format_sha256(&gd);
-            for p in gitlinks(&gd.join("index"), sha256, &|p| self.ours(p))? {
+            let index = gd.join("index");
+            if !self.layout.indexes.iter().any(|i| i.index == index) {
+                self.layout.indexes.push(GitIndex { index: index.clone(), worktree: wt.clone(), sha256 });
+            }
+            for p in gitlinks(&index, sha256, &|p| self.ours(p))? {
                 self.submodule(&wt, &p, nesting + 1)?;
             }
-            for p in gitmodules_paths(&wt.join(".gitmodules")) {
+            let gitmodules = wt.join(".gitmodules");
+            if self.ours(&gitmodules) {
+                check_gitmodules(&gitmodules)?;
+            }
+            for p in gitmodules_paths(&gitmodules) {
                 self.submodule(&wt, &p, nesting + 1)?;
             }
         }
@@ -432,6 +456,9 @@ impl Discovery<'_> {
     fn submodule(&mut self, wt: &Path, rel: &Path, nesting: usize) -> Result<(), SandboxError> {
         // git never enters a submodule path through a symbolic link (it
         // takes the entry for gone) nor one spelled with `.`, `..` or `.git`.
+        // A link in a writable area that the command replaces by a directory
+        // is caught after the run (a gitlink whose working tree was not
+        // looked at here: `submodules::quarantine_new`).
         let mut cur = wt.to_path_buf();
         for c in rel.components() {
             match c {
@@ -440,11 +467,12 @@ impl Discovery<'_> {
             }
             match fs::symlink_metadata(&cur) {
                 Ok(m) if m.is_dir() => {}
-                // Not populated (yet): git would look at its `.git` once
-                // the directory is made.
-                Err(_) => break,
-                // A link or a file: git does not enter it.
-                Ok(_) => return Ok(()),
+                Ok(m) if m.file_type().is_symlink() => return Ok(()),
+                // Not populated (yet), or a file (or a FIFO…) where the
+                // directory belongs: git would look at its `.git` once the
+                // directory is made, so the `.git` is guarded all the same
+                // (the guard finds nothing while a file is on the way).
+                _ => break,
             }
         }
         let full = wt.join(rel);
@@ -581,9 +609,31 @@ fn read_small_as(p: &Path, follow: bool) -> Option<String> {
     if len > GIT_FILE_MAX {
         return None;
     }
-    let mut s = String::new();
-    f.take(GIT_FILE_MAX).read_to_string(&mut s).ok()?;
-    Some(s)
+    let mut b = Vec::new();
+    f.take(GIT_FILE_MAX).read_to_end(&mut b).ok()?;
+    // Git reads bytes: a stray non-UTF-8 byte (in a comment, say) must not
+    // hide the rest of the file.
+    Some(String::from_utf8_lossy(&b).into_owned())
+}
+
+/// Refuse a `.gitmodules` that discovery cannot read as git would: a
+/// symbolic link (not read through), anything but a regular file, or one
+/// over 1 MiB. Silently skipping it would hide the submodules it names.
+fn check_gitmodules(p: &Path) -> Result<(), SandboxError> {
+    let refuse = |what: &str| {
+        Err(SandboxError::BadRequest(format!(
+            "{} is {what}; portcullis reads it to find the submodules whose git dirs it must protect, and \
+             refuses a writable run rather than miss one: make it a regular file (or remove it)",
+            p.display()
+        )))
+    };
+    match fs::symlink_metadata(p) {
+        Err(_) => Ok(()),
+        Ok(m) if m.file_type().is_symlink() => refuse("a symbolic link"),
+        Ok(m) if !m.is_file() => refuse("not a regular file"),
+        Ok(m) if m.len() > GIT_FILE_MAX => refuse("larger than 1 MiB"),
+        Ok(_) => Ok(()),
+    }
 }
 
 /// Refuse a git file that is there but is not a small regular file (a FIFO
@@ -602,59 +652,149 @@ pub(super) fn check_git_file(p: &Path) -> Result<(), SandboxError> {
     }
 }
 
+/// Why an index could not be read completely. Git reads what portcullis
+/// cannot (it follows a link) or refuses what portcullis would misread (a
+/// damaged file), so a writable run never goes on with a partial reading.
+#[derive(Debug)]
+pub(super) enum Unreadable {
+    /// A symbolic link: git follows it (and keeps it a link when it writes
+    /// the index), portcullis does not read through links.
+    Link,
+    /// Not a regular file (a FIFO, a directory, a device).
+    NotRegular,
+    /// Larger than [`INDEX_MAX`].
+    TooLarge,
+    /// A split index whose shared index is missing or not a regular file.
+    NoShared(PathBuf),
+    /// Damaged or cut short.
+    Damaged(io::Error),
+    /// Reading failed.
+    Io(io::Error),
+}
+
+impl Unreadable {
+    /// What it is and what to do, for the index at `index`.
+    pub(super) fn explain(&self, index: &Path) -> String {
+        let i = index.display();
+        // Git rebuilds a missing index from HEAD with `git reset`.
+        let rebuild = |f: &Path| {
+            format!(
+                "rebuild it from HEAD on the host (staged changes are lost): rm {} && git -c core.fsmonitor= -c \
+                 core.hooksPath=/dev/null -c diff.ignoreSubmodules=all reset -q",
+                f.display()
+            )
+        };
+        match self {
+            Unreadable::Link => format!(
+                "the git index {i} is a symbolic link, which git follows (and keeps when it writes the index) but \
+                 portcullis does not read through; check the file it leads to, then put it in place of the link: \
+                 cp --remove-destination \"$(readlink -f {i})\" {i}"
+            ),
+            Unreadable::NotRegular => {
+                format!("the git index {i} is not a regular file; remove it, or {}", rebuild(index))
+            }
+            Unreadable::TooLarge => format!(
+                "the git index {i} is larger than {} MiB, more than portcullis reads; {}",
+                INDEX_MAX >> 20,
+                rebuild(index)
+            ),
+            Unreadable::NoShared(p) => format!(
+                "the git index {i} is a split index whose shared index {} is missing, which git refuses; {}",
+                p.display(),
+                rebuild(index)
+            ),
+            Unreadable::Damaged(e) => {
+                format!("the git index {i} is damaged ({e}), which git may refuse or misread; {}", rebuild(index))
+            }
+            Unreadable::Io(e) => format!("the git index {i} could not be read ({e})"),
+        }
+    }
+}
+
 /// The gitlinks (mode 160000 entries) of a git index, formats 2, 3 and 4,
 /// SHA-1 or SHA-256, with a split index's shared index read too. A missing
-/// index, or one that is not a regular file, has none; a damaged one gives
-/// the gitlinks read before the damage (git refuses such an index).
-/// An index that cannot be read or is too large refuses the run when it is
-/// `ours` (the command could have made it so).
+/// index has none. An index `ours` (in the workspace or a writable area:
+/// the command could have made it so) that cannot be read completely (see
+/// [`Unreadable`]) refuses the run: a submodule it hides would lose its
+/// carve-outs. Any other gives what could be read.
 fn gitlinks(index: &Path, sha256: bool, ours: &dyn Fn(&Path) -> bool) -> Result<Vec<PathBuf>, SandboxError> {
     let mut out = Vec::new();
-    let shared = read_index(index, sha256, &mut out, ours)?;
+    match gitlinks_into(index, sha256, &mut out) {
+        Ok(()) => Ok(out),
+        Err((p, why)) if ours(&p) || ours(index) => Err(SandboxError::BadRequest(format!(
+            "{} (portcullis reads the index to find the submodules whose git dirs it must protect, and refuses a \
+             writable run rather than miss one)",
+            why.explain(&p)
+        ))),
+        Err(_) => Ok(out),
+    }
+}
+
+/// The gitlinks of `index` (and its shared index) into `out`; on failure,
+/// the file that failed and why, with what was read before in `out`.
+pub(super) fn gitlinks_into(index: &Path, sha256: bool, out: &mut Vec<PathBuf>) -> Result<(), (PathBuf, Unreadable)> {
+    let shared = read_index(index, sha256, out).map_err(|e| (index.to_path_buf(), e))?;
     if let Some(id) = shared {
         let dir = index.parent().unwrap_or(Path::new("/"));
-        read_index(&dir.join(format!("sharedindex.{id}")), sha256, &mut out, ours)?;
+        let p = dir.join(format!("sharedindex.{id}"));
+        match read_index(&p, sha256, out) {
+            Ok(Some(_)) => return Err((p, Unreadable::Damaged(bad("a shared index names another")))),
+            Ok(None) if fs::symlink_metadata(&p).is_err() => return Err((p.clone(), Unreadable::NoShared(p))),
+            Ok(None) => {}
+            Err(e) => return Err((p, e)),
+        }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Read one index file into `out`; the shared index's name, if this is a
-/// split index.
-fn read_index(
-    index: &Path,
-    sha256: bool,
-    out: &mut Vec<PathBuf>,
-    ours: &dyn Fn(&Path) -> bool,
-) -> Result<Option<String>, SandboxError> {
-    let opened = match open_regular(index, false) {
-        Ok(o) => o,
-        Err(_) if !ours(index) => None,
-        Err(source) => return Err(SandboxError::Path { what: "git index", path: index.to_path_buf(), source }),
+/// split index. A missing file is an empty index.
+fn read_index(index: &Path, sha256: bool, out: &mut Vec<PathBuf>) -> Result<Option<String>, Unreadable> {
+    let held = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(index)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(None),
+        Err(e) => return Err(Unreadable::Io(e)),
     };
-    let Some((f, len)) = opened else { return Ok(None) };
+    let kind = held.metadata().map_err(Unreadable::Io)?.file_type();
+    if kind.is_symlink() {
+        return Err(Unreadable::Link);
+    }
+    if !kind.is_file() {
+        return Err(Unreadable::NotRegular);
+    }
+    // Reopened through the held descriptor: a swap in between cannot
+    // change the file, and nothing blocks.
+    let reopen = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&held)));
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(reopen)
+        .map_err(Unreadable::Io)?;
+    let m = f.metadata().map_err(Unreadable::Io)?;
+    if !m.is_file() {
+        return Err(Unreadable::NotRegular);
+    }
+    let len = m.len();
     if len > INDEX_MAX {
-        if !ours(index) {
-            return Ok(None);
-        }
-        return Err(SandboxError::BadRequest(format!(
-            "the git index {} is larger than {} MiB; portcullis reads it to find submodules",
-            index.display(),
-            INDEX_MAX >> 20
-        )));
+        return Err(Unreadable::TooLarge);
     }
-    let mut r = IndexReader { inner: BufReader::with_capacity(1 << 16, f.take(len)), pos: 0 };
+    let mut r = IndexReader { inner: BufReader::with_capacity(1 << 16, f.take(len)), pos: 0, len };
     let hash_len = if sha256 { 32 } else { 20 };
-    match parse_index(&mut r, len, hash_len, out) {
-        Ok(shared) => Ok(shared),
-        Err(e) if e.kind() == io::ErrorKind::InvalidData || e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
-        Err(_) if !ours(index) => Ok(None),
-        Err(source) => Err(SandboxError::Path { what: "git index", path: index.to_path_buf(), source }),
-    }
+    parse_index(&mut r, len, hash_len, out).map_err(|e| match e.kind() {
+        io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => Unreadable::Damaged(e),
+        _ => Unreadable::Io(e),
+    })
 }
 
 struct IndexReader<R> {
     inner: R,
     pos: u64,
+    /// The file's length: no name is longer than what is left of it.
+    len: u64,
 }
 
 impl<R: BufRead> IndexReader<R> {
@@ -678,13 +818,15 @@ impl<R: BufRead> IndexReader<R> {
         Ok(())
     }
 
-    /// Bytes up to (not including) a NUL, which is consumed.
+    /// Bytes up to (not including) a NUL, which is consumed. Git sets no
+    /// limit on a name's length (only its 12-bit length field saturates),
+    /// so none is set here but the file's end.
     fn until_nul(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
-        let before = buf.len();
-        let n = (&mut self.inner).take(INDEX_NAME_MAX as u64 + 1).read_until(0, buf)?;
+        let left = self.len.saturating_sub(self.pos);
+        let n = (&mut self.inner).take(left).read_until(0, buf)?;
         self.pos += n as u64;
-        if buf.pop() != Some(0) || buf.len() > before + INDEX_NAME_MAX {
-            return Err(bad("an index entry name is too long or unterminated"));
+        if buf.pop() != Some(0) {
+            return Err(bad("an index entry name is unterminated"));
         }
         Ok(())
     }
@@ -780,6 +922,9 @@ fn parse_index<R: BufRead>(
         } else {
             r.skip(size)?;
         }
+    }
+    if len.saturating_sub(r.pos) != hash_len as u64 {
+        return Err(bad("the index does not end with its checksum"));
     }
     Ok(shared)
 }
@@ -967,13 +1112,19 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_index_gives_what_was_read_and_never_fails() {
+    fn a_damaged_index_refuses_when_ours_and_gives_what_was_read_otherwise() {
         let d = repo("sha1");
         let idx = d.path().join(".git/index");
         let full = fs::read(&idx).unwrap_or_default();
+        let refused = |idx: &Path| match gitlinks(idx, false, &|_| true) {
+            Err(SandboxError::BadRequest(m)) => m,
+            other => panic!("expected a refusal, got {other:?}"),
+        };
         for cut in [0, 5, 12, 100, full.len() / 2, full.len() - 1] {
             fs::write(&idx, &full[..cut]).unwrap_or_else(|e| panic!("{e}"));
-            let got = gitlinks(&idx, false, &|_| true).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+            let m = refused(&idx);
+            assert!(m.contains("is damaged") && m.contains("reset -q"), "cut {cut}: {m}");
+            let got = gitlinks(&idx, false, &|_| false).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
             assert!(got.len() <= 3);
         }
         let mut flipped = full.clone();
@@ -981,10 +1132,42 @@ mod tests {
             *b ^= 0xa5;
         }
         fs::write(&idx, &flipped).unwrap_or_else(|e| panic!("{e}"));
-        assert!(gitlinks(&idx, false, &|_| true).is_ok());
+        assert!(gitlinks(&idx, false, &|_| false).is_ok());
         fs::remove_file(&idx).unwrap_or_else(|e| panic!("{e}"));
         nix::unistd::mkfifo(&idx, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(gitlinks(&idx, false, &|_| false).unwrap_or_else(|e| panic!("{e}")), Vec::<PathBuf>::new());
+        assert!(refused(&idx).contains("not a regular file"));
+        // A missing index is an empty one.
+        fs::remove_file(&idx).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(gitlinks(&idx, false, &|_| true).unwrap_or_else(|e| panic!("{e}")), Vec::<PathBuf>::new());
+    }
+
+    #[test]
+    fn long_names_do_not_hide_later_gitlinks() {
+        let d = repo("sha1");
+        let long = "a".repeat(70_000);
+        let blob = "2".repeat(40);
+        git(d.path(), &["update-index", "--add", "--cacheinfo", &format!("100644,{blob},{long}")]);
+        let want: Vec<PathBuf> = ["libs/x", "third_party/libs/deep/name", "z"].iter().map(PathBuf::from).collect();
+        for version in ["3", "4"] {
+            git(d.path(), &["update-index", "--index-version", version]);
+            assert_eq!(links_of(d.path()), want, "v{version}");
+        }
+    }
+
+    #[test]
+    fn a_split_index_without_its_shared_index_refuses() {
+        let d = repo("sha1");
+        git(d.path(), &["update-index", "--split-index"]);
+        for e in fs::read_dir(d.path().join(".git")).unwrap_or_else(|e| panic!("{e}")).flatten() {
+            if e.file_name().to_string_lossy().starts_with("sharedindex.") {
+                fs::remove_file(e.path()).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        match gitlinks(&d.path().join(".git/index"), false, &|_| true) {
+            Err(SandboxError::BadRequest(m)) => assert!(m.contains("shared index"), "{m}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
     }
 
     #[test]
@@ -1020,19 +1203,40 @@ mod tests {
     }
 
     #[test]
-    fn a_linked_index_or_gitmodules_is_not_read() {
+    fn a_linked_index_or_gitmodules_refuses_when_ours() {
         let d = repo("sha1");
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
         let elsewhere = tmp();
         fs::rename(ws.join(".git/index"), elsewhere.path().join("index")).unwrap_or_else(|e| panic!("{e}"));
         std::os::unix::fs::symlink(elsewhere.path().join("index"), ws.join(".git/index"))
             .unwrap_or_else(|e| panic!("{e}"));
+        match discover(&ws, std::slice::from_ref(&ws), true) {
+            Err(SandboxError::BadRequest(m)) => {
+                assert!(m.contains("symbolic link") && m.contains("/.git/index"), "{m}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // Not the command's: not read, no refusal.
+        assert_eq!(gitlinks(&ws.join(".git/index"), false, &|_| false).ok(), Some(Vec::new()));
+        fs::remove_file(ws.join(".git/index")).unwrap_or_else(|e| panic!("{e}"));
         fs::write(elsewhere.path().join("gm"), "[submodule \"x\"]\n\tpath = leaked\n")
             .unwrap_or_else(|e| panic!("{e}"));
         std::os::unix::fs::symlink(elsewhere.path().join("gm"), ws.join(".gitmodules"))
             .unwrap_or_else(|e| panic!("{e}"));
+        match discover(&ws, std::slice::from_ref(&ws), true) {
+            Err(SandboxError::BadRequest(m)) => assert!(m.contains(".gitmodules is a symbolic link"), "{m}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_file_on_a_gitlink_path_still_guards_its_dotgit() {
+        let d = repo("sha1");
+        let ws = fs::canonicalize(d.path()).unwrap_or_default();
+        fs::create_dir_all(ws.join("libs")).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(ws.join("libs/x"), "not a directory").unwrap_or_else(|e| panic!("{e}"));
         let l = discover(&ws, std::slice::from_ref(&ws), true).unwrap_or_else(|e| panic!("{e}"));
-        assert!(l.unpopulated.is_empty(), "{:?}", l.unpopulated);
+        assert!(l.unpopulated.contains(&ws.join("libs/x/.git")), "{:?}", l.unpopulated);
     }
 
     #[test]

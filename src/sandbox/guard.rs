@@ -242,16 +242,60 @@ fn lookup(dir: &OwnedFd, name: &OsStr, restore: &mut Restore) -> Result<(), Errn
     }
 }
 
-/// Rename `name` in `dir` to a fresh quarantine name, then delete that.
-fn neutralise(
+/// Make the `.git` at `dotgit` (below one of the writable `roots`, every
+/// component a plain name) unreachable for git by renaming it, in its own
+/// directory, to a fresh name beside it; it is kept (it is the command's
+/// work). Walked from the root by descriptor: a symbolic link or a file on
+/// the way means git would not reach it (git does not enter a submodule
+/// through a link), and nothing is done. The new path, or `None`.
+pub(super) fn quarantine(roots: &[&Path], dotgit: &Path, fail_rename: bool) -> Result<Option<PathBuf>, Failed> {
+    let Some(root) = roots.iter().filter(|r| dotgit.starts_with(r)).max_by_key(|r| r.components().count()) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| Failed::new("checking the path", dotgit, io::Error::other(why.to_string()));
+    let rel = dotgit.strip_prefix(root).map_err(|_| bad("not below its writable root"))?;
+    let mut names = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => names.push(n),
+            _ => return Err(bad("an unexpected component")),
+        }
+    }
+    let Some(last) = names.pop() else { return Ok(None) };
+    let mut restore = Restore::default();
+    let mut dir = nix::fcntl::open(*root, DIR_FLAGS, Mode::empty())
+        .map_err(|e| Failed::new("opening the writable root", root, e))?;
+    let mut shown = root.to_path_buf();
+    for n in names {
+        shown.push(n);
+        dir = match open_dir(&dir, n, &mut restore) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR) => return Ok(None),
+            Err(e) => return Err(Failed::new("opening a directory on the way", &shown, e)),
+        };
+    }
+    let here = shown.join(last);
+    match lookup(&dir, last, &mut restore) {
+        Ok(()) => {}
+        Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(None),
+        Err(e) => return Err(Failed::new("looking at the entry", &here, e)),
+    }
+    let name = rename_aside(&dir, last, ".git.portcullis-quarantined", &here, &mut restore, fail_rename)?;
+    Ok(Some(shown.join(name)))
+}
+
+/// Rename `name` in `dir` (shown as `shown`) to a fresh name starting with
+/// `prefix`, never replacing anything; the new name.
+fn rename_aside(
     dir: &OwnedFd,
     name: &OsStr,
+    prefix: &str,
     shown: &Path,
     restore: &mut Restore,
     fail_rename: bool,
-) -> Result<Removed, Failed> {
+) -> Result<String, Failed> {
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let quarantine = format!(".portcullis-removed-{}-{stamp}", std::process::id());
+    let quarantine = format!("{prefix}-{}-{stamp}", std::process::id());
     let bad_name = |e| Failed::new("renaming the entry to a quarantine name", shown, io::Error::other(e));
     let from = CString::new(name.as_encoded_bytes()).map_err(bad_name)?;
     let to = CString::new(quarantine.as_bytes()).map_err(bad_name)?;
@@ -275,6 +319,20 @@ fn neutralise(
         }
         Err(e) => return Err(Failed::new("renaming the entry to a quarantine name", shown, e)),
     }
+    Ok(quarantine)
+}
+
+/// Rename `name` in `dir` to a fresh quarantine name, then delete that.
+fn neutralise(
+    dir: &OwnedFd,
+    name: &OsStr,
+    shown: &Path,
+    restore: &mut Restore,
+    fail_rename: bool,
+) -> Result<Removed, Failed> {
+    let quarantine = rename_aside(dir, name, ".portcullis-removed", shown, restore, fail_rename)?;
+    let to = CString::new(quarantine.as_bytes())
+        .map_err(|e| Failed::new("renaming the entry to a quarantine name", shown, io::Error::other(e)))?;
     let moved = shown.with_file_name(&quarantine);
     // Git no longer finds the entry; what follows only tidies up, and its
     // failure leaves the quarantined name behind (reported, not fatal).

@@ -13,6 +13,7 @@ mod plan;
 mod roots;
 mod split;
 mod stdin;
+mod submodules;
 
 use std::ffi::OsString;
 use std::io;
@@ -32,6 +33,7 @@ use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind, TestSwitches
 
 pub use blocked::{seccomp_filtered, Blocked};
 pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
+pub use git::GitIndex;
 pub(crate) use plan::lexical;
 pub use plan::{Plan, DEFAULT_PROTECTED, SYSTEM_ROOTS};
 pub use split::{Split, SPLIT_LIMIT};
@@ -966,6 +968,8 @@ impl Sandbox {
                 }
             }
         }
+        // Gitlinks the command added, to repositories of its own.
+        submodules::quarantine_new(plan, &roots, &mut warnings, &mut failures);
         // Only now, with every process of the sandbox gone, is what the
         // command read of its stdin final.
         if let Some(w) = relay.take().and_then(stdin::Relay::finish) {

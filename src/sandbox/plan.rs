@@ -83,6 +83,13 @@ pub struct Plan {
     /// `ExecResult::warnings`), or fails the run. Spelled as git opens them
     /// (`..` kept): the guard walks them as the kernel would.
     pub git_guard: Vec<PathBuf>,
+    /// The git indexes in writable areas, read again after the run: a `.git`
+    /// at a gitlink the command added (one whose working tree is not in
+    /// `git_trees`) is renamed aside, kept, with a warning.
+    pub git_indexes: Vec<git::GitIndex>,
+    /// The working trees (the workspace's and its submodules') whose `.git`
+    /// the plan protects or guards.
+    pub git_trees: Vec<PathBuf>,
     /// SHA-256 of the compiled seccomp program.
     pub seccomp_sha256: String,
     /// The spec handed to the helper.
@@ -388,6 +395,13 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // (with it, git's bare-repository fallback would make the workspace
     // itself a git dir with a config of the command's choosing).
     let git_guard = git.guard(&ws, &writable_areas, writable, &hook_targets);
+    let git_indexes: Vec<git::GitIndex> = git
+        .indexes
+        .iter()
+        .filter(|i| writable_areas.iter().any(|a| lexical(&i.index).starts_with(a)))
+        .cloned()
+        .collect();
+    let git_trees = git.trees.clone();
     // Masks: the deny list.
     // `a//b`, `a/./b` and `./a/` name what `a/b` and `a` name.
     let deny: Vec<String> = req.deny.iter().map(|g| crate::policy::normalize_glob(g)).collect();
@@ -648,6 +662,8 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         protected,
         pinned,
         git_guard,
+        git_indexes,
+        git_trees,
         masked,
         hard_linked,
         landlock_writable,

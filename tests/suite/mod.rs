@@ -6,6 +6,7 @@ mod container;
 mod escapes;
 mod git_guard;
 mod git_protect;
+mod git_review;
 mod hardlinks;
 mod landlock_only;
 mod meta;

@@ -1,0 +1,74 @@
+//! After a writable run: submodules the command made. A command that may
+//! write an index can add a gitlink (a submodule entry) for a repository it
+//! made itself, with any config; host git enters a submodule to check it for
+//! changes, and a `.gitmodules` entry `ignore = none` overrides even
+//! `-c diff.ignoreSubmodules=all`. So every index the plan read in a
+//! writable area is read again, and for every gitlink whose working tree the
+//! plan did not look at (so whose `.git` is neither protected nor guarded),
+//! a `.git` there is renamed aside, kept, and named in a warning.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use super::git;
+use super::guard;
+use super::{Cleanup, Plan};
+
+/// A failure for the run's result: which cleanup, the step, the path, why.
+pub(super) type Failure = (Cleanup, &'static str, PathBuf, io::Error);
+
+/// Quarantine the `.git` of every gitlink the command added (see the module
+/// docs); warnings and failures are appended.
+pub(super) fn quarantine_new(plan: &Plan, roots: &[&Path], warnings: &mut Vec<String>, failures: &mut Vec<Failure>) {
+    let fail_rename = cfg!(debug_assertions) && plan.spec.test_switches.fail_git_guard;
+    let known: BTreeSet<&Path> = plan.git_trees.iter().map(PathBuf::as_path).collect();
+    for ix in &plan.git_indexes {
+        let mut links = Vec::new();
+        if let Err((file, why)) = git::gitlinks_into(&ix.index, ix.sha256, &mut links) {
+            // What cannot be read cannot be checked: git on the host may
+            // enter a submodule hidden in it.
+            let text = why.explain(&file);
+            warnings.push(format!(
+                "git guard: {text}; the gitlinks in it could not be checked for repositories the command made: run \
+                 host git only with --ignore-submodules=all until it is repaired"
+            ));
+            failures.push((Cleanup::GitGuard, "reading the git index after the run", file, io::Error::other(text)));
+        }
+        for rel in links {
+            // Git takes no submodule path spelled with `.`, `..` or `.git`.
+            if !rel.components().all(|c| matches!(c, Component::Normal(n) if !n.eq_ignore_ascii_case(".git"))) {
+                continue;
+            }
+            let tree = ix.worktree.join(&rel);
+            if known.contains(tree.as_path()) {
+                continue;
+            }
+            let dotgit = tree.join(".git");
+            match guard::quarantine(roots, &dotgit, fail_rename) {
+                Ok(None) => {}
+                Ok(Some(to)) => warnings.push(format!(
+                    "{} is a submodule the command added (a gitlink in {}), and git on the host would run the \
+                     config and hooks of its repository {}; that is renamed to {} (kept, unreachable for git). \
+                     Review its config and hooks, then restore it with: mv {} {}",
+                    tree.display(),
+                    ix.index.display(),
+                    dotgit.display(),
+                    to.display(),
+                    to.display(),
+                    dotgit.display()
+                )),
+                Err(guard::Failed { step, entry, source }) => {
+                    warnings.push(format!(
+                        "git guard: {} (of the submodule {} the command added) could not be made unreachable \
+                         ({step} {}: {source}); do not run git on the host before removing it",
+                        dotgit.display(),
+                        tree.display(),
+                        entry.display()
+                    ));
+                    failures.push((Cleanup::GitGuard, step, entry, source));
+                }
+            }
+        }
+    }
+}
