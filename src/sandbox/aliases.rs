@@ -84,8 +84,10 @@ pub fn check(writable: &[PathBuf], read_only: &[PathBuf]) -> Result<(), SandboxE
     if writable.is_empty() || read_only.is_empty() {
         return Ok(());
     }
-    let text = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|source| SandboxError::Io { stage: "reading /proc/self/mountinfo for mounts inside the grants", source })?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo").map_err(|source| SandboxError::Io {
+        stage: "reading /proc/self/mountinfo for mounts inside the grants",
+        source,
+    })?;
     check_with(&parse(&text), writable, read_only)
 }
 
@@ -97,10 +99,8 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
         let r = read_only.iter().filter(|a| p.starts_with(a)).map(|a| a.components().count()).max();
         matches!((w, r), (Some(w), r) if r.is_none_or(|r| w > r))
     };
-    let areas: Vec<(&Path, String, PathBuf)> = read_only
-        .iter()
-        .filter_map(|a| locate(mounts, a).map(|(m, fs)| (a.as_path(), m.dev.clone(), fs)))
-        .collect();
+    let areas: Vec<(&Path, String, PathBuf)> =
+        read_only.iter().filter_map(|a| locate(mounts, a).map(|(m, fs)| (a.as_path(), m.dev.clone(), fs))).collect();
     // What each writable area and each mount inside one shows, and where.
     let mut shown: Vec<(PathBuf, Option<&Mount>, &Path, String, PathBuf)> = Vec::new();
     for w in writable {
@@ -166,12 +166,19 @@ mod tests {
 
     #[test]
     fn aliases_of_read_only_areas_are_found_and_plain_nesting_is_not() {
-        let mounts = vec![m("8:1", "/", "/"), m("0:5", "/", "/srv/ws/target/tmp"), m("8:1", "/srv/ws/src", "/srv/ws/target/view")];
+        let mounts = vec![
+            m("8:1", "/", "/"),
+            m("0:5", "/", "/srv/ws/target/tmp"),
+            m("8:1", "/srv/ws/src", "/srv/ws/target/view"),
+        ];
         // Plain nesting and a tmpfs: fine.
         assert!(check_with(&mounts[..2], &p(&["/srv/ws/target"]), &p(&["/srv/ws", "/usr"])).is_ok());
         // A bind of src/ inside target/.
         let e = check_with(&mounts, &p(&["/srv/ws/target"]), &p(&["/srv/ws", "/usr"]));
-        assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("/srv/ws/target/view") && s.contains("lies inside /srv/ws")), "{e:?}");
+        assert!(
+            matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("/srv/ws/target/view") && s.contains("lies inside /srv/ws")),
+            "{e:?}"
+        );
         // A grant that is itself a bind of a read-only directory.
         let mounts = vec![m("8:1", "/", "/"), m("8:1", "/srv/ws/src", "/alias")];
         let e = check_with(&mounts, &p(&["/alias"]), &p(&["/srv/ws"]));

@@ -181,11 +181,7 @@ fn visit(dirs: &mut HashMap<(u64, u64), PathBuf>, st: &FileStat, p: &Path) -> Re
 }
 
 /// Count one name of a file with more than one link.
-fn count(
-    linked: &mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>,
-    st: &FileStat,
-    p: PathBuf,
-) {
+fn count(linked: &mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>, st: &FileStat, p: PathBuf) {
     let slot = linked.entry((st.st_dev, st.st_ino)).or_insert((0, Vec::new()));
     slot.0 = slot.0.max(st.st_nlink);
     slot.1.push(p);

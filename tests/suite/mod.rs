@@ -8,6 +8,7 @@ mod git_guard;
 mod git_protect;
 mod hardlinks;
 mod landlock_only;
+mod links_review;
 mod meta;
 mod policy;
 mod policy_corpus;
