@@ -97,7 +97,7 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
     let writes_at = |p: &Path| {
         let w = writable.iter().filter(|a| p.starts_with(a)).map(|a| a.components().count()).max();
         let r = read_only.iter().filter(|a| p.starts_with(a)).map(|a| a.components().count()).max();
-        matches!((w, r), (Some(w), r) if r.is_none_or(|r| w > r))
+        matches!((w, r), (Some(w), r) if r.map_or(true, |r| w > r))
     };
     let areas: Vec<(&Path, String, PathBuf)> =
         read_only.iter().filter_map(|a| locate(mounts, a).map(|(m, fs)| (a.as_path(), m.dev.clone(), fs))).collect();
