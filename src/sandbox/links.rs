@@ -321,9 +321,9 @@ impl Who {
     }
 
     /// Why the command could use the directory `st` at `path` (create or
-    /// open names in it), or `None` when it cannot: the class of its mode
-    /// that applies to the command (owner, group or other) grants neither
-    /// write nor search, the command does not own it (an owner could
+    /// open names in it), or `None` when it cannot make names there: the
+    /// class of its mode that applies to the command (owner, group or
+    /// other) does not grant both write and search, the command does not own it (an owner could
     /// `chmod` it), and it carries no ACL (which this does not judge).
     fn may_use(&self, st: &FileStat, path: &Path) -> Option<String> {
         if has_acl(path) {
@@ -337,11 +337,11 @@ impl Who {
             } else {
                 st.st_mode & 0o7
             };
-            if bits & 0o3 != 0 {
-                return Some(format!(
-                    "the command (uid {uid}) may {} it",
-                    if bits & 0o2 != 0 { "create names in" } else { "open names in" }
-                ));
+            // Names are made with write and search together. A directory
+            // the command may only search holds names made by others alone
+            // (no run of this caller could make one there): passed over.
+            if bits & 0o3 == 0o3 {
+                return Some(format!("the command (uid {uid}) may create names in it"));
             }
         }
         None

@@ -199,9 +199,9 @@ fn r0096_an_unlistable_directory_the_command_can_use_refuses_the_run() {
             "echo PWNED >> target/drop/libdep.rlib",
         ])
     };
-    // Someone else's drop box (1733, like /var/lib/php/sessions), and one
-    // the command may only enter (1711): refused, naming it.
-    for (mode, why) in [(0o1733, "may create names in"), (0o1711, "may open names in")] {
+    // Someone else's drop box (1733, like /var/lib/php/sessions), writable
+    // for the group or for others: refused, naming it.
+    for (mode, why) in [(0o1733, "may create names in"), (0o1773, "may create names in")] {
         fs::set_permissions(&drop_box, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("{e}"));
         let out = attempt();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -209,8 +209,8 @@ fn r0096_an_unlistable_directory_the_command_can_use_refuses_the_run() {
         assert!(err.contains("target/drop") && err.contains(why), "{mode:o}: {err}");
         assert_eq!(sha(&src), before);
     }
-    // Control: one the command can neither enter nor write (1700) is passed
-    // over, and the command gets EACCES there.
+    // Control: one the command cannot make names in (1700) is passed over,
+    // and the command gets EACCES there.
     fs::set_permissions(&drop_box, fs::Permissions::from_mode(0o1700)).unwrap_or_else(|e| panic!("{e}"));
     let out = attempt();
     let err = String::from_utf8_lossy(&out.stderr);
