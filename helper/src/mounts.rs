@@ -275,6 +275,23 @@ impl Root {
         Ok(cur)
     }
 
+    /// An `O_PATH` descriptor of the symbolic link `path` itself (its parent
+    /// reached without following any link); `ELOOP` when it is no link.
+    fn link_itself(&self, path: &[u8]) -> io::Result<OwnedFd> {
+        let parts = components(path)?;
+        let (name, parent) = parts.split_last().ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let dir = if parent.is_empty() {
+            open_path(self.fd.as_fd(), b".", OFlag::O_DIRECTORY)?
+        } else {
+            self.walk_slow(parent, None)?
+        };
+        let fd = open_path(dir.as_fd(), name, OFlag::empty())?;
+        if !is_symlink(fd.as_fd())? {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        }
+        Ok(fd)
+    }
+
     /// Clone the tree at `src` and attach it at `dst`, read-only unless
     /// `writable`.
     fn bind_fd(&self, src: BorrowedFd<'_>, dst: BorrowedFd<'_>, writable: bool) -> io::Result<()> {
@@ -412,7 +429,15 @@ impl Root {
                 nix::unistd::symlinkat(c_target.as_c_str(), dirfd.as_fd(), c_name.as_c_str()).map_err(errno)
             }
             MountOp::ReadOnly { dst } => {
-                let target = self.walk(dst, None)?;
+                let target = match self.walk(dst, None) {
+                    Ok(fd) => fd,
+                    // A hard-linked symbolic link (see the library's
+                    // `sandbox::links`): the read-only bind goes over the
+                    // link itself, never where it points. The walk to its
+                    // parent still refuses every link on the way.
+                    Err(e) if e.raw_os_error() == Some(libc::ELOOP) => self.link_itself(dst)?,
+                    Err(e) => return Err(e),
+                };
                 self.readonly_again(target.as_fd())
             }
             MountOp::Pin { dst } => {

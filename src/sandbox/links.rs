@@ -49,14 +49,18 @@ struct Pending {
     depth: usize,
 }
 
-/// Every name, in `areas`, of a file (anything but a directory or a symbolic
-/// link) with more links than the names of it found there: another name of
+/// Every name, in `areas`, of a file (anything but a directory: a symbolic
+/// link's own inode counts too, and is bound read-only as itself) with more
+/// links than the names of it found there: another name of
 /// it lies in a read-only area, a protected or masked path, or outside the
 /// plan. `skip` lists the paths inside `areas` whose names are not writable
 /// (protected carve-outs, masks, read-only roots): the walk neither counts
 /// nor enters them. Links are never followed. Refuses (naming the files and
 /// what to do) when there are more than [`HARD_LINK_LIMIT`] such names, or
-/// any at all when `no_mounts` (the landlock-only mode cannot bind them).
+/// any at all when `no_mounts` (the landlock-only mode cannot bind them);
+/// when an area is a file with such a name (it cannot be both the grant and
+/// read-only); when one directory is reached twice (a bind-mount alias);
+/// and when a directory it cannot list is one the command could use.
 pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> Result<Vec<PathBuf>, SandboxError> {
     // An area beneath another is walked with it, unless a skipped path lies
     // between them (a grant inside a read-only workspace that lies inside a
@@ -75,8 +79,19 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
     let skip: HashSet<&Path> = skip.iter().map(PathBuf::as_path).collect();
     let mut linked: HashMap<(u64, u64), (u64, Vec<PathBuf>)> = HashMap::new();
     let mut seen = 0usize;
-    let mut seen_roots: HashSet<(u64, u64)> = HashSet::new();
+    let mut dirs: HashMap<(u64, u64), PathBuf> = HashMap::new();
+    let who = Who::current()?;
+    let mut file_roots: Vec<&Path> = Vec::new();
     for root in roots {
+        let st = nix::sys::stat::lstat(root.as_path()).map_err(|e| walk_error(root, e))?;
+        if type_of(&st) != Type::Directory {
+            // A file grant: its own name counts like any other.
+            file_roots.push(root);
+            if st.st_nlink > 1 {
+                count(&mut linked, &st, root.clone());
+            }
+            continue;
+        }
         let fd = nix::fcntl::open(
             root.as_path(),
             OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
@@ -84,18 +99,26 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
         )
         .map_err(|e| walk_error(root, e))?;
         let st = nix::sys::stat::fstat(&fd).map_err(|e| walk_error(root, e))?;
-        // Two grants naming one directory (a bind mount on the host) are
-        // one area: its names would be counted twice.
-        if !seen_roots.insert((st.st_dev, st.st_ino)) {
+        visit(&mut dirs, &st, root)?;
+        let mut w = Walk { skip: &skip, linked: &mut linked, seen: &mut seen, dirs: &mut dirs, who: &who };
+        w.walk(root, fd)?;
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for (nlink, names) in linked.into_values() {
+        if u64::try_from(names.len()).is_ok_and(|n| n >= nlink) {
             continue;
         }
-        walk(root, fd, &skip, &mut linked, &mut seen)?;
+        if let Some(f) = names.iter().find(|n| file_roots.contains(&n.as_path())) {
+            return Err(SandboxError::BadRequest(format!(
+                "the write grant {} has {nlink} hard links, and a name of it lies outside the writable areas \
+                 (read-only or outside the plan): a write through the grant would change that name too, and the \
+                 grant cannot also be kept read-only; break the link (cp -p F F.new && mv F.new F) or grant \
+                 the other names too",
+                f.display()
+            )));
+        }
+        out.extend(names);
     }
-    let mut out: Vec<PathBuf> = linked
-        .into_values()
-        .filter(|(nlink, names)| u64::try_from(names.len()).is_ok_and(|n| n < *nlink))
-        .flat_map(|(_, names)| names)
-        .collect();
     out.sort();
     if out.is_empty() {
         return Ok(out);
@@ -137,78 +160,204 @@ fn walk_error(path: &Path, e: Errno) -> SandboxError {
     ))
 }
 
-fn walk(
-    root: &Path,
-    fd: OwnedFd,
-    skip: &HashSet<&Path>,
-    linked: &mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>,
-    seen: &mut usize,
-) -> Result<(), SandboxError> {
-    let mut current = Some((Dir::from_fd(fd).map_err(|e| walk_error(root, e))?, root.to_path_buf(), 0usize));
-    let mut pending: Vec<Pending> = Vec::new();
-    loop {
-        let Some((mut dir, path, depth)) = current.take() else {
-            let Some(next) = pending.pop() else { break };
-            current = open_dir(&next)?.map(|d| (d, next.path, next.depth));
-            continue;
-        };
-        let mut entries: Vec<(CString, Option<Type>)> = Vec::new();
-        for e in dir.iter() {
-            let e = e.map_err(|e| walk_error(&path, e))?;
-            let name = e.file_name();
-            if name == c"." || name == c".." {
-                continue;
-            }
-            entries.push((name.to_owned(), e.file_type()));
+/// Where a directory was first reached; a second way to it (a bind mount
+/// on the host, two grants naming one directory) refuses the run: the
+/// names below it would be counted twice, and one of the ways may lie in
+/// an area this plan keeps read-only.
+fn visit(dirs: &mut HashMap<(u64, u64), PathBuf>, st: &FileStat, p: &Path) -> Result<(), SandboxError> {
+    match dirs.entry((st.st_dev, st.st_ino)) {
+        std::collections::hash_map::Entry::Vacant(v) => {
+            v.insert(p.to_path_buf());
+            Ok(())
         }
-        let dir = Rc::new(dir);
-        for (name, kind) in entries {
-            *seen += 1;
-            if *seen > LINK_WALK_LIMIT {
-                return Err(SandboxError::BadRequest(format!(
-                    "the writable areas hold more than {LINK_WALK_LIMIT} entries (under {}); the hard-link check \
-                     stops there and fails closed: grant narrower paths with --write",
-                    root.display()
-                )));
-            }
-            let p = path.join(OsStr::from_bytes(name.as_bytes()));
-            if skip.contains(p.as_path()) {
+        std::collections::hash_map::Entry::Occupied(o) => Err(SandboxError::BadRequest(format!(
+            "{} and {} in the writable areas are one directory (a bind mount or another alias on the host): \
+             the hard-link check would count the names below it twice, and a write through one would land in \
+             the other; unmount the alias (umount PATH) or grant one of the two paths only",
+            o.get().display(),
+            p.display()
+        ))),
+    }
+}
+
+/// Count one name of a file with more than one link.
+fn count(linked: &mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>, st: &FileStat, p: PathBuf) {
+    let slot = linked.entry((st.st_dev, st.st_ino)).or_insert((0, Vec::new()));
+    slot.0 = slot.0.max(st.st_nlink);
+    slot.1.push(p);
+}
+
+/// The state of one walk of the writable areas.
+struct Walk<'a> {
+    skip: &'a HashSet<&'a Path>,
+    linked: &'a mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>,
+    seen: &'a mut usize,
+    dirs: &'a mut HashMap<(u64, u64), PathBuf>,
+    who: &'a Who,
+}
+
+impl Walk<'_> {
+    fn walk(&mut self, root: &Path, fd: OwnedFd) -> Result<(), SandboxError> {
+        let mut current = Some((Dir::from_fd(fd).map_err(|e| walk_error(root, e))?, root.to_path_buf(), 0usize));
+        let mut pending: Vec<Pending> = Vec::new();
+        loop {
+            let Some((mut dir, path, depth)) = current.take() else {
+                let Some(next) = pending.pop() else { break };
+                current = self.open_dir(&next)?.map(|d| (d, next.path, next.depth));
                 continue;
-            }
-            let kind = match kind {
-                Some(k) => k,
-                None => match stat_at(&dir, &name, &p)? {
-                    Some(st) => type_of(&st),
-                    None => continue,
-                },
             };
-            match kind {
-                Type::Symlink => {}
-                Type::Directory => {
+            let mut entries: Vec<(CString, Option<Type>)> = Vec::new();
+            for e in dir.iter() {
+                let e = e.map_err(|e| walk_error(&path, e))?;
+                let name = e.file_name();
+                if name == c"." || name == c".." {
+                    continue;
+                }
+                entries.push((name.to_owned(), e.file_type()));
+            }
+            let dir = Rc::new(dir);
+            for (name, kind) in entries {
+                *self.seen += 1;
+                if *self.seen > LINK_WALK_LIMIT {
+                    return Err(SandboxError::BadRequest(format!(
+                        "the writable areas hold more than {LINK_WALK_LIMIT} entries (under {}); the hard-link \
+                         check stops there and fails closed: grant narrower paths with --write",
+                        root.display()
+                    )));
+                }
+                let p = path.join(OsStr::from_bytes(name.as_bytes()));
+                if self.skip.contains(p.as_path()) {
+                    continue;
+                }
+                if kind == Some(Type::Directory) {
                     if depth + 1 > LINK_WALK_DEPTH {
-                        return Err(SandboxError::BadRequest(format!(
-                            "{} is more than {LINK_WALK_DEPTH} directories deep; the hard-link check stops there \
-                             and fails closed: flatten it or grant narrower paths with --write",
-                            p.display()
-                        )));
+                        return Err(too_deep(&p));
                     }
                     pending.push(Pending { parent: Rc::clone(&dir), name, path: p, depth: depth + 1 });
+                    continue;
                 }
-                _ => {
-                    let Some(st) = stat_at(&dir, &name, &p)? else { continue };
-                    if type_of(&st) == Type::Directory {
-                        // Replaced since it was listed: take it as what it is.
-                        pending.push(Pending { parent: Rc::clone(&dir), name, path: p, depth: depth + 1 });
-                    } else if type_of(&st) != Type::Symlink && st.st_nlink > 1 {
-                        let slot = linked.entry((st.st_dev, st.st_ino)).or_insert((0, Vec::new()));
-                        slot.0 = slot.0.max(st.st_nlink);
-                        slot.1.push(p);
+                // Everything else is looked at (a symbolic link's own inode
+                // can have several names too); so is an entry of unknown type.
+                let Some(st) = stat_at(&dir, &name, &p)? else { continue };
+                if type_of(&st) == Type::Directory {
+                    if depth + 1 > LINK_WALK_DEPTH {
+                        return Err(too_deep(&p));
                     }
+                    pending.push(Pending { parent: Rc::clone(&dir), name, path: p, depth: depth + 1 });
+                } else if st.st_nlink > 1 {
+                    count(self.linked, &st, p);
                 }
             }
         }
+        Ok(())
     }
-    Ok(())
+
+    /// Open a pending directory without following a link; `None` when it is
+    /// gone, or cannot be listed and the command can neither enter nor
+    /// write it (see [`Who::may_use`]).
+    fn open_dir(&mut self, p: &Pending) -> Result<Option<Dir>, SandboxError> {
+        match Dir::openat(
+            p.parent.as_fd(),
+            p.name.as_c_str(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(d) => {
+                let st = nix::sys::stat::fstat(d.as_fd()).map_err(|e| walk_error(&p.path, e))?;
+                visit(self.dirs, &st, &p.path)?;
+                Ok(Some(d))
+            }
+            Err(Errno::ENOENT) => Ok(None),
+            Err(Errno::EACCES) => {
+                let Some(st) = stat_at(&p.parent, &p.name, &p.path)? else { return Ok(None) };
+                match self.who.may_use(&st, &p.path) {
+                    None => Ok(None),
+                    Some(why) => Err(SandboxError::BadRequest(format!(
+                        "{} cannot be listed by portcullis (owner uid {}, group {}, mode {:04o}), yet {why}: the \
+                         hard-link check cannot see what it holds, and fails closed; make it listable for the \
+                         caller, remove it, or grant narrower paths with --write",
+                        p.path.display(),
+                        st.st_uid,
+                        st.st_gid,
+                        st.st_mode & 0o7777
+                    ))),
+                }
+            }
+            Err(e) => Err(walk_error(&p.path, e)),
+        }
+    }
+}
+
+fn too_deep(p: &Path) -> SandboxError {
+    SandboxError::BadRequest(format!(
+        "{} is more than {LINK_WALK_DEPTH} directories deep; the hard-link check stops there and fails closed: \
+         flatten it or grant narrower paths with --write",
+        p.display()
+    ))
+}
+
+/// Who the command is, as far as a directory's mode is concerned.
+struct Who {
+    /// (uid, gids) pairs the command may act as on host files: an
+    /// unprivileged caller's command runs as the caller with its groups; a
+    /// root caller's runs as host `nobody`, on areas idmapped so that files
+    /// owned by root are its own (and the host's `/tmp`, when granted, is
+    /// not idmapped): both are judged.
+    ids: Vec<(u32, Vec<u32>)>,
+}
+
+impl Who {
+    fn current() -> Result<Who, SandboxError> {
+        let uid = nix::unistd::geteuid().as_raw();
+        if uid == 0 {
+            let n = super::plan::ROOT_RUNS_AS;
+            return Ok(Who { ids: vec![(0, vec![0]), (n, vec![n])] });
+        }
+        let mut gids = vec![nix::unistd::getegid().as_raw()];
+        let groups = nix::unistd::getgroups()
+            .map_err(|e| SandboxError::Io { stage: "reading the caller's groups", source: e.into() })?;
+        gids.extend(groups.into_iter().map(|g| g.as_raw()));
+        Ok(Who { ids: vec![(uid, gids)] })
+    }
+
+    /// Why the command could use the directory `st` at `path` (create or
+    /// open names in it), or `None` when it cannot make names there: the
+    /// class of its mode that applies to the command (owner, group or
+    /// other) does not grant both write and search, the command does not own it (an owner could
+    /// `chmod` it), and it carries no ACL (which this does not judge).
+    fn may_use(&self, st: &FileStat, path: &Path) -> Option<String> {
+        if has_acl(path) {
+            return Some("it carries an access ACL, which portcullis does not judge".into());
+        }
+        for (uid, gids) in &self.ids {
+            let bits = if st.st_uid == *uid {
+                return Some(format!("the command (uid {uid}) owns it and could change its mode"));
+            } else if gids.contains(&st.st_gid) {
+                (st.st_mode >> 3) & 0o7
+            } else {
+                st.st_mode & 0o7
+            };
+            // Names are made with write and search together. A directory
+            // the command may only search holds names made by others alone
+            // (no run of this caller could make one there): passed over.
+            if bits & 0o3 == 0o3 {
+                return Some(format!("the command (uid {uid}) may create names in it"));
+            }
+        }
+        None
+    }
+}
+
+/// Whether `path` carries a POSIX access ACL (any answer but "none" counts).
+fn has_acl(path: &Path) -> bool {
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return true };
+    // SAFETY: both strings are NUL-terminated and live across the call; a
+    // null buffer of size 0 only asks for the value's size.
+    let r = unsafe { libc::lgetxattr(c.as_ptr(), c"system.posix_acl_access".as_ptr(), std::ptr::null_mut(), 0) };
+    if r >= 0 {
+        return true;
+    }
+    !matches!(Errno::last(), Errno::ENODATA | Errno::EOPNOTSUPP)
 }
 
 /// `lstat` of `name` in `dir`; `None` when it is gone.
@@ -229,35 +378,6 @@ fn type_of(st: &FileStat) -> Type {
         libc::S_IFSOCK => Type::Socket,
         libc::S_IFCHR => Type::CharacterDevice,
         _ => Type::BlockDevice,
-    }
-}
-
-/// Whether a directory that cannot be listed may be passed over: one that
-/// is not the planner's own. A sandboxed command creates directories as the
-/// planner's uid (an unprivileged caller's command runs as the caller; a
-/// root caller's as `nobody`, and root lists everything), so every
-/// directory a command made can be listed or is the planner's and can be
-/// made listable: such a one refuses the run. What another user keeps
-/// unlistable (a `711` directory in a granted host `/tmp`) the command cannot
-/// list or `chmod` either.
-fn unreachable(p: &Pending) -> Result<bool, SandboxError> {
-    let Some(st) = stat_at(&p.parent, &p.name, &p.path)? else { return Ok(true) };
-    Ok(st.st_uid != nix::unistd::geteuid().as_raw())
-}
-
-/// Open a pending directory without following a link; `None` when it is
-/// gone, or cannot be listed and is [`unreachable`].
-fn open_dir(p: &Pending) -> Result<Option<Dir>, SandboxError> {
-    match Dir::openat(
-        p.parent.as_fd(),
-        p.name.as_c_str(),
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(d) => Ok(Some(d)),
-        Err(Errno::ENOENT) => Ok(None),
-        Err(Errno::EACCES) if unreachable(p)? => Ok(None),
-        Err(e) => Err(walk_error(&p.path, e)),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The sandbox: plan a command, spawn the helper, supervise the run.
 
+mod aliases;
 mod blocked;
 mod cgroup;
 mod git;
@@ -230,6 +231,18 @@ pub enum SandboxError {
         /// How long it waited.
         waited: Duration,
     },
+    /// The timeout passed before the command started: while the run was
+    /// planned (the deny globs, the hard-link check) or the sandbox set up;
+    /// nothing was started.
+    #[error("timed out after {:.1} s {stage} (workspace {}), before the command started; nothing was started: raise --timeout", .waited.as_secs_f64(), .workspace.display())]
+    TimedOutBeforeStart {
+        /// The workspace.
+        workspace: PathBuf,
+        /// What the run was doing when the timeout passed.
+        stage: &'static str,
+        /// How long the run had taken.
+        waited: Duration,
+    },
     /// The run was cancelled while it waited for another run of the same
     /// workspace to end; nothing was started.
     #[error("cancelled while waiting for another run of the workspace {} to end; nothing was started", .workspace.display())]
@@ -297,7 +310,7 @@ impl SandboxError {
         match self {
             SandboxError::Exec { source, .. } if source.raw_os_error() == Some(libc::ENOENT) => 127,
             SandboxError::Exec { .. } => 126,
-            SandboxError::TimedOutWaiting { .. } => 124,
+            SandboxError::TimedOutWaiting { .. } | SandboxError::TimedOutBeforeStart { .. } => 124,
             SandboxError::CancelledWaiting { .. } => 130,
             _ => 125,
         }
@@ -620,7 +633,7 @@ impl Sandbox {
         }
         let ws = canonical_workspace(req)?;
         let held = self.take_locks(&ws, true, req, deadline, &opts).await?;
-        let plan = self.plan_locked(req, start, deadline)?;
+        let plan = self.plan_locked(req)?;
         if plan.workspace != ws {
             return Err(SandboxError::BadRequest(format!(
                 "the workspace {} resolved to {} when it was locked and to {} when it was planned; name its real path",
@@ -644,7 +657,7 @@ impl Sandbox {
         let writes = plan.writable || !plan.write_grants.is_empty() || !plan.create_grants.is_empty();
         let held = self.take_locks(&plan.workspace, writes, req, deadline, &opts).await?;
         if writes {
-            let fresh = self.plan_locked(req, start, deadline)?;
+            let fresh = self.plan_locked(req)?;
             return self.run_locked(&fresh, req, opts, start, deadline, held).await;
         }
         self.run_locked(plan, req, opts, start, deadline, held).await
@@ -677,12 +690,7 @@ impl Sandbox {
 
     /// Plan a run that writes, under the workspace's lock: missing grants
     /// inside the workspace are created first (then planned on for real).
-    fn plan_locked(
-        &self,
-        req: &ExecRequest,
-        start: Instant,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<Plan, SandboxError> {
+    fn plan_locked(&self, req: &ExecRequest) -> Result<Plan, SandboxError> {
         let mut plan = self.plan(req)?;
         if !plan.create_grants.is_empty() {
             for g in &plan.create_grants {
@@ -696,9 +704,6 @@ impl Sandbox {
                     source: io::Error::other("it is still missing after it was created"),
                 });
             }
-        }
-        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-            return Err(SandboxError::TimedOutWaiting { workspace: plan.workspace.clone(), waited: start.elapsed() });
         }
         Ok(plan)
     }
@@ -714,6 +719,15 @@ impl Sandbox {
         deadline: Option<tokio::time::Instant>,
         _held: Vec<nix::fcntl::Flock<std::fs::File>>,
     ) -> Result<ExecResult, SandboxError> {
+        // A deadline that passed while the run was planned (or waited):
+        // nothing is started.
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            return Err(SandboxError::TimedOutBeforeStart {
+                workspace: plan.workspace.clone(),
+                stage: "while the run was planned (paths, deny globs, the hard-link and mount checks)",
+                waited: start.elapsed(),
+            });
+        }
         let mut spec = plan.spec.clone();
         let mut warnings = Vec::new();
         let (mut cg, cgroup_fallback) = match &self.cgroup {
@@ -982,6 +996,18 @@ impl Sandbox {
         };
         let mut applied: Option<Applied> = None;
         let mut outcome: Option<(Option<i32>, Option<i32>)> = None;
+        // Killed by the timeout before the command started (the helper was
+        // still setting the sandbox up): a timeout, not a setup failure.
+        if timed_out && !records.iter().any(|r| matches!(r, Record::Applied(_))) {
+            return after_run(
+                failures,
+                Err(SandboxError::TimedOutBeforeStart {
+                    workspace: plan.workspace.clone(),
+                    stage: "while the sandbox was set up (namespaces, mounts)",
+                    waited: start.elapsed(),
+                }),
+            );
+        }
         for r in &records {
             match *r {
                 Record::Error { step, errno, detail } => {

@@ -466,6 +466,12 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     let ro_ws = (!writable).then(|| ws.clone());
     let not_writable: Vec<PathBuf> =
         protected.iter().chain(&masked).chain(&read_roots).chain(ro_ws.iter()).cloned().collect();
+    // A host mount inside a writable area (or a grant that is one) must not
+    // show a read-only area at another path: it would be writable there.
+    let system: Vec<PathBuf> =
+        SYSTEM_ROOTS.iter().map(PathBuf::from).filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())).collect();
+    let kept: Vec<PathBuf> = not_writable.iter().chain(&system).cloned().collect();
+    super::aliases::check(&protect_areas, &kept)?;
     // A grant still to be created (only `--explain` plans one) holds nothing.
     let walked: Vec<PathBuf> = protect_areas.iter().filter(|a| !create_grants.contains(a)).cloned().collect();
     let hard_linked = super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))?;
@@ -764,6 +770,24 @@ fn protected_paths(
                 p.display(),
                 real.display()
             )));
+        }
+        // Never dropped in silence: a protected path that is (or holds) a
+        // writable root would make the grant read-only.
+        if let Some(root) = writable_areas.iter().find(|a| a.starts_with(&real)) {
+            let fix = if root.as_path() == ws { "drop --writable instead" } else { "drop the grant instead" };
+            return Err(SandboxError::BadRequest(if *root == real {
+                format!(
+                    "protecting the writable root {} would make it read-only: {fix} (or protect paths inside it)",
+                    root.display()
+                )
+            } else {
+                format!(
+                    "protecting {} would make the writable root {} inside it read-only: {fix} (or protect paths \
+                     inside it)",
+                    real.display(),
+                    root.display()
+                )
+            }));
         }
         own.push(real);
     }

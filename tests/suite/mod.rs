@@ -9,6 +9,7 @@ mod git_protect;
 mod git_review;
 mod hardlinks;
 mod landlock_only;
+mod links_review;
 mod meta;
 mod policy;
 mod policy_corpus;

@@ -1,0 +1,351 @@
+//! The write boundaries after issue 7's fresh review: host mounts aliasing a
+//! read-only area into a grant, another user's write-and-enter-only
+//! directory, `--protect` of a writable root, hard links to symbolic links,
+//! file grants and a timeout that passes before the command starts.
+//!
+//! Each test attempts the write in a real sandbox and checks the read-only
+//! file from outside (hash, times), with a control where the same write
+//! lands. What needs a host mount or another user's directory is made by the
+//! root pass, which then runs the CLI as uid 65534 too (`setpriv`); the
+//! unprivileged pass says visibly what it skips.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use portcullis::SandboxError;
+use sha2::{Digest, Sha256};
+
+use super::util::{bin_dir, is_root, run, run_ok, sandbox, skipped, stderr, test_root, Ws};
+
+fn sha(p: &Path) -> String {
+    let data = fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    Sha256::digest(&data).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn real(p: &Path) -> PathBuf {
+    fs::canonicalize(p).unwrap_or_else(|e| panic!("canonicalize {}: {e}", p.display()))
+}
+
+fn sh(cmd: &str, args: &[&str]) {
+    let st = Command::new(cmd).args(args).status().unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(st.success(), "{cmd} {args:?}: {st}");
+}
+
+/// A host mount, lazily unmounted when dropped.
+struct HostMount(PathBuf);
+
+impl HostMount {
+    fn bind(src: &Path, dst: &Path) -> HostMount {
+        sh("mount", &["--bind", &src.display().to_string(), &dst.display().to_string()]);
+        HostMount(dst.to_path_buf())
+    }
+
+    fn tmpfs(dst: &Path) -> HostMount {
+        sh("mount", &["-t", "tmpfs", "-o", "size=1m,mode=1777", "none", &dst.display().to_string()]);
+        HostMount(dst.to_path_buf())
+    }
+}
+
+impl Drop for HostMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// The CLI as uid 65534 (from the root pass).
+fn cli_as_nobody(args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env", "-i", "PATH=/usr/bin:/bin"])
+        .arg("HOME=/nonexistent")
+        .arg(bin_dir().join("portcullis"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("setpriv: {e}"))
+}
+
+fn chown_tree(p: &Path, uid: u32) {
+    sh("chown", &["-R", &format!("{uid}:{uid}"), &p.display().to_string()]);
+}
+
+fn refused(e: &Result<portcullis::ExecResult, SandboxError>, needles: &[&str]) {
+    match e {
+        Err(SandboxError::BadRequest(m)) => {
+            for n in needles {
+                assert!(m.contains(n), "refusal should name {n:?}: {m}");
+            }
+        }
+        other => panic!("expected a refusal naming {needles:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn r0095_a_host_mount_aliasing_a_read_only_area_into_a_grant_is_refused() {
+    if !is_root() {
+        skipped(
+            "r0095",
+            "a host bind mount needs root: the root pass makes it and runs the uid 65534 case through setpriv",
+        );
+        return;
+    }
+    let ws = Ws::new();
+    let src = ws.join("src/main.rs");
+    let before = sha(&src);
+    for d in ["target/a", "target/b", "target/srcview", "target/vol"] {
+        fs::create_dir_all(ws.join(d)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    // A link an earlier writable run left behind.
+    fs::hard_link(&src, ws.join("target/a/libdep.rlib")).unwrap_or_else(|e| panic!("{e}"));
+    let append = |f: &str| {
+        let mut req = ws.req(&["sh", "-c", &format!("echo PWNED >> {f}")]);
+        req.write.push("target".into());
+        req
+    };
+
+    // Control without an alias: the link is kept read-only (EROFS), the run
+    // itself works.
+    let r = run_ok(&append("target/a/libdep.rlib"));
+    assert_ne!(r.exit_code, Some(0));
+    assert!(stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    assert_eq!(sha(&src), before);
+
+    // (a) target/b is a host bind of target/a: refused, naming the mount.
+    {
+        let _m = HostMount::bind(&ws.join("target/a"), &ws.join("target/b"));
+        let b = real(&ws.join("target/b")).display().to_string();
+        refused(&run(&append("target/b/libdep.rlib")), &["mount at", &b, "umount"]);
+    }
+    {
+        // Two grants, one a bind alias of a directory inside the other.
+        let alias =
+            tempfile::Builder::new().prefix("pc-alias-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+        let _m2 = HostMount::bind(&ws.join("target/a"), alias.path());
+        let mut req = append("target/a/libdep.rlib");
+        req.write.push(alias.path().to_path_buf());
+        refused(&run(&req), &["mount at", &real(alias.path()).display().to_string()]);
+        assert_eq!(sha(&src), before, "no write reached src/main.rs");
+    }
+
+    // (b) No hard link at all: src/ bound inside the grant, run as uid 65534.
+    fs::remove_file(ws.join("target/a/libdep.rlib")).unwrap_or_else(|e| panic!("{e}"));
+    chown_tree(ws.path(), 65534);
+    let _m = HostMount::bind(&ws.join("src"), &ws.join("target/srcview"));
+    let wsp = ws.path().display().to_string();
+    let out = cli_as_nobody(&[
+        "exec",
+        "--workspace",
+        &wsp,
+        "--write",
+        "target",
+        "--",
+        "sh",
+        "-c",
+        "echo PWNED >> target/srcview/main.rs",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("target/srcview") && err.contains("keeps read-only"), "{err}");
+    assert_eq!(sha(&src), before, "src/main.rs unchanged");
+
+    // Control: a mount inside the grant that aliases nothing read-only (a
+    // tmpfs) keeps working, as uid 65534 and as root.
+    drop(_m);
+    let _t = HostMount::tmpfs(&ws.join("target/vol"));
+    let out =
+        cli_as_nobody(&["exec", "--workspace", &wsp, "--write", "target", "--", "sh", "-c", "echo ok > target/vol/f"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fs::read_to_string(ws.join("target/vol/f")).unwrap_or_default(), "ok\n");
+    let r = run_ok(&append("target/vol/f"));
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+}
+
+#[test]
+fn r0096_an_unlistable_directory_the_command_can_use_refuses_the_run() {
+    let ws = Ws::new();
+    let src = ws.join("src/main.rs");
+    let drop_box = ws.join("target/drop");
+    fs::create_dir_all(&drop_box).unwrap_or_else(|e| panic!("{e}"));
+    fs::hard_link(&src, drop_box.join("libdep.rlib")).unwrap_or_else(|e| panic!("{e}"));
+    let before = sha(&src);
+    if !is_root() {
+        skipped("r0096", "another user's directory needs root to make: the root pass runs this part as uid 65534");
+        // The caller's own unlistable directory (-wx): refused, as it could
+        // chmod it; control: listable, the link is kept read-only.
+        fs::set_permissions(&drop_box, fs::Permissions::from_mode(0o300)).unwrap_or_else(|e| panic!("{e}"));
+        let mut req = ws.req(&["sh", "-c", "echo PWNED >> target/drop/libdep.rlib"]);
+        req.write.push("target".into());
+        refused(&run(&req), &["target/drop", "owns it"]);
+        fs::set_permissions(&drop_box, fs::Permissions::from_mode(0o700)).unwrap_or_else(|e| panic!("{e}"));
+        let r = run_ok(&req);
+        assert!(stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+        assert_eq!(sha(&src), before);
+        return;
+    }
+    chown_tree(ws.path(), 65534);
+    sh("chown", &["1234:1234", &drop_box.display().to_string()]);
+    let wsp = ws.path().display().to_string();
+    let attempt = || {
+        cli_as_nobody(&[
+            "exec",
+            "--workspace",
+            &wsp,
+            "--write",
+            "target",
+            "--",
+            "sh",
+            "-c",
+            "echo PWNED >> target/drop/libdep.rlib",
+        ])
+    };
+    // Someone else's drop box (1733, like /var/lib/php/sessions), writable
+    // for the group or for others: refused, naming it.
+    for (mode, why) in [(0o1733, "may create names in"), (0o1773, "may create names in")] {
+        fs::set_permissions(&drop_box, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("{e}"));
+        let out = attempt();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert!(err.contains("target/drop") && err.contains(why), "{mode:o}: {err}");
+        assert_eq!(sha(&src), before);
+    }
+    // Control: one the command cannot make names in (1700) is passed over,
+    // and the command gets EACCES there.
+    fs::set_permissions(&drop_box, fs::Permissions::from_mode(0o1700)).unwrap_or_else(|e| panic!("{e}"));
+    let out = attempt();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Permission denied"), "{err}");
+    // Control: the caller's own drop box is listed and the link kept
+    // read-only (EROFS).
+    sh("chown", &["65534:65534", &drop_box.display().to_string()]);
+    let out = attempt();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Read-only file system"), "{err}");
+    assert_eq!(sha(&src), before, "src/main.rs unchanged");
+}
+
+#[test]
+fn r0097_protecting_a_writable_root_is_refused_not_dropped() {
+    let ws = Ws::new();
+    ws.write("target/keep/f", "keep\n");
+    ws.write("target/f", "f\n");
+    let ext = tempfile::Builder::new().prefix("pc-ext-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(ext.path().join("g"), "g\n").unwrap_or_else(|e| panic!("{e}"));
+    let before = ws.snapshot();
+    let cases: [(&[&str], bool, &[&str], &str); 4] = [
+        (&["target"], false, &["target"], "protecting the writable root"),
+        (&[], true, &["."], "drop --writable"),
+        (&["EXT"], false, &["EXT"], "drop the grant"),
+        (&["target/keep"], false, &["target"], "inside it read-only"),
+    ];
+    for (write, writable, protect, says) in cases {
+        let fix = |p: &&str| if *p == "EXT" { ext.path().to_path_buf() } else { PathBuf::from(p) };
+        let mut req = ws.req(&["sh", "-c", "echo X >> target/f; echo X >> target/keep/f; echo X >> top"]);
+        req.writable = writable;
+        req.write = write.iter().map(fix).collect();
+        req.protect = protect.iter().map(fix).collect();
+        refused(&run(&req), &[says]);
+        assert!(sandbox().plan(&req).is_err(), "--explain refuses too");
+    }
+    assert_eq!(ws.snapshot(), before, "nothing ran");
+    assert_eq!(fs::read_to_string(ext.path().join("g")).unwrap_or_default(), "g\n");
+    // Control: a protected path inside the grant is honoured (EROFS), the
+    // rest of the grant is written.
+    let mut req = ws.req(&["sh", "-c", "echo X >> target/f; echo X >> target/keep/f"]);
+    req.write.push("target".into());
+    req.protect.push("target/keep".into());
+    let r = run_ok(&req);
+    assert!(stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    assert_eq!(ws.read("target/f"), "f\nX\n");
+    assert_eq!(ws.read("target/keep/f"), "keep\n");
+}
+
+#[test]
+fn r0098_a_hard_linked_symbolic_link_stays_read_only() {
+    let ws = Ws::new();
+    let link = ws.join("src/link");
+    std::os::unix::fs::symlink("main.rs", &link).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink("x", ws.join("target/own")).unwrap_or_else(|e| panic!("{e}"));
+    sh("touch", &["-h", "-d", "2001-01-01", &link.display().to_string()]);
+    // The plant, as a writable run would make it (`ln -P`).
+    let mut req = ws.req(&["ln", "-P", "src/link", "target/link"]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    let mtime = || fs::symlink_metadata(&link).map(|m| m.mtime()).unwrap_or_else(|e| panic!("{e}"));
+    let before = mtime();
+    assert_eq!(fs::symlink_metadata(&link).map(|m| m.nlink()).unwrap_or(0), 2);
+
+    let mut req = ws.req(&["sh", "-c", "touch -h target/own && echo own-ok; touch -h target/link"]);
+    req.write.push("target".into());
+    let plan = sandbox().plan(&req).unwrap_or_else(|e| panic!("plan: {e}"));
+    assert_eq!(plan.hard_linked, vec![real(ws.path()).join("target/link")]);
+    let r = run_ok(&req);
+    // Control: the command's own symlink's times change.
+    assert!(String::from_utf8_lossy(&r.stdout).contains("own-ok"), "{}", stderr(&r));
+    assert!(stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    assert_eq!(mtime(), before, "src/link's times are unchanged");
+}
+
+#[test]
+fn r0099_file_grants_work_and_a_timeout_before_the_start_is_a_timeout() {
+    let ws = Ws::new();
+    let ext = tempfile::Builder::new().prefix("pc-ext-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+    let f = ext.path().join("f");
+    fs::write(&f, "f\n").unwrap_or_else(|e| panic!("{e}"));
+    ws.write("g", "g\n");
+    // A file grant with one link, absolute and relative: written.
+    let mut req = ws.req(&["sh", "-c", &format!("echo X >> {} && echo X >> g && echo X >> README.md", f.display())]);
+    req.write = vec![f.clone(), "g".into()];
+    let r = run_ok(&req);
+    assert!(stderr(&r).contains("Read-only file system"), "the rest stays read-only: {}", stderr(&r));
+    assert_eq!(fs::read_to_string(&f).unwrap_or_default(), "f\nX\n");
+    assert_eq!(ws.read("g"), "g\nX\n");
+    assert_eq!(ws.read("README.md"), "readme\n");
+    // A file grant with another name in the read-only workspace: refused.
+    let src = ws.join("src/main.rs");
+    let before = sha(&src);
+    fs::hard_link(&src, ext.path().join("copy")).unwrap_or_else(|e| panic!("{e}"));
+    let mut req = ws.req(&["sh", "-c", &format!("echo X >> {}/copy", ext.path().display())]);
+    req.write = vec![ext.path().join("copy")];
+    refused(&run(&req), &["the write grant", "2 hard links"]);
+    // ... unless that other name is granted too.
+    req.write.push("src".into());
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_ne!(sha(&src), before);
+
+    // A timeout that passes while the run is planned: 124, nothing started,
+    // and the message says where (no other run existed).
+    for i in 0..2000 {
+        ws.write(&format!("target/t/{}/{i}", i % 20), "");
+    }
+    let mut req = ws.req(&["touch", "target/started"]);
+    req.write.push("target".into());
+    req.deny.push("**/nothing".into());
+    req.timeout = Some(Duration::from_micros(1));
+    match run(&req) {
+        Err(e @ SandboxError::TimedOutBeforeStart { .. }) => {
+            assert_eq!(e.exit_code(), 124);
+            let m = e.to_string();
+            assert!(m.contains("while the run was planned") && !m.contains("another run"), "{m}");
+        }
+        other => panic!("expected a timeout before the start, got {other:?}"),
+    }
+    assert!(!ws.join("target/started").exists(), "nothing was started");
+    let out = super::util::cli()
+        .args(["exec", "--timeout", "0.000001", "--write", "target", "--workspace"])
+        .arg(ws.path())
+        .args(["--", "touch", "target/started"])
+        .output()
+        .unwrap_or_else(|e| panic!("cli: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{err}");
+    assert!(err.contains("before the command started"), "{err}");
+    assert!(!ws.join("target/started").exists());
+    // Control: with time to spare the same run starts.
+    req.timeout = Some(Duration::from_secs(60));
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert!(ws.join("target/started").exists());
+}
