@@ -10,39 +10,17 @@ use std::process::{Command, Output};
 use portcullis::sandbox::Cleanup;
 use portcullis::SandboxError;
 
+use super::gitutil::{host_git as git_at, writable, README_FLAGS};
 use super::util::*;
 
-/// The flags the README recommends for running git on the host after a
-/// writable run.
-const SAFE: [&str; 8] = [
-    "-c",
-    "core.fsmonitor=",
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "safe.bareRepository=explicit",
-    "-c",
-    "diff.ignoreSubmodules=all",
-];
-
-/// Git on the host in `ws`, with no user or system config of its own.
+/// Host git in the workspace.
 fn host_git(ws: &Ws, args: &[&str]) -> Output {
-    Command::new("git")
-        .args(args)
-        .current_dir(ws.path())
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .output()
-        .unwrap_or_else(|e| panic!("git {args:?}: {e}"))
+    git_at(ws.path(), args)
 }
 
 /// `git status` with the README's flags.
 fn safe_status(ws: &Ws) -> Output {
-    let mut args = SAFE.to_vec();
+    let mut args = README_FLAGS.to_vec();
     args.push("status");
     let out = host_git(ws, &args);
     assert!(out.status.success(), "git status: {}", String::from_utf8_lossy(&out.stderr));
@@ -81,12 +59,6 @@ impl Markers {
     fn hit(&self, name: &str) -> bool {
         self.path(name).exists()
     }
-}
-
-fn writable(ws: &Ws, script: &str) -> portcullis::sandbox::ExecRequest {
-    let mut req = ws.req(&["sh", "-c", script]);
-    req.writable = true;
-    req
 }
 
 fn exists(p: &Path) -> bool {

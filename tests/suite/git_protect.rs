@@ -11,20 +11,16 @@ use std::process::Command;
 
 use portcullis::SandboxError;
 
+use super::gitutil::{host_git, Marker};
 use super::util::*;
 
 /// Host git, isolated from the caller's own configuration; `-c` settings
 /// only for building the repositories (never for the checks).
 fn git(dir: &Path, args: &[&str]) -> std::process::Output {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"])
-        .args(["-c", "protocol.file.allow=always"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("git {args:?}: {e}"));
+    let mut all = vec!["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"];
+    all.extend_from_slice(&["-c", "protocol.file.allow=always"]);
+    all.extend_from_slice(args);
+    let out = host_git(dir, &all);
     assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
     out
 }
@@ -33,39 +29,8 @@ fn git(dir: &Path, args: &[&str]) -> std::process::Output {
 /// `post-index-change`) at the workspace root, as a user would run it.
 fn host_git_status(ws: &Path) {
     for args in [&["status"][..], &["update-index", "--force-write-index"][..]] {
-        let out = Command::new("git")
-            .args(args)
-            .current_dir(ws)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .output()
-            .unwrap_or_else(|e| panic!("git {args:?}: {e}"));
+        let out = host_git(ws, args);
         assert!(out.status.success(), "host git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-}
-
-/// A directory outside the workspace where a planted command leaves a mark.
-struct Marker {
-    dir: tempfile::TempDir,
-}
-
-impl Marker {
-    fn new() -> Marker {
-        let dir = tempfile::Builder::new().prefix("pc-mark-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
-        Marker { dir }
-    }
-
-    fn path(&self) -> PathBuf {
-        self.dir.path().join("hit")
-    }
-
-    fn hit(&self) -> bool {
-        self.path().exists()
-    }
-
-    /// A git config snippet setting `core.fsmonitor` to touch the marker.
-    fn fsmonitor(&self) -> String {
-        format!("printf '[core]\\n\\tfsmonitor = \"touch {}; false\"\\n'", self.path().display())
     }
 }
 

@@ -9,37 +9,17 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use portcullis::sandbox::{Cleanup, ExecRequest};
+use portcullis::sandbox::Cleanup;
 use portcullis::SandboxError;
 
+use super::gitutil::{host_git, writable, Marker, README_FLAGS};
 use super::util::*;
 
-/// The README's four flags for host git after a writable run.
-const FOUR: [&str; 8] = [
-    "-c",
-    "core.fsmonitor=",
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "safe.bareRepository=explicit",
-    "-c",
-    "diff.ignoreSubmodules=all",
-];
-
-/// Git on the host in `dir`, with no user or system config of its own.
+/// Host git in `dir`, file URLs allowed and `main` the first branch.
 fn git_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new("git")
-        .args(["-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .output()
-        .unwrap_or_else(|e| panic!("git {args:?}: {e}"))
+    let mut all = vec!["-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main"];
+    all.extend_from_slice(args);
+    host_git(dir, &all)
 }
 
 fn git_ok(dir: &Path, args: &[&str]) -> String {
@@ -50,7 +30,7 @@ fn git_ok(dir: &Path, args: &[&str]) -> String {
 
 /// `git <four flags> <args>` (success not required: only what it runs).
 fn four(ws: &Ws, args: &[&str]) {
-    let mut all = FOUR.to_vec();
+    let mut all = README_FLAGS.to_vec();
     all.extend_from_slice(args);
     drop(git_in(ws.path(), &all));
 }
@@ -62,35 +42,6 @@ fn repo() -> Ws {
     git_ok(ws.path(), &["add", "-A"]);
     git_ok(ws.path(), &["commit", "-qm", "init"]);
     ws
-}
-
-/// A marker file outside the workspace, written by what the command plants.
-struct Marker {
-    dir: tempfile::TempDir,
-}
-
-impl Marker {
-    fn new() -> Marker {
-        let dir = tempfile::Builder::new().prefix("pc-mark-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
-        Marker { dir }
-    }
-
-    fn path(&self) -> PathBuf {
-        self.dir.path().join("hit")
-    }
-
-    /// Whether it was written; it is removed for the next check.
-    fn take(&self) -> bool {
-        let hit = self.path().exists();
-        let _ = fs::remove_file(self.path());
-        hit
-    }
-}
-
-fn writable(ws: &Ws, script: &str) -> ExecRequest {
-    let mut req = ws.req(&["sh", "-c", script]);
-    req.writable = true;
-    req
 }
 
 /// Git inside the sandbox, with an identity.

@@ -18,7 +18,7 @@ use std::time::Duration;
 use portcullis::SandboxError;
 use sha2::{Digest, Sha256};
 
-use super::util::{bin_dir, is_root, run, run_ok, sandbox, skipped, stderr, test_root, Ws};
+use super::util::{bin_dir, in_root_pass, run, run_ok, sandbox, stderr, test_root, Ws};
 
 fn sha(p: &Path) -> String {
     let data = fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
@@ -83,11 +83,10 @@ fn refused(e: &Result<portcullis::ExecResult, SandboxError>, needles: &[&str]) {
 
 #[test]
 fn r0095_a_host_mount_aliasing_a_read_only_area_into_a_grant_is_refused() {
-    if !is_root() {
-        skipped(
-            "r0095",
-            "a host bind mount needs root: the root pass makes it and runs the uid 65534 case through setpriv",
-        );
+    if !in_root_pass(
+        "r0095",
+        "a host bind mount needs root: the root pass makes it and runs the uid 65534 case through setpriv",
+    ) {
         return;
     }
     let ws = Ws::new();
@@ -169,8 +168,10 @@ fn r0096_an_unlistable_directory_the_command_can_use_refuses_the_run() {
     fs::create_dir_all(&drop_box).unwrap_or_else(|e| panic!("{e}"));
     fs::hard_link(&src, drop_box.join("libdep.rlib")).unwrap_or_else(|e| panic!("{e}"));
     let before = sha(&src);
-    if !is_root() {
-        skipped("r0096", "another user's directory needs root to make: the root pass runs this part as uid 65534");
+    if !in_root_pass(
+        "r0096 (another user's directory)",
+        "needs root to make; the root pass runs this part as uid 65534",
+    ) {
         // The caller's own unlistable directory (-wx): refused, as it could
         // chmod it; control: listable, the link is kept read-only.
         fs::set_permissions(&drop_box, fs::Permissions::from_mode(0o300)).unwrap_or_else(|e| panic!("{e}"));

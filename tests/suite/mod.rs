@@ -7,6 +7,7 @@ mod escapes;
 mod git_guard;
 mod git_protect;
 mod git_review;
+mod gitutil;
 mod hardlinks;
 mod landlock_only;
 mod links_review;
