@@ -1,0 +1,240 @@
+//! What a fresh adversarial review of the two sandbox modes found (issue 7/8),
+//! attempted for real and checked from outside, each with a control (the
+//! same attempt works on the host or with the restriction off) and a pinned
+//! errno or typed refusal. Run as root and as uid 65534.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use portcullis::sandbox::{ExecRequest, Mode};
+use portcullis::SandboxError;
+
+use super::util::*;
+
+/// The prologue of every script: `t(name, f)` prints `name OK [value]` or
+/// `name ERRNAME`; `c(r)` turns a negative libc return into an OSError.
+const PRELUDE: &str = "import ctypes, errno, fcntl, mmap, os, socket, struct, sys, time\n\
+libc = ctypes.CDLL(None, use_errno=True)\n\
+def t(name, f):\n    try:\n        r = f(); print(name, 'OK', '' if r is None else r, flush=True)\n    except OSError as e:\n        print(name, errno.errorcode.get(e.errno, e.errno), flush=True)\n\
+def c(r):\n    if r < 0: raise OSError(ctypes.get_errno(), 'call')\n    return r\n";
+
+/// A request running `script` with /usr/bin/python3 in `ws`.
+fn py(ws: &Ws, script: &str) -> ExecRequest {
+    ws.req(&["/usr/bin/python3", "-c", &format!("{PRELUDE}{script}")])
+}
+
+/// Run `req` and return its stdout (it must exit 0).
+fn out_of(req: &ExecRequest) -> String {
+    let r = run_ok(req);
+    assert_eq!(r.exit_code, Some(0), "script failed: {}", stderr(&r));
+    stdout(&r)
+}
+
+/// Run the same `script` on the host, outside any sandbox (the control).
+#[allow(dead_code)]
+fn on_host(cwd: &Path, script: &str) -> String {
+    let out = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(format!("{PRELUDE}{script}"))
+        .current_dir(cwd)
+        .output()
+        .unwrap_or_else(|e| panic!("python3: {e}"));
+    assert!(out.status.success(), "host script failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The result word of `name` in a script's output (`OK`, `EPERM`, ...).
+fn result<'a>(out: &'a str, name: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .map(|r| r.split_whitespace().next().unwrap_or(""))
+        .unwrap_or_else(|| panic!("no result for {name} in: {out}"))
+}
+
+fn landlock_only_available(test: &str) -> bool {
+    available(test, portcullis::doctor_landlock_abi() >= 6, "landlock-only mode needs Landlock ABI 6")
+}
+
+fn real(p: &Path) -> PathBuf {
+    fs::canonicalize(p).unwrap_or_else(|e| panic!("canonicalize {}: {e}", p.display()))
+}
+
+fn chmod(p: &Path, mode: u32) {
+    fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
+}
+
+fn mode_of(p: &Path) -> u32 {
+    fs::metadata(p).map(|m| m.mode() & 0o7777).unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
+}
+
+/// Replace a file's content through a shared mapping (no write(2), which
+/// would strip the setuid bit), and the siblings that need a writable
+/// descriptor: write, truncate, copy_file_range and FICLONE into it.
+fn overwrite_script(files: &[(&str, &Path)]) -> String {
+    let mut s = String::from(
+        "PAY = b'#!/bin/sh\\necho PWNED\\n'\n\
+         def via_mmap(p):\n    fd = os.open(p, os.O_RDWR)\n    m = mmap.mmap(fd, 0, mmap.MAP_SHARED)\n    \
+         m[:len(PAY)] = PAY.ljust(len(PAY))\n    m.flush(); m.close(); os.close(fd)\n\
+         def via_copy(p):\n    src = os.open('/proc/self/exe', os.O_RDONLY)\n    dst = os.open(p, os.O_WRONLY)\n    \
+         os.copy_file_range(src, dst, 8, 0, 0)\n\
+         def via_clone(p):\n    src = os.open(sys.argv[0] if sys.argv[0] != '-c' else '/proc/self/exe', os.O_RDONLY)\n    \
+         dst = os.open(p, os.O_WRONLY)\n    fcntl.ioctl(dst, 0x40049409, src)\n",
+    );
+    for (name, p) in files {
+        let p = p.display();
+        s += &format!("t('{name}.mmap', lambda: via_mmap({p:?}))\n", p = p.to_string());
+        // The siblings would destroy a control's mapped content: only for
+        // the files that are meant to stay.
+        if !name.starts_with("ctl") {
+            s += &format!(
+                "t('{name}.truncate', lambda: os.truncate({p:?}, 0))\n\
+                 t('{name}.copy', lambda: via_copy({p:?}))\nt('{name}.clone', lambda: via_clone({p:?}))\n",
+                p = p.to_string()
+            );
+        }
+    }
+    s
+}
+
+const ORIGINAL: &str = "#!/bin/sh\necho original program\n";
+
+#[test]
+fn r0100_a_setuid_program_in_a_writable_workspace_cannot_be_rewritten() {
+    // Found in review: a writable run could replace a setuid program's
+    // content through a shared mapping, which keeps the setuid bit (write(2)
+    // would strip it); any host user then ran the command's code as the
+    // file's owner (root, for a root caller's workspace: Electron's
+    // chrome-sandbox is made root-owned 4755).
+    let ws = Ws::new();
+    ws.write("dist/chrome-sandbox", ORIGINAL);
+    ws.write("dist/setgid-tool", ORIGINAL);
+    ws.write("dist/plain", ORIGINAL);
+    ws.write("dist/locking", ORIGINAL);
+    let suid = ws.join("dist/chrome-sandbox");
+    let sgid = ws.join("dist/setgid-tool");
+    let plain = ws.join("dist/plain");
+    let locking = ws.join("dist/locking");
+    chmod(&suid, 0o4755);
+    chmod(&sgid, 0o2755);
+    chmod(&plain, 0o755);
+    // setgid without group execute marks mandatory locking: no privilege.
+    chmod(&locking, 0o2644);
+
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    let plan = sandbox().plan(&req).unwrap_or_else(|e| panic!("plan: {e}"));
+    assert_eq!(plan.privileged, vec![real(&suid), real(&sgid)], "{:?}", plan.privileged);
+    assert!(plan.landlock_gaps.contains(&real(&suid)), "only the mount guards it: a reported Landlock gap");
+    let out = cli()
+        .args(["exec", "--explain", "--writable", "--workspace"])
+        .arg(ws.path())
+        .args(["--", "true"])
+        .output()
+        .unwrap_or_else(|e| panic!("cli: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("privileged: {}", real(&suid).display()))
+            && text.contains(&format!("read-only {}", real(&suid).display())),
+        "{text}"
+    );
+
+    // The attack, with the control in the same run: the same program
+    // without the bit (and the locking-marked one) is rewritten as usual.
+    let mut req =
+        py(&ws, &overwrite_script(&[("suid", &suid), ("sgid", &sgid), ("ctl.plain", &plain), ("ctl.lock", &locking)]));
+    req.writable = true;
+    let out = out_of(&req);
+    for name in ["suid", "sgid"] {
+        for how in ["mmap", "truncate", "copy", "clone"] {
+            assert_eq!(result(&out, &format!("{name}.{how}")), "EROFS", "{name}.{how}: {out}");
+        }
+    }
+    assert_eq!(result(&out, "ctl.plain.mmap"), "OK", "control: the plain program is writable: {out}");
+    assert_eq!(result(&out, "ctl.lock.mmap"), "OK", "control: setgid without group execute is not privileged: {out}");
+    // From outside: the privileged programs are untouched, bits and all; the
+    // control's content changed.
+    for p in [&suid, &sgid] {
+        assert_eq!(fs::read_to_string(p).unwrap_or_default(), ORIGINAL, "{}", p.display());
+    }
+    assert_eq!(mode_of(&suid), 0o4755);
+    assert_eq!(mode_of(&sgid), 0o2755);
+    for p in [&plain, &locking] {
+        assert!(
+            fs::read_to_string(p).unwrap_or_default().contains("PWNED"),
+            "control: the mapping wrote {}",
+            p.display()
+        );
+    }
+
+    // The same in a write grant.
+    let mut req = py(&ws, &overwrite_script(&[("suid", &suid)]));
+    req.write.push("dist".into());
+    assert_eq!(result(&out_of(&req), "suid.mmap"), "EROFS");
+    assert_eq!(fs::read_to_string(&suid).unwrap_or_default(), ORIGINAL);
+}
+
+#[test]
+fn r0101_privileged_programs_refuse_landlock_only_runs_and_file_grants() {
+    let ws = Ws::new();
+    ws.write("dist/chrome-sandbox", ORIGINAL);
+    let suid = ws.join("dist/chrome-sandbox");
+    chmod(&suid, 0o4755);
+    let marker = ws.join("target/ran");
+    let sh = format!("echo x > {}", marker.display());
+
+    // A file grant that is itself a setuid program cannot also be read-only.
+    let mut req = ws.req(&["sh", "-c", &sh]);
+    req.write.push("dist/chrome-sandbox".into());
+    let e = run(&req).map(|r| r.exit_code);
+    assert!(
+        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("is a privileged program (setuid")
+            && m.contains("chmod u-s")),
+        "{e:?}"
+    );
+
+    // File capabilities count too (setting them needs root).
+    if is_root() {
+        ws.write("dist/capped", ORIGINAL);
+        let capped = ws.join("dist/capped");
+        chmod(&capped, 0o755);
+        // VFS_CAP_REVISION_2 | VFS_CAP_FLAGS_EFFECTIVE, CAP_NET_RAW (13) permitted.
+        let mut v = Vec::new();
+        for w in [0x0200_0001u32, 1 << 13, 0, 0, 0] {
+            v.extend_from_slice(&w.to_le_bytes());
+        }
+        let c = std::ffi::CString::new(capped.display().to_string()).unwrap_or_default();
+        // SAFETY: both strings are NUL-terminated, the buffer lives across the call.
+        let r = unsafe { libc::setxattr(c.as_ptr(), c"security.capability".as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+        assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
+        let mut req = ws.req(&["true"]);
+        req.writable = true;
+        let plan = sandbox().plan(&req).unwrap_or_else(|e| panic!("plan: {e}"));
+        assert_eq!(plan.privileged, vec![real(&capped), real(&suid)]);
+        let mut req = py(&ws, &overwrite_script(&[("cap", &capped)]));
+        req.writable = true;
+        assert_eq!(result(&out_of(&req), "cap.mmap"), "EROFS");
+        fs::remove_file(&capped).unwrap_or_else(|e| panic!("rm: {e}"));
+    }
+
+    if !landlock_only_available("r0101") {
+        return;
+    }
+    // The landlock-only mode has no mounts: the run is refused by name.
+    let mut req = ws.req(&["sh", "-c", &sh]);
+    req.writable = true;
+    req.degraded = Some(Mode::LandlockOnly);
+    let e = run(&req).map(|r| r.exit_code);
+    assert!(
+        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("landlock-only mode cannot keep privileged programs")
+            && m.contains(&real(&suid).display().to_string()) && m.contains("chmod u-s")),
+        "{e:?}"
+    );
+    assert!(!marker.exists(), "nothing ran");
+    // Control: with the bit cleared the same run works.
+    chmod(&suid, 0o755);
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert!(marker.exists());
+}
