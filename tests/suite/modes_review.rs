@@ -33,7 +33,6 @@ fn out_of(req: &ExecRequest) -> String {
 }
 
 /// Run the same `script` on the host, outside any sandbox (the control).
-#[allow(dead_code)]
 fn on_host(cwd: &Path, script: &str) -> String {
     let out = Command::new("/usr/bin/python3")
         .arg("-c")
@@ -237,4 +236,152 @@ fn r0101_privileged_programs_refuse_landlock_only_runs_and_file_grants() {
     let r = run_ok(&req);
     assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
     assert!(marker.exists());
+}
+
+/// A host datagram service at `path` (as /dev/log or journald's socket are).
+fn host_service(path: &Path) -> std::os::unix::net::UnixDatagram {
+    let s = std::os::unix::net::UnixDatagram::bind(path).unwrap_or_else(|e| panic!("bind {}: {e}", path.display()));
+    chmod(path, 0o666);
+    s.set_nonblocking(true).unwrap_or_else(|e| panic!("nonblocking: {e}"));
+    s
+}
+
+/// Every datagram waiting at the service.
+fn received(s: &std::os::unix::net::UnixDatagram) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 256];
+    while let Ok(n) = s.recv(&mut buf) {
+        out.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    out
+}
+
+/// Reach the service at `sock` from socketpair ends and a plain socket.
+fn datagram_script(sock: &Path, listener: &Path) -> String {
+    format!(
+        "P = {p:?}\nL = {l:?}\n\
+         t('pair.dgram', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM))\n\
+         t('pair.dgram_cloexec', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC))\n\
+         t('pair.seqpacket', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET))\n\
+         def dgram_send():\n    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n    a.sendto(b'forged by dgram pair', P)\n\
+         def dgram_connect():\n    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n    b.connect(P); b.send(b'forged by connect')\n\
+         t('dgram.sendto', dgram_send)\nt('dgram.connect', dgram_connect)\n\
+         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)\n\
+         t('pair.stream', lambda: a.send(b'x') and None)\n\
+         t('stream.sendto', lambda: a.sendto(b'forged by stream pair', P))\n\
+         t('stream.connect_dgram', lambda: b.connect(P))\n\
+         t('stream.connect', lambda: b.connect(L))\n\
+         t('stream.sendto_stream', lambda: a.sendto(b'forged', L))\n\
+         def plain():\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n    s.sendto(b'forged by socket', P)\n\
+         t('socket.sendto', plain)\n",
+        p = sock.display().to_string(),
+        l = listener.display().to_string()
+    )
+}
+
+#[test]
+fn r0102_no_datagram_reaches_a_host_socket_from_a_socketpair() {
+    // Found in review: the landlock-only mode refused socket(AF_UNIX) but
+    // not socketpair(AF_UNIX, SOCK_DGRAM), whose end could sendto() (or
+    // connect() to) any host path datagram socket, outside every Landlock
+    // rule: a host service got a forged datagram with the caller's
+    // credentials.
+    let ws = Ws::new();
+    let outside = Ws::new();
+    let sock = outside.join("svc.sock");
+    let svc = host_service(&sock);
+    // A host stream service too (an ssh-agent, a D-Bus bus).
+    let lsock = outside.join("agent.sock");
+    let listener =
+        std::os::unix::net::UnixListener::bind(&lsock).unwrap_or_else(|e| panic!("bind {}: {e}", lsock.display()));
+    chmod(&lsock, 0o666);
+    listener.set_nonblocking(true).unwrap_or_else(|e| panic!("nonblocking: {e}"));
+    let script = datagram_script(&sock, &lsock);
+    let _c = std::os::unix::net::UnixStream::connect(&lsock).unwrap_or_else(|e| panic!("connect: {e}"));
+    assert!(listener.accept().is_ok(), "control: a host process reaches the listener");
+    // Control: a host process reaches the service.
+    let host = std::os::unix::net::UnixDatagram::unbound().unwrap_or_else(|e| panic!("socket: {e}"));
+    host.send_to(b"from the host", &sock).unwrap_or_else(|e| panic!("send_to: {e}"));
+    assert_eq!(received(&svc), vec!["from the host".to_string()], "control: the host service receives");
+    // Control: the script itself works on the host (the datagrams land).
+    let out = on_host(ws.path(), &script);
+    assert_eq!(result(&out, "dgram.sendto"), "OK", "{out}");
+    assert_eq!(received(&svc).len(), 3, "control: the script's datagrams reach the service from the host: {out}");
+
+    // The full sandbox: unix sockets are allowed, but a host path socket
+    // outside the plan is not in the mount view at all.
+    let out = out_of(&py(&ws, &script));
+    assert_eq!(result(&out, "pair.dgram"), "OK", "{out}");
+    for op in ["dgram.sendto", "dgram.connect", "socket.sendto"] {
+        assert_eq!(result(&out, op), "ENOENT", "{op}: {out}");
+    }
+    assert_eq!(received(&svc), Vec::<String>::new(), "nothing reached the host service from the full sandbox");
+
+    if !landlock_only_available("r0102") {
+        return;
+    }
+    let mut req = py(&ws, &script);
+    req.degraded = Some(Mode::LandlockOnly);
+    let out = out_of(&req);
+    for op in ["pair.dgram", "pair.dgram_cloexec", "pair.seqpacket", "dgram.sendto", "dgram.connect", "socket.sendto"] {
+        assert_eq!(result(&out, op), "EPERM", "{op}: {out}");
+    }
+    // A stream pair works, and a connected stream end cannot be pointed
+    // elsewhere.
+    assert_eq!(result(&out, "pair.stream"), "OK", "{out}");
+    assert_eq!(result(&out, "stream.sendto"), "EISCONN", "{out}");
+    assert_eq!(result(&out, "stream.connect"), "EISCONN", "{out}");
+    assert_eq!(result(&out, "stream.sendto_stream"), "EISCONN", "{out}");
+    assert_eq!(result(&out, "stream.connect_dgram"), "EPROTOTYPE", "{out}");
+    assert_eq!(received(&svc), Vec::<String>::new(), "nothing reached the host service, checked from outside");
+    assert!(
+        listener.accept().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "no connection reached the host listener"
+    );
+}
+
+/// Take a read lease (and a dnotify watch) on `file`.
+fn lease_script(file: &Path, dir: &Path) -> String {
+    format!(
+        "fd = os.open({f:?}, os.O_RDONLY)\n\
+         t('lease', lambda: fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK) and None)\n\
+         t('getlease', lambda: fcntl.fcntl(fd, fcntl.F_GETLEASE))\n\
+         d = os.open({d:?}, os.O_RDONLY | os.O_DIRECTORY)\n\
+         t('notify', lambda: fcntl.fcntl(d, fcntl.F_NOTIFY, fcntl.DN_MODIFY | fcntl.DN_MULTISHOT) and None)\n\
+         t('getfl', lambda: fcntl.fcntl(fd, fcntl.F_GETFL) and None)\n",
+        f = file.display().to_string(),
+        d = dir.display().to_string()
+    )
+}
+
+#[test]
+fn r0104_no_lease_on_a_file_the_command_may_only_read() {
+    // Found in review: a read lease taken by the command on a file it may
+    // only read (the read-only workspace, a read root; any readable file in
+    // landlock-only mode) held every host writer up to lease-break-time.
+    let ws = Ws::new();
+    let file = ws.join("README.md");
+    let script = lease_script(&file, ws.path());
+    // Control: on the host the same lease is granted (F_RDLCK is 0).
+    let host = on_host(ws.path(), &script);
+    assert_eq!(result(&host, "lease"), "OK", "control: the host grants the lease: {host}");
+    assert_eq!(result(&host, "notify"), "OK", "control: the host grants dnotify: {host}");
+
+    let out = out_of(&py(&ws, &script));
+    assert_eq!(result(&out, "lease"), "EPERM", "{out}");
+    assert_eq!(result(&out, "getfl"), "OK", "other fcntl commands work: {out}");
+    // From outside: a host writer is not held up after the run either.
+    let t = std::time::Instant::now();
+    fs::write(&file, "host write\n").unwrap_or_else(|e| panic!("write: {e}"));
+    assert!(t.elapsed() < std::time::Duration::from_secs(2));
+
+    if !landlock_only_available("r0104") {
+        return;
+    }
+    let mut req = py(&ws, &script);
+    req.degraded = Some(Mode::LandlockOnly);
+    let out = out_of(&req);
+    assert_eq!(result(&out, "lease"), "EPERM", "{out}");
+    assert_eq!(result(&out, "notify"), "EPERM", "dnotify is refused like inotify: {out}");
+    assert_eq!(result(&out, "getfl"), "OK", "{out}");
 }
