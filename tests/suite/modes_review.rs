@@ -385,3 +385,105 @@ fn r0104_no_lease_on_a_file_the_command_may_only_read() {
     assert_eq!(result(&out, "notify"), "EPERM", "dnotify is refused like inotify: {out}");
     assert_eq!(result(&out, "getfl"), "OK", "{out}");
 }
+
+/// A FIFO at `path`, with `input` waiting in it; returns a read-write
+/// descriptor (it keeps the FIFO open both ways, so no open blocks) and a
+/// read-only one to hand the CLI as its stdin.
+fn fifo_with(path: &Path, input: &[u8]) -> (fs::File, fs::File) {
+    use std::io::Write;
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o666))
+        .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
+    chmod(path, 0o666);
+    let mut rw = fs::OpenOptions::new().read(true).write(true).open(path).unwrap_or_else(|e| panic!("open: {e}"));
+    rw.write_all(input).unwrap_or_else(|e| panic!("write: {e}"));
+    let r = fs::File::open(path).unwrap_or_else(|e| panic!("open: {e}"));
+    (rw, r)
+}
+
+/// What is left in the FIFO (read without blocking).
+fn left_in(rw: &fs::File) -> Vec<u8> {
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    let fl = nix::fcntl::fcntl(rw.as_fd(), nix::fcntl::FcntlArg::F_GETFL).unwrap_or_else(|e| panic!("{e}"));
+    let fl = nix::fcntl::OFlag::from_bits_truncate(fl) | nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(rw.as_fd(), nix::fcntl::FcntlArg::F_SETFL(fl)).unwrap_or_else(|e| panic!("{e}"));
+    let mut out = Vec::new();
+    let mut buf = [0u8; 256];
+    let mut f = rw;
+    while let Ok(n) = f.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+#[test]
+fn r0103_a_named_fifo_on_stdin_inside_the_sandbox_view_refuses_the_run() {
+    // Found in review: the relay keeps the command off the caller's stdin
+    // descriptor, but a named FIFO inside the workspace could be opened by
+    // name: the command stole the caller's input or injected lines into it.
+    let ws = Ws::new();
+    let outside = Ws::new();
+    let marker = ws.join("target/ran");
+    let attack = format!(
+        "(echo INJECTED > {fifo}) 2>/dev/null; timeout 1 head -c 3 {fifo} 2>/dev/null; echo ran > {m}",
+        fifo = ws.join("in").display(),
+        m = marker.display()
+    );
+    let modes: &[&[&str]] = if landlock_only_available("r0103") {
+        &[&["--writable"], &["--writable", "--degraded", "landlock-only"]]
+    } else {
+        &[&["--writable"]]
+    };
+    for mode in modes {
+        let fifo = ws.join("in");
+        let (rw, r) = fifo_with(&fifo, b"l1\nl2\n");
+        let out = cli()
+            .arg("exec")
+            .args(*mode)
+            .arg("--workspace")
+            .arg(ws.path())
+            .args(["--", "sh", "-c", &attack])
+            .stdin(r)
+            .output()
+            .unwrap_or_else(|e| panic!("cli: {e}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{mode:?}: {err}");
+        assert!(
+            err.contains(&format!("the caller's stdin is the named FIFO {}", real(&fifo).display()))
+                && err.contains("inside the sandbox's view")
+                && err.contains("anonymous pipe"),
+            "{mode:?}: {err}"
+        );
+        assert!(!marker.exists(), "{mode:?}: nothing ran");
+        assert_eq!(left_in(&rw), b"l1\nl2\n", "{mode:?}: the caller's input is whole, nothing injected");
+        fs::remove_file(&fifo).unwrap_or_else(|e| panic!("rm: {e}"));
+
+        // Control: the same run with the FIFO outside the sandbox's view
+        // runs, and the command cannot reach the FIFO by its name.
+        let far = outside.join("in");
+        let (rw, r) = fifo_with(&far, b"l1\nl2\n");
+        let probe = format!(
+            "(echo INJECTED > {f}) 2>/dev/null || echo cannot-open; echo ran > {m}",
+            f = far.display(),
+            m = marker.display()
+        );
+        let out = cli()
+            .arg("exec")
+            .args(*mode)
+            .arg("--workspace")
+            .arg(ws.path())
+            .args(["--", "sh", "-c", &probe])
+            .stdin(r)
+            .output()
+            .unwrap_or_else(|e| panic!("cli: {e}"));
+        assert!(out.status.success(), "{mode:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("cannot-open"), "{mode:?}");
+        assert!(marker.exists(), "control {mode:?}: the run ran");
+        assert_eq!(left_in(&rw), b"l1\nl2\n", "{mode:?}");
+        fs::remove_file(&marker).unwrap_or_else(|e| panic!("rm: {e}"));
+        fs::remove_file(&far).unwrap_or_else(|e| panic!("rm: {e}"));
+    }
+}
