@@ -128,6 +128,13 @@ pub const LANDLOCK_ONLY_OPEN: &[&str] = &[
     "no second barrier: Landlock alone stands between the command and your files",
 ];
 
+/// Added to [`LANDLOCK_ONLY_OPEN`] when the caller is root: its command
+/// stays uid 0 (no capabilities), which owns root's files.
+pub const LANDLOCK_ONLY_OPEN_ROOT: &[&str] = &[
+    "a root caller's command is uid 0 (with no capabilities): under the system roots it reads root-owned files of mode 600, such as /etc/shadow, /etc/ssh/*_key and /etc/ssl/private; use the full sandbox, or an unprivileged user, for anything that must not see them",
+    "--deny is refused in this mode (it needs the mount namespace), so nothing under the readable roots can be hidden",
+];
+
 fn read_num(p: &str) -> Option<i64> {
     fs::read_to_string(p).ok()?.trim().parse().ok()
 }
@@ -311,7 +318,12 @@ pub async fn run() -> Report {
         kill_mechanism,
         limits,
         modes,
-        landlock_only_open: if ll_ok { LANDLOCK_ONLY_OPEN.iter().map(|s| s.to_string()).collect() } else { Vec::new() },
+        landlock_only_open: if ll_ok {
+            let root = if uid == 0 { LANDLOCK_ONLY_OPEN_ROOT } else { &[] };
+            LANDLOCK_ONLY_OPEN.iter().chain(root).map(|s| s.to_string()).collect()
+        } else {
+            Vec::new()
+        },
         works_here,
     }
 }

@@ -520,6 +520,9 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
     for h in &plan.hard_linked {
         s += &format!("hard-linked: {} (another name lies outside the writable areas; kept read-only)\n", shown(h));
     }
+    for p in &plan.privileged {
+        s += &format!("privileged: {} (setuid, setgid or file capabilities; kept read-only)\n", shown(p));
+    }
     if plan.spec.mode == portcullis::sandbox::Mode::Full {
         s += &format!(
             "namespaces: user mount pid ipc uts{}\n",

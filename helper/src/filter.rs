@@ -63,7 +63,15 @@ pub enum When {
     OtherProcess { arg: u8, which: Option<(u8, u32)> },
     /// Unless argument `arg` is one of `values` (an allow list; empty: always).
     ArgNotIn { arg: u8, values: &'static [u64] },
+    /// Unless argument `domain` is `AF_UNIX` and argument `kind` is
+    /// `SOCK_STREAM`, with at most `SOCK_CLOEXEC` and `SOCK_NONBLOCK` added
+    /// (`socketpair`: a connected stream socket cannot be pointed elsewhere,
+    /// a datagram one can `sendto` any path socket).
+    UnlessUnixStream { domain: u8, kind: u8 },
 }
+
+/// `SOCK_CLOEXEC | SOCK_NONBLOCK` from `<linux/net.h>` (x86_64 and aarch64).
+pub const SOCK_FLAGS: u32 = 0o2_000_000 | 0o4_000;
 
 /// `S_ISUID | S_ISGID` from `<linux/stat.h>`.
 pub const SETID_BITS: u64 = 0o6000;
@@ -230,6 +238,9 @@ macro_rules! paste_nr {
     };
     (socketpair) => {
         libc::SYS_socketpair
+    };
+    (fcntl) => {
+        libc::SYS_fcntl
     };
     (syslog) => {
         libc::SYS_syslog
@@ -471,6 +482,14 @@ const IOCTL_VALUES_DEGRADED: &[u64] = &[
     0xc0c8_9425,
 ];
 
+/// `fcntl` commands refused everywhere: `F_SETLEASE` (`<linux/fcntl.h>`).
+/// A read lease on a file the command may only read (a read root, the
+/// read-only workspace, a system file in landlock-only mode) makes every
+/// host writer wait up to `lease-break-time` and signals the command.
+const FCNTL_FULL: &[u64] = &[1024];
+/// And in landlock-only mode `F_NOTIFY` (dnotify), refused like inotify.
+const FCNTL_DEGRADED: &[u64] = &[1024, 1026];
+
 /// The table for `profile`.
 pub fn entries_for(profile: Profile) -> Vec<Entry> {
     let mut table = base_entries(match (profile.degraded, profile.network_none) {
@@ -490,6 +509,14 @@ pub fn entries_for(profile: Profile) -> Vec<Entry> {
             let values = if profile.network_none { SOCKETS_ALLOWED_NONET } else { SOCKETS_ALLOWED_HOST };
             sock.when = When::ArgNotIn { arg: 0, values };
             sock.why = "landlock-only mode: only IPv4/IPv6 sockets, and only with --network host (host unix services such as a D-Bus bus or an ssh-agent stay out of reach)";
+        }
+        if let Some(pair) = table.iter_mut().find(|e| e.nr == libc::SYS_socketpair) {
+            pair.when = When::UnlessUnixStream { domain: 0, kind: 1 };
+            pair.why = "landlock-only mode: only unix stream pairs (a datagram or seqpacket end could sendto any host path socket: /dev/log, journald, systemd's notify socket)";
+        }
+        if let Some(fcntl) = table.iter_mut().find(|e| e.nr == libc::SYS_fcntl) {
+            fcntl.when = When::ArgIs { arg: 1, values: FCNTL_DEGRADED };
+            fcntl.why = "no leases (they stall host writers of a file the command may only read) and, in landlock-only mode, no dnotify (it watches outside the plan, like inotify)";
         }
         if let Some(ioctl) = table.iter_mut().find(|e| e.nr == libc::SYS_ioctl) {
             ioctl.when = When::ArgIs { arg: 1, values: IOCTL_VALUES_DEGRADED };
@@ -601,6 +628,11 @@ fn base_entries(sockets: &'static [u64]) -> Vec<Entry> {
             socketpair,
             ArgIs { arg: 0, values: &[AF_VSOCK] },
             "no vsock: host/guest sockets lead out of the sandbox"
+        ),
+        entry!(
+            fcntl,
+            ArgIs { arg: 1, values: FCNTL_FULL },
+            "no leases: a lease on a file the command may only read stalls host writers and signals the command"
         ),
         entry!(syslog, Always, "no kernel log"),
         entry!(vhangup, Always, "no hanging up terminals"),
@@ -781,6 +813,20 @@ pub fn compile_for(profile: Profile) -> Result<BpfProgram, FilterError> {
                 a.stmt(BPF_RET_K, ret_no);
                 a.bind(ok);
             }
+            When::UnlessUnixStream { domain, kind } => {
+                let (unix, ok) = (a.label(), a.label());
+                a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(domain));
+                a.jump_if(BPF_JEQ_K, libc::AF_UNIX as u32, unix);
+                a.stmt(BPF_RET_K, ret_no);
+                a.bind(unix);
+                // (kind & !SOCK_FLAGS) == SOCK_STREAM (1) without an ALU
+                // step: no bit outside the flags and bit 0, and bit 0 set.
+                a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(kind));
+                a.jump_if(BPF_JSET_K, !(SOCK_FLAGS | libc::SOCK_STREAM as u32), no);
+                a.jump_if(BPF_JSET_K, libc::SOCK_STREAM as u32, ok);
+                a.stmt(BPF_RET_K, ret_no);
+                a.bind(ok);
+            }
             When::Always => {}
         }
         a.stmt(BPF_RET_K, RET_ALLOW);
@@ -918,6 +964,28 @@ mod tests {
                         let mut args = [0u64; 6];
                         args[usize::from(arg)] = v as u64;
                         assert_eq!(run(&p, AUDIT_ARCH, nr, args), no, "{} refuses family {v}", e.name);
+                    }
+                }
+                When::UnlessUnixStream { domain, kind } => {
+                    let stream = libc::SOCK_STREAM as u64;
+                    let flags = u64::from(SOCK_FLAGS);
+                    for (d, k, want) in [
+                        (libc::AF_UNIX as u64, stream, RET_ALLOW),
+                        (libc::AF_UNIX as u64, stream | flags, RET_ALLOW),
+                        (libc::AF_UNIX as u64, stream | libc::SOCK_CLOEXEC as u64, RET_ALLOW),
+                        (libc::AF_UNIX as u64 | 1 << 32, stream | 1 << 32, RET_ALLOW),
+                        (libc::AF_UNIX as u64, libc::SOCK_DGRAM as u64, no),
+                        (libc::AF_UNIX as u64, libc::SOCK_DGRAM as u64 | flags, no),
+                        (libc::AF_UNIX as u64, libc::SOCK_SEQPACKET as u64, no),
+                        (libc::AF_UNIX as u64, libc::SOCK_RAW as u64, no),
+                        (libc::AF_UNIX as u64, stream | 0x100, no),
+                        (AF_VSOCK, stream, no),
+                        (libc::AF_INET as u64, stream, no),
+                    ] {
+                        let mut args = [0u64; 6];
+                        args[usize::from(domain)] = d;
+                        args[usize::from(kind)] = k;
+                        assert_eq!(run(&p, AUDIT_ARCH, nr, args), want, "{} {d:#x} {k:#x}", e.name);
                     }
                 }
                 When::SetidMode { arg } => {

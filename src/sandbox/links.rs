@@ -10,6 +10,16 @@
 //! with more than one link, and returns every name of a file that has a name
 //! it did not find there: each is then bound read-only for the run.
 //!
+//! The same walk collects the privileged programs in the writable areas: a
+//! regular file with the setuid bit, the setgid bit with group execute, or
+//! (with any execute bit) a `security.capability` xattr. The kernel strips
+//! those bits on `write`, `truncate`, `fallocate`, a clone or a copy into
+//! the file by a writer without `CAP_FSETID`, but not on a store through a
+//! shared mapping: a command that owns such a file (a root caller's command
+//! owns root's files through the idmap) could put its own code in a
+//! root-owned setuid program that any host user then runs. Each is bound
+//! read-only too ([`Kept::privileged`]).
+//!
 //! Within one run no new link can cross the boundary: the kernel refuses a
 //! link between two mounts (`EXDEV`), and the read-only areas, the grants
 //! and the carve-outs are all separate mounts. Writable runs of a workspace
@@ -40,6 +50,16 @@ pub const LINK_WALK_DEPTH: usize = 256;
 /// How many names a refusal lists.
 const SHOWN: usize = 5;
 
+/// What the walk of the writable areas keeps read-only.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// Names of files that also have a name outside the writable areas.
+    pub hard_linked: Vec<PathBuf>,
+    /// Setuid, setgid (with group execute) and file-capability programs
+    /// not already in `hard_linked`.
+    pub privileged: Vec<PathBuf>,
+}
+
 /// One directory still to be listed: its parent's descriptor, its name in
 /// the parent, its path and its depth below the area.
 struct Pending {
@@ -61,7 +81,10 @@ struct Pending {
 /// when an area is a file with such a name (it cannot be both the grant and
 /// read-only); when one directory is reached twice (a bind-mount alias);
 /// and when a directory it cannot list is one the command could use.
-pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> Result<Vec<PathBuf>, SandboxError> {
+/// The same walk collects the privileged programs (see [`is_privileged`]);
+/// they are refused in the same cases (landlock-only, a file grant, more
+/// than [`HARD_LINK_LIMIT`] mounts in all).
+pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> Result<Kept, SandboxError> {
     // An area beneath another is walked with it, unless a skipped path lies
     // between them (a grant inside a read-only workspace that lies inside a
     // broader grant): then it is a root of its own.
@@ -74,7 +97,7 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
         })
         .collect();
     if roots.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Kept::default());
     }
     let skip: HashSet<&Path> = skip.iter().map(PathBuf::as_path).collect();
     let mut linked: HashMap<(u64, u64), (u64, Vec<PathBuf>)> = HashMap::new();
@@ -82,11 +105,22 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
     let mut dirs: HashMap<(u64, u64), PathBuf> = HashMap::new();
     let who = Who::current()?;
     let mut file_roots: Vec<&Path> = Vec::new();
+    let mut privileged: Vec<PathBuf> = Vec::new();
     for root in roots {
         let st = nix::sys::stat::lstat(root.as_path()).map_err(|e| walk_error(root, e))?;
         if type_of(&st) != Type::Directory {
             // A file grant: its own name counts like any other.
             file_roots.push(root);
+            if is_privileged(&st, root) {
+                return Err(SandboxError::BadRequest(format!(
+                    "the write grant {} is a privileged program ({}): a write through a shared mapping keeps \
+                     the bit, so the command could plant its own code in it for every host user to run, and \
+                     the grant cannot also be kept read-only; clear the bit first (chmod u-s,g-s F; setcap -r F) \
+                     or do not grant it",
+                    root.display(),
+                    privilege_of(&st, root)
+                )));
+            }
             if st.st_nlink > 1 {
                 count(&mut linked, &st, root.clone());
             }
@@ -100,7 +134,14 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
         .map_err(|e| walk_error(root, e))?;
         let st = nix::sys::stat::fstat(&fd).map_err(|e| walk_error(root, e))?;
         visit(&mut dirs, &st, root)?;
-        let mut w = Walk { skip: &skip, linked: &mut linked, seen: &mut seen, dirs: &mut dirs, who: &who };
+        let mut w = Walk {
+            skip: &skip,
+            linked: &mut linked,
+            privileged: &mut privileged,
+            seen: &mut seen,
+            dirs: &mut dirs,
+            who: &who,
+        };
         w.walk(root, fd)?;
     }
     let mut out: Vec<PathBuf> = Vec::new();
@@ -120,16 +161,34 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
         out.extend(names);
     }
     out.sort();
-    if out.is_empty() {
-        return Ok(out);
-    }
-    let shown = {
-        let mut s = out.iter().take(SHOWN).map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
-        if out.len() > SHOWN {
-            s += &format!(" and {} more", out.len() - SHOWN);
+    privileged.retain(|p| !out.contains(p));
+    privileged.sort();
+    if !privileged.is_empty() {
+        let shown = listed(&privileged);
+        if no_mounts {
+            return Err(SandboxError::BadRequest(format!(
+                "landlock-only mode cannot keep privileged programs read-only: {shown} in a writable area \
+                 carry a setuid or setgid bit or file capabilities, and a write through a shared mapping keeps \
+                 the bit, so the command could plant its own code in them for every host user to run (Landlock \
+                 can only allow); clear the bits (chmod u-s,g-s F; setcap -r F) or grant narrower paths with \
+                 --write"
+            )));
         }
-        s
-    };
+        if out.len() + privileged.len() > HARD_LINK_LIMIT {
+            return Err(SandboxError::BadRequest(format!(
+                "{} files in the writable areas must be kept read-only ({} privileged programs: {shown}; {} \
+                 hard-linked names), and portcullis binds each with one mount, up to {HARD_LINK_LIMIT}; clear \
+                 the setuid/setgid bits (chmod u-s,g-s F) or grant narrower paths with --write",
+                out.len() + privileged.len(),
+                privileged.len(),
+                out.len()
+            )));
+        }
+    }
+    if out.is_empty() {
+        return Ok(Kept { hard_linked: out, privileged });
+    }
+    let shown = listed(&out);
     if no_mounts {
         return Err(SandboxError::BadRequest(format!(
             "landlock-only mode cannot keep hard-linked files read-only: {shown} in a writable area also \
@@ -148,7 +207,48 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
             out.len()
         )));
     }
-    Ok(out)
+    Ok(Kept { hard_linked: out, privileged })
+}
+
+/// The first [`SHOWN`] of `paths`, and how many more.
+fn listed(paths: &[PathBuf]) -> String {
+    let mut s = paths.iter().take(SHOWN).map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    if paths.len() > SHOWN {
+        s += &format!(" and {} more", paths.len() - SHOWN);
+    }
+    s
+}
+
+/// Whether the file `st` at `path` would run with privileges its runner
+/// lacks: a regular file with the setuid bit, the setgid bit with group
+/// execute (without it the bit marks mandatory locking), or any execute
+/// bit and a `security.capability` xattr (looked for only then, to bound
+/// the cost; an answer other than "none" counts: fail closed).
+pub fn is_privileged(st: &FileStat, path: &Path) -> bool {
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return false;
+    }
+    let mode = st.st_mode;
+    if mode & libc::S_ISUID != 0 || (mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0) {
+        return true;
+    }
+    mode & 0o111 != 0 && has_xattr(path, c"security.capability")
+}
+
+/// What makes `st` privileged, for a message.
+fn privilege_of(st: &FileStat, path: &Path) -> String {
+    let mode = st.st_mode;
+    let mut what = Vec::new();
+    if mode & libc::S_ISUID != 0 {
+        what.push(format!("setuid to uid {}", st.st_uid));
+    }
+    if mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 {
+        what.push(format!("setgid to gid {}", st.st_gid));
+    }
+    if what.is_empty() || (mode & 0o111 != 0 && has_xattr(path, c"security.capability")) {
+        what.push("file capabilities".into());
+    }
+    what.join(", ")
 }
 
 fn walk_error(path: &Path, e: Errno) -> SandboxError {
@@ -191,6 +291,7 @@ fn count(linked: &mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>, st: &FileStat, p
 struct Walk<'a> {
     skip: &'a HashSet<&'a Path>,
     linked: &'a mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>,
+    privileged: &'a mut Vec<PathBuf>,
     seen: &'a mut usize,
     dirs: &'a mut HashMap<(u64, u64), PathBuf>,
     who: &'a Who,
@@ -244,8 +345,13 @@ impl Walk<'_> {
                         return Err(too_deep(&p));
                     }
                     pending.push(Pending { parent: Rc::clone(&dir), name, path: p, depth: depth + 1 });
-                } else if st.st_nlink > 1 {
-                    count(self.linked, &st, p);
+                } else {
+                    if is_privileged(&st, &p) {
+                        self.privileged.push(p.clone());
+                    }
+                    if st.st_nlink > 1 {
+                        count(self.linked, &st, p);
+                    }
                 }
             }
         }
@@ -350,10 +456,16 @@ impl Who {
 
 /// Whether `path` carries a POSIX access ACL (any answer but "none" counts).
 fn has_acl(path: &Path) -> bool {
+    has_xattr(path, c"system.posix_acl_access")
+}
+
+/// Whether `path` itself (not a link's target) carries the xattr `name`
+/// (any answer but "none" or "not supported" counts).
+fn has_xattr(path: &Path, name: &std::ffi::CStr) -> bool {
     let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return true };
     // SAFETY: both strings are NUL-terminated and live across the call; a
     // null buffer of size 0 only asks for the value's size.
-    let r = unsafe { libc::lgetxattr(c.as_ptr(), c"system.posix_acl_access".as_ptr(), std::ptr::null_mut(), 0) };
+    let r = unsafe { libc::lgetxattr(c.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
     if r >= 0 {
         return true;
     }
@@ -399,7 +511,7 @@ mod tests {
     fn names(d: &Path, areas: &[&str], skip: &[&str]) -> Result<Vec<PathBuf>, SandboxError> {
         let a: Vec<PathBuf> = areas.iter().map(|a| d.join(a)).collect();
         let s: Vec<PathBuf> = skip.iter().map(|a| d.join(a)).collect();
-        read_only_names(&a, &s, false)
+        read_only_names(&a, &s, false).map(|k| k.hard_linked)
     }
 
     #[test]
@@ -429,7 +541,29 @@ mod tests {
         for i in 1..=HARD_LINK_LIMIT {
             fs::remove_file(p.join(format!("target/l{i}"))).unwrap_or_else(|e| panic!("{e}"));
         }
-        let e = read_only_names(&[p.join("target")], &[], true).map(|v| v.len());
+        let e = read_only_names(&[p.join("target")], &[], true).map(|v| v.hard_linked.len());
         assert!(matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("landlock-only")), "{e:?}");
+    }
+
+    #[test]
+    fn privileged_programs_are_collected() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tree();
+        let p = d.path();
+        let set = |f: &str, m: u32| fs::set_permissions(p.join(f), fs::Permissions::from_mode(m));
+        set("target/x", 0o4755).unwrap_or_else(|e| panic!("{e}"));
+        set("target/debug/deps/foo-1", 0o2644).unwrap_or_else(|e| panic!("{e}"));
+        set("src/main.rs", 0o2755).unwrap_or_else(|e| panic!("{e}"));
+        let k = read_only_names(&[p.to_path_buf()], &[], false).unwrap_or_else(|e| panic!("{e}"));
+        // setgid without group execute marks mandatory locking, not privilege.
+        assert_eq!(k.privileged, vec![p.join("src/main.rs"), p.join("target/x")]);
+        let e = read_only_names(&[p.to_path_buf()], &[], true);
+        assert!(matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("target/x")), "{e:?}");
+        let e = read_only_names(&[p.join("target/x")], &[], false);
+        assert!(matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("setuid")), "{e:?}");
+        // A privileged file that is also hard-linked out is listed once.
+        fs::hard_link(p.join("target/x"), p.join("src/x")).unwrap_or_else(|e| panic!("{e}"));
+        let k = read_only_names(&[p.join("target")], &[], false).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((k.hard_linked, k.privileged), (vec![p.join("target/x")], vec![]));
     }
 }

@@ -728,6 +728,9 @@ impl Sandbox {
                 waited: start.elapsed(),
             });
         }
+        if matches!(opts.stdin, Stdin::Copy) {
+            stdin::refuse_visible_fifo(plan)?;
+        }
         let mut spec = plan.spec.clone();
         let mut warnings = Vec::new();
         let (mut cg, cgroup_fallback) = match &self.cgroup {

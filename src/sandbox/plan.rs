@@ -62,6 +62,10 @@ pub struct Plan {
     /// (read-only, protected, masked, or outside the plan), bound read-only
     /// so that no write reaches the other name (see `sandbox::links`).
     pub hard_linked: Vec<PathBuf>,
+    /// Setuid, setgid and file-capability programs in writable areas,
+    /// bound read-only: a store through a shared mapping changes a file's
+    /// content without clearing its bits (see `sandbox::links`).
+    pub privileged: Vec<PathBuf>,
     /// Paths beneath which Landlock allows writing.
     pub landlock_writable: Vec<PathBuf>,
     /// The only paths beneath which Landlock lets the command make a unix
@@ -474,11 +478,13 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     super::aliases::check(&protect_areas, &kept)?;
     // A grant still to be created (only `--explain` plans one) holds nothing.
     let walked: Vec<PathBuf> = protect_areas.iter().filter(|a| !create_grants.contains(a)).cloned().collect();
-    let hard_linked = super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))?;
+    let super::links::Kept { hard_linked, privileged } =
+        super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))?;
     let mut mounts = base;
     let mut carve: Vec<MountOp> = protected
         .iter()
         .chain(&hard_linked)
+        .chain(&privileged)
         .map(|p| MountOp::ReadOnly { dst: bytes(p) })
         .chain(pinned.iter().map(|p| MountOp::Pin { dst: bytes(p) }))
         .collect();
@@ -595,8 +601,11 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     let narrower: Vec<PathBuf> =
         (!writable).then(|| ws.clone()).into_iter().chain(read_roots.iter().cloned()).collect();
     let (whole, landlock_split) = super::split::split(&landlock_writable, &grants, &narrower);
-    let read_only_areas: Vec<PathBuf> =
-        narrower.into_iter().chain(protected.iter().cloned()).chain(hard_linked.iter().cloned()).collect();
+    let read_only_areas: Vec<PathBuf> = narrower
+        .into_iter()
+        .chain(protected.iter().cloned())
+        .chain(hard_linked.iter().chain(&privileged).cloned())
+        .collect();
     landlock_writable = whole;
     let split_entries: Vec<PathBuf> = landlock_split.iter().flat_map(|s| s.entries.iter().cloned()).collect();
 
@@ -672,6 +681,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         git_trees,
         masked,
         hard_linked,
+        privileged,
         landlock_writable,
         landlock_sockets,
         landlock_gaps,

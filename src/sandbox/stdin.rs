@@ -68,6 +68,59 @@ impl StdinPlan {
     }
 }
 
+/// Refuse the run when the caller's stdin is a named FIFO the command could
+/// open by its name: the relay keeps the command off the caller's
+/// descriptor, but not off the FIFO's path, through which it could read
+/// the caller's input or write into it. Visible are the workspace, the
+/// read roots, the write grants (the host's `/tmp` when granted) and the
+/// system roots, less masked paths in the full sandbox; in the
+/// landlock-only mode Landlock allows the same roots (and no mask hides
+/// anything). A FIFO with another name, which may lie anywhere, is refused
+/// too; one that is unlinked has no name to open.
+pub(super) fn refuse_visible_fifo(plan: &super::Plan) -> Result<(), SandboxError> {
+    let Ok(st) = nix::sys::stat::fstat(io::stdin().as_fd()) else { return Ok(()) };
+    if st.st_mode & libc::S_IFMT != libc::S_IFIFO || st.st_nlink == 0 {
+        return Ok(());
+    }
+    let link = std::fs::read_link("/proc/self/fd/0").map_err(|source| SandboxError::Io {
+        stage: "finding where the caller's stdin FIFO lies (/proc/self/fd/0)",
+        source,
+    })?;
+    // An anonymous pipe reads `pipe:[inode]`: no name.
+    if !link.is_absolute() {
+        return Ok(());
+    }
+    let path = std::fs::canonicalize(&link).unwrap_or(link);
+    let to_do = "feed the input through an anonymous pipe instead (cat FIFO | portcullis exec ...), move the \
+                 FIFO out of the sandbox's view, or give the command no stdin (</dev/null; Stdin::Null in the library)";
+    if st.st_nlink > 1 {
+        return Err(SandboxError::BadRequest(format!(
+            "the caller's stdin is the named FIFO {} with {} names, which may lie inside the sandbox's view: the \
+             command could open it by name and read the caller's input or write into it; {to_do}",
+            path.display(),
+            st.st_nlink
+        )));
+    }
+    let degraded = plan.spec.mode == super::Mode::LandlockOnly;
+    let visible = std::iter::once(&plan.workspace)
+        .chain(&plan.read_roots)
+        .chain(&plan.write_grants)
+        .chain(plan.create_grants.iter())
+        .map(|p| p.as_path())
+        .chain(super::SYSTEM_ROOTS.iter().map(std::path::Path::new))
+        .find(|r| path.starts_with(r));
+    let masked = !degraded && plan.masked.iter().any(|m| path.starts_with(m));
+    match visible {
+        Some(root) if !masked => Err(SandboxError::BadRequest(format!(
+            "the caller's stdin is the named FIFO {}, which lies inside the sandbox's view ({}): the command could \
+             open it by name and read the caller's input or write into it; {to_do}",
+            path.display(),
+            root.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Decide how the caller's stdin (fd 0) reaches the command.
 pub(super) fn plan() -> Result<StdinPlan, SandboxError> {
     use nix::sys::stat::SFlag;

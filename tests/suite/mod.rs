@@ -12,6 +12,7 @@ mod hardlinks;
 mod landlock_only;
 mod links_review;
 mod meta;
+mod modes_review;
 mod policy;
 mod policy_corpus;
 mod policy_diff;

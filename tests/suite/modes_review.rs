@@ -1,0 +1,489 @@
+//! What a fresh adversarial review of the two sandbox modes found (issue 7/8),
+//! attempted for real and checked from outside, each with a control (the
+//! same attempt works on the host or with the restriction off) and a pinned
+//! errno or typed refusal. Run as root and as uid 65534.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use portcullis::sandbox::{ExecRequest, Mode};
+use portcullis::SandboxError;
+
+use super::util::*;
+
+/// The prologue of every script: `t(name, f)` prints `name OK [value]` or
+/// `name ERRNAME`; `c(r)` turns a negative libc return into an OSError.
+const PRELUDE: &str = "import ctypes, errno, fcntl, mmap, os, socket, struct, sys, time\n\
+libc = ctypes.CDLL(None, use_errno=True)\n\
+def t(name, f):\n    try:\n        r = f(); print(name, 'OK', '' if r is None else r, flush=True)\n    except OSError as e:\n        print(name, errno.errorcode.get(e.errno, e.errno), flush=True)\n\
+def c(r):\n    if r < 0: raise OSError(ctypes.get_errno(), 'call')\n    return r\n";
+
+/// A request running `script` with /usr/bin/python3 in `ws`.
+fn py(ws: &Ws, script: &str) -> ExecRequest {
+    ws.req(&["/usr/bin/python3", "-c", &format!("{PRELUDE}{script}")])
+}
+
+/// Run `req` and return its stdout (it must exit 0).
+fn out_of(req: &ExecRequest) -> String {
+    let r = run_ok(req);
+    assert_eq!(r.exit_code, Some(0), "script failed: {}", stderr(&r));
+    stdout(&r)
+}
+
+/// Run the same `script` on the host, outside any sandbox (the control).
+fn on_host(cwd: &Path, script: &str) -> String {
+    let out = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(format!("{PRELUDE}{script}"))
+        .current_dir(cwd)
+        .output()
+        .unwrap_or_else(|e| panic!("python3: {e}"));
+    assert!(out.status.success(), "host script failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The result word of `name` in a script's output (`OK`, `EPERM`, ...).
+fn result<'a>(out: &'a str, name: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .map(|r| r.split_whitespace().next().unwrap_or(""))
+        .unwrap_or_else(|| panic!("no result for {name} in: {out}"))
+}
+
+fn landlock_only_available(test: &str) -> bool {
+    available(test, portcullis::doctor_landlock_abi() >= 6, "landlock-only mode needs Landlock ABI 6")
+}
+
+fn real(p: &Path) -> PathBuf {
+    fs::canonicalize(p).unwrap_or_else(|e| panic!("canonicalize {}: {e}", p.display()))
+}
+
+fn chmod(p: &Path, mode: u32) {
+    fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
+}
+
+fn mode_of(p: &Path) -> u32 {
+    fs::metadata(p).map(|m| m.mode() & 0o7777).unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
+}
+
+/// Replace a file's content through a shared mapping (no write(2), which
+/// would strip the setuid bit), and the siblings that need a writable
+/// descriptor: write, truncate, copy_file_range and FICLONE into it.
+fn overwrite_script(files: &[(&str, &Path)]) -> String {
+    let mut s = String::from(
+        "PAY = b'#!/bin/sh\\necho PWNED\\n'\n\
+         def via_mmap(p):\n    fd = os.open(p, os.O_RDWR)\n    m = mmap.mmap(fd, 0, mmap.MAP_SHARED)\n    \
+         m[:len(PAY)] = PAY.ljust(len(PAY))\n    m.flush(); m.close(); os.close(fd)\n\
+         def via_copy(p):\n    src = os.open('/proc/self/exe', os.O_RDONLY)\n    dst = os.open(p, os.O_WRONLY)\n    \
+         os.copy_file_range(src, dst, 8, 0, 0)\n\
+         def via_clone(p):\n    src = os.open(sys.argv[0] if sys.argv[0] != '-c' else '/proc/self/exe', os.O_RDONLY)\n    \
+         dst = os.open(p, os.O_WRONLY)\n    fcntl.ioctl(dst, 0x40049409, src)\n",
+    );
+    for (name, p) in files {
+        let p = p.display();
+        s += &format!("t('{name}.mmap', lambda: via_mmap({p:?}))\n", p = p.to_string());
+        // The siblings would destroy a control's mapped content: only for
+        // the files that are meant to stay.
+        if !name.starts_with("ctl") {
+            s += &format!(
+                "t('{name}.truncate', lambda: os.truncate({p:?}, 0))\n\
+                 t('{name}.copy', lambda: via_copy({p:?}))\nt('{name}.clone', lambda: via_clone({p:?}))\n",
+                p = p.to_string()
+            );
+        }
+    }
+    s
+}
+
+const ORIGINAL: &str = "#!/bin/sh\necho original program\n";
+
+#[test]
+fn r0100_a_setuid_program_in_a_writable_workspace_cannot_be_rewritten() {
+    // Found in review: a writable run could replace a setuid program's
+    // content through a shared mapping, which keeps the setuid bit (write(2)
+    // would strip it); any host user then ran the command's code as the
+    // file's owner (root, for a root caller's workspace: Electron's
+    // chrome-sandbox is made root-owned 4755).
+    let ws = Ws::new();
+    ws.write("dist/chrome-sandbox", ORIGINAL);
+    ws.write("dist/setgid-tool", ORIGINAL);
+    ws.write("dist/plain", ORIGINAL);
+    ws.write("dist/locking", ORIGINAL);
+    let suid = ws.join("dist/chrome-sandbox");
+    let sgid = ws.join("dist/setgid-tool");
+    let plain = ws.join("dist/plain");
+    let locking = ws.join("dist/locking");
+    chmod(&suid, 0o4755);
+    chmod(&sgid, 0o2755);
+    chmod(&plain, 0o755);
+    // setgid without group execute marks mandatory locking: no privilege.
+    chmod(&locking, 0o2644);
+
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    let plan = sandbox().plan(&req).unwrap_or_else(|e| panic!("plan: {e}"));
+    assert_eq!(plan.privileged, vec![real(&suid), real(&sgid)], "{:?}", plan.privileged);
+    assert!(plan.landlock_gaps.contains(&real(&suid)), "only the mount guards it: a reported Landlock gap");
+    let out = cli()
+        .args(["exec", "--explain", "--writable", "--workspace"])
+        .arg(ws.path())
+        .args(["--", "true"])
+        .output()
+        .unwrap_or_else(|e| panic!("cli: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("privileged: {}", real(&suid).display()))
+            && text.contains(&format!("read-only {}", real(&suid).display())),
+        "{text}"
+    );
+
+    // The attack, with the control in the same run: the same program
+    // without the bit (and the locking-marked one) is rewritten as usual.
+    let mut req =
+        py(&ws, &overwrite_script(&[("suid", &suid), ("sgid", &sgid), ("ctl.plain", &plain), ("ctl.lock", &locking)]));
+    req.writable = true;
+    let out = out_of(&req);
+    for name in ["suid", "sgid"] {
+        for how in ["mmap", "truncate", "copy", "clone"] {
+            assert_eq!(result(&out, &format!("{name}.{how}")), "EROFS", "{name}.{how}: {out}");
+        }
+    }
+    assert_eq!(result(&out, "ctl.plain.mmap"), "OK", "control: the plain program is writable: {out}");
+    assert_eq!(result(&out, "ctl.lock.mmap"), "OK", "control: setgid without group execute is not privileged: {out}");
+    // From outside: the privileged programs are untouched, bits and all; the
+    // control's content changed.
+    for p in [&suid, &sgid] {
+        assert_eq!(fs::read_to_string(p).unwrap_or_default(), ORIGINAL, "{}", p.display());
+    }
+    assert_eq!(mode_of(&suid), 0o4755);
+    assert_eq!(mode_of(&sgid), 0o2755);
+    for p in [&plain, &locking] {
+        assert!(
+            fs::read_to_string(p).unwrap_or_default().contains("PWNED"),
+            "control: the mapping wrote {}",
+            p.display()
+        );
+    }
+
+    // The same in a write grant.
+    let mut req = py(&ws, &overwrite_script(&[("suid", &suid)]));
+    req.write.push("dist".into());
+    assert_eq!(result(&out_of(&req), "suid.mmap"), "EROFS");
+    assert_eq!(fs::read_to_string(&suid).unwrap_or_default(), ORIGINAL);
+}
+
+#[test]
+fn r0101_privileged_programs_refuse_landlock_only_runs_and_file_grants() {
+    let ws = Ws::new();
+    ws.write("dist/chrome-sandbox", ORIGINAL);
+    let suid = ws.join("dist/chrome-sandbox");
+    chmod(&suid, 0o4755);
+    let marker = ws.join("target/ran");
+    let sh = format!("echo x > {}", marker.display());
+
+    // A file grant that is itself a setuid program cannot also be read-only.
+    let mut req = ws.req(&["sh", "-c", &sh]);
+    req.write.push("dist/chrome-sandbox".into());
+    let e = run(&req).map(|r| r.exit_code);
+    assert!(
+        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("is a privileged program (setuid")
+            && m.contains("chmod u-s")),
+        "{e:?}"
+    );
+
+    // File capabilities count too (setting them needs root).
+    if is_root() {
+        ws.write("dist/capped", ORIGINAL);
+        let capped = ws.join("dist/capped");
+        chmod(&capped, 0o755);
+        // VFS_CAP_REVISION_2 | VFS_CAP_FLAGS_EFFECTIVE, CAP_NET_RAW (13) permitted.
+        let mut v = Vec::new();
+        for w in [0x0200_0001u32, 1 << 13, 0, 0, 0] {
+            v.extend_from_slice(&w.to_le_bytes());
+        }
+        let c = std::ffi::CString::new(capped.display().to_string()).unwrap_or_default();
+        // SAFETY: both strings are NUL-terminated, the buffer lives across the call.
+        let r = unsafe { libc::setxattr(c.as_ptr(), c"security.capability".as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+        assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
+        let mut req = ws.req(&["true"]);
+        req.writable = true;
+        let plan = sandbox().plan(&req).unwrap_or_else(|e| panic!("plan: {e}"));
+        assert_eq!(plan.privileged, vec![real(&capped), real(&suid)]);
+        let mut req = py(&ws, &overwrite_script(&[("cap", &capped)]));
+        req.writable = true;
+        assert_eq!(result(&out_of(&req), "cap.mmap"), "EROFS");
+        fs::remove_file(&capped).unwrap_or_else(|e| panic!("rm: {e}"));
+    }
+
+    if !landlock_only_available("r0101") {
+        return;
+    }
+    // The landlock-only mode has no mounts: the run is refused by name.
+    let mut req = ws.req(&["sh", "-c", &sh]);
+    req.writable = true;
+    req.degraded = Some(Mode::LandlockOnly);
+    let e = run(&req).map(|r| r.exit_code);
+    assert!(
+        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("landlock-only mode cannot keep privileged programs")
+            && m.contains(&real(&suid).display().to_string()) && m.contains("chmod u-s")),
+        "{e:?}"
+    );
+    assert!(!marker.exists(), "nothing ran");
+    // Control: with the bit cleared the same run works.
+    chmod(&suid, 0o755);
+    let r = run_ok(&req);
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert!(marker.exists());
+}
+
+/// A host datagram service at `path` (as /dev/log or journald's socket are).
+fn host_service(path: &Path) -> std::os::unix::net::UnixDatagram {
+    let s = std::os::unix::net::UnixDatagram::bind(path).unwrap_or_else(|e| panic!("bind {}: {e}", path.display()));
+    chmod(path, 0o666);
+    s.set_nonblocking(true).unwrap_or_else(|e| panic!("nonblocking: {e}"));
+    s
+}
+
+/// Every datagram waiting at the service.
+fn received(s: &std::os::unix::net::UnixDatagram) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 256];
+    while let Ok(n) = s.recv(&mut buf) {
+        out.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    out
+}
+
+/// Reach the service at `sock` from socketpair ends and a plain socket.
+fn datagram_script(sock: &Path, listener: &Path) -> String {
+    format!(
+        "P = {p:?}\nL = {l:?}\n\
+         t('pair.dgram', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM))\n\
+         t('pair.dgram_cloexec', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC))\n\
+         t('pair.seqpacket', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET))\n\
+         def dgram_send():\n    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n    a.sendto(b'forged by dgram pair', P)\n\
+         def dgram_connect():\n    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n    b.connect(P); b.send(b'forged by connect')\n\
+         t('dgram.sendto', dgram_send)\nt('dgram.connect', dgram_connect)\n\
+         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)\n\
+         t('pair.stream', lambda: a.send(b'x') and None)\n\
+         t('stream.sendto', lambda: a.sendto(b'forged by stream pair', P))\n\
+         t('stream.connect_dgram', lambda: b.connect(P))\n\
+         t('stream.connect', lambda: b.connect(L))\n\
+         t('stream.sendto_stream', lambda: a.sendto(b'forged', L))\n\
+         def plain():\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n    s.sendto(b'forged by socket', P)\n\
+         t('socket.sendto', plain)\n",
+        p = sock.display().to_string(),
+        l = listener.display().to_string()
+    )
+}
+
+#[test]
+fn r0102_no_datagram_reaches_a_host_socket_from_a_socketpair() {
+    // Found in review: the landlock-only mode refused socket(AF_UNIX) but
+    // not socketpair(AF_UNIX, SOCK_DGRAM), whose end could sendto() (or
+    // connect() to) any host path datagram socket, outside every Landlock
+    // rule: a host service got a forged datagram with the caller's
+    // credentials.
+    let ws = Ws::new();
+    let outside = Ws::new();
+    let sock = outside.join("svc.sock");
+    let svc = host_service(&sock);
+    // A host stream service too (an ssh-agent, a D-Bus bus).
+    let lsock = outside.join("agent.sock");
+    let listener =
+        std::os::unix::net::UnixListener::bind(&lsock).unwrap_or_else(|e| panic!("bind {}: {e}", lsock.display()));
+    chmod(&lsock, 0o666);
+    listener.set_nonblocking(true).unwrap_or_else(|e| panic!("nonblocking: {e}"));
+    let script = datagram_script(&sock, &lsock);
+    let _c = std::os::unix::net::UnixStream::connect(&lsock).unwrap_or_else(|e| panic!("connect: {e}"));
+    assert!(listener.accept().is_ok(), "control: a host process reaches the listener");
+    // Control: a host process reaches the service.
+    let host = std::os::unix::net::UnixDatagram::unbound().unwrap_or_else(|e| panic!("socket: {e}"));
+    host.send_to(b"from the host", &sock).unwrap_or_else(|e| panic!("send_to: {e}"));
+    assert_eq!(received(&svc), vec!["from the host".to_string()], "control: the host service receives");
+    // Control: the script itself works on the host (the datagrams land).
+    let out = on_host(ws.path(), &script);
+    assert_eq!(result(&out, "dgram.sendto"), "OK", "{out}");
+    assert_eq!(received(&svc).len(), 3, "control: the script's datagrams reach the service from the host: {out}");
+
+    // The full sandbox: unix sockets are allowed, but a host path socket
+    // outside the plan is not in the mount view at all.
+    let out = out_of(&py(&ws, &script));
+    assert_eq!(result(&out, "pair.dgram"), "OK", "{out}");
+    for op in ["dgram.sendto", "dgram.connect", "socket.sendto"] {
+        assert_eq!(result(&out, op), "ENOENT", "{op}: {out}");
+    }
+    assert_eq!(received(&svc), Vec::<String>::new(), "nothing reached the host service from the full sandbox");
+
+    if !landlock_only_available("r0102") {
+        return;
+    }
+    let mut req = py(&ws, &script);
+    req.degraded = Some(Mode::LandlockOnly);
+    let out = out_of(&req);
+    for op in ["pair.dgram", "pair.dgram_cloexec", "pair.seqpacket", "dgram.sendto", "dgram.connect", "socket.sendto"] {
+        assert_eq!(result(&out, op), "EPERM", "{op}: {out}");
+    }
+    // A stream pair works, and a connected stream end cannot be pointed
+    // elsewhere.
+    assert_eq!(result(&out, "pair.stream"), "OK", "{out}");
+    assert_eq!(result(&out, "stream.sendto"), "EISCONN", "{out}");
+    assert_eq!(result(&out, "stream.connect"), "EISCONN", "{out}");
+    assert_eq!(result(&out, "stream.sendto_stream"), "EISCONN", "{out}");
+    assert_eq!(result(&out, "stream.connect_dgram"), "EPROTOTYPE", "{out}");
+    assert_eq!(received(&svc), Vec::<String>::new(), "nothing reached the host service, checked from outside");
+    assert!(
+        listener.accept().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "no connection reached the host listener"
+    );
+}
+
+/// Take a read lease (and a dnotify watch) on `file`.
+fn lease_script(file: &Path, dir: &Path) -> String {
+    format!(
+        "fd = os.open({f:?}, os.O_RDONLY)\n\
+         t('lease', lambda: fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK) and None)\n\
+         t('getlease', lambda: fcntl.fcntl(fd, fcntl.F_GETLEASE))\n\
+         d = os.open({d:?}, os.O_RDONLY | os.O_DIRECTORY)\n\
+         t('notify', lambda: fcntl.fcntl(d, fcntl.F_NOTIFY, fcntl.DN_MODIFY | fcntl.DN_MULTISHOT) and None)\n\
+         t('getfl', lambda: fcntl.fcntl(fd, fcntl.F_GETFL) and None)\n",
+        f = file.display().to_string(),
+        d = dir.display().to_string()
+    )
+}
+
+#[test]
+fn r0104_no_lease_on_a_file_the_command_may_only_read() {
+    // Found in review: a read lease taken by the command on a file it may
+    // only read (the read-only workspace, a read root; any readable file in
+    // landlock-only mode) held every host writer up to lease-break-time.
+    let ws = Ws::new();
+    let file = ws.join("README.md");
+    let script = lease_script(&file, ws.path());
+    // Control: on the host the same lease is granted (F_RDLCK is 0).
+    let host = on_host(ws.path(), &script);
+    assert_eq!(result(&host, "lease"), "OK", "control: the host grants the lease: {host}");
+    assert_eq!(result(&host, "notify"), "OK", "control: the host grants dnotify: {host}");
+
+    let out = out_of(&py(&ws, &script));
+    assert_eq!(result(&out, "lease"), "EPERM", "{out}");
+    assert_eq!(result(&out, "getfl"), "OK", "other fcntl commands work: {out}");
+    // From outside: a host writer is not held up after the run either.
+    let t = std::time::Instant::now();
+    fs::write(&file, "host write\n").unwrap_or_else(|e| panic!("write: {e}"));
+    assert!(t.elapsed() < std::time::Duration::from_secs(2));
+
+    if !landlock_only_available("r0104") {
+        return;
+    }
+    let mut req = py(&ws, &script);
+    req.degraded = Some(Mode::LandlockOnly);
+    let out = out_of(&req);
+    assert_eq!(result(&out, "lease"), "EPERM", "{out}");
+    assert_eq!(result(&out, "notify"), "EPERM", "dnotify is refused like inotify: {out}");
+    assert_eq!(result(&out, "getfl"), "OK", "{out}");
+}
+
+/// A FIFO at `path`, with `input` waiting in it; returns a read-write
+/// descriptor (it keeps the FIFO open both ways, so no open blocks) and a
+/// read-only one to hand the CLI as its stdin.
+fn fifo_with(path: &Path, input: &[u8]) -> (fs::File, fs::File) {
+    use std::io::Write;
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o666))
+        .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
+    chmod(path, 0o666);
+    let mut rw = fs::OpenOptions::new().read(true).write(true).open(path).unwrap_or_else(|e| panic!("open: {e}"));
+    rw.write_all(input).unwrap_or_else(|e| panic!("write: {e}"));
+    let r = fs::File::open(path).unwrap_or_else(|e| panic!("open: {e}"));
+    (rw, r)
+}
+
+/// What is left in the FIFO (read without blocking).
+fn left_in(rw: &fs::File) -> Vec<u8> {
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    let fl = nix::fcntl::fcntl(rw.as_fd(), nix::fcntl::FcntlArg::F_GETFL).unwrap_or_else(|e| panic!("{e}"));
+    let fl = nix::fcntl::OFlag::from_bits_truncate(fl) | nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(rw.as_fd(), nix::fcntl::FcntlArg::F_SETFL(fl)).unwrap_or_else(|e| panic!("{e}"));
+    let mut out = Vec::new();
+    let mut buf = [0u8; 256];
+    let mut f = rw;
+    while let Ok(n) = f.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+#[test]
+fn r0103_a_named_fifo_on_stdin_inside_the_sandbox_view_refuses_the_run() {
+    // Found in review: the relay keeps the command off the caller's stdin
+    // descriptor, but a named FIFO inside the workspace could be opened by
+    // name: the command stole the caller's input or injected lines into it.
+    let ws = Ws::new();
+    let outside = Ws::new();
+    let marker = ws.join("target/ran");
+    let attack = format!(
+        "(echo INJECTED > {fifo}) 2>/dev/null; timeout 1 head -c 3 {fifo} 2>/dev/null; echo ran > {m}",
+        fifo = ws.join("in").display(),
+        m = marker.display()
+    );
+    let modes: &[&[&str]] = if landlock_only_available("r0103") {
+        &[&["--writable"], &["--writable", "--degraded", "landlock-only"]]
+    } else {
+        &[&["--writable"]]
+    };
+    for mode in modes {
+        let fifo = ws.join("in");
+        let (rw, r) = fifo_with(&fifo, b"l1\nl2\n");
+        let out = cli()
+            .arg("exec")
+            .args(*mode)
+            .arg("--workspace")
+            .arg(ws.path())
+            .args(["--", "sh", "-c", &attack])
+            .stdin(r)
+            .output()
+            .unwrap_or_else(|e| panic!("cli: {e}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{mode:?}: {err}");
+        assert!(
+            err.contains(&format!("the caller's stdin is the named FIFO {}", real(&fifo).display()))
+                && err.contains("inside the sandbox's view")
+                && err.contains("anonymous pipe"),
+            "{mode:?}: {err}"
+        );
+        assert!(!marker.exists(), "{mode:?}: nothing ran");
+        assert_eq!(left_in(&rw), b"l1\nl2\n", "{mode:?}: the caller's input is whole, nothing injected");
+        fs::remove_file(&fifo).unwrap_or_else(|e| panic!("rm: {e}"));
+
+        // Control: the same run with the FIFO outside the sandbox's view
+        // runs, and the command cannot reach the FIFO by its name.
+        let far = outside.join("in");
+        let (rw, r) = fifo_with(&far, b"l1\nl2\n");
+        let probe = format!(
+            "(echo INJECTED > {f}) 2>/dev/null || echo cannot-open; echo ran > {m}",
+            f = far.display(),
+            m = marker.display()
+        );
+        let out = cli()
+            .arg("exec")
+            .args(*mode)
+            .arg("--workspace")
+            .arg(ws.path())
+            .args(["--", "sh", "-c", &probe])
+            .stdin(r)
+            .output()
+            .unwrap_or_else(|e| panic!("cli: {e}"));
+        assert!(out.status.success(), "{mode:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("cannot-open"), "{mode:?}");
+        assert!(marker.exists(), "control {mode:?}: the run ran");
+        assert_eq!(left_in(&rw), b"l1\nl2\n", "{mode:?}");
+        fs::remove_file(&marker).unwrap_or_else(|e| panic!("rm: {e}"));
+        fs::remove_file(&far).unwrap_or_else(|e| panic!("rm: {e}"));
+    }
+}
