@@ -14,6 +14,24 @@
 //! mount. Mounts that alias nothing read-only (a separate volume, a tmpfs)
 //! are left alone.
 //!
+//! An overlay writes into its upper directory (and its work directory), not
+//! through the device it shows: for an overlay at or inside a writable area
+//! (and one a writable area lies in), the upper and work directories named
+//! in its super options are located the same way and refused when they are,
+//! contain or lie inside a read-only area (only plain nesting in a writable
+//! area passes: the sandbox writes there anyway). Its lower layers are never
+//! written through it. The kernel shows the names the mounter gave: an upper
+//! directory of an overlay at or inside a writable area that is relative or
+//! cannot be found refuses the run; for an overlay a writable area lies in
+//! (a container's root, whose layers live in the host's namespace) it is
+//! passed over.
+//!
+//! Filesystems whose backing directories the kernel does not show (FUSE,
+//! NFS, 9p, virtiofs, SMB, eCryptfs, ...) could be a loopback of a read-only
+//! area (`bindfs ws/src ws/target/x`): one mounted inside a writable area
+//! refuses the run. A grant that is or lies on one is the user's choice and
+//! is not judged.
+//!
 //! The mounts are read while the run is planned; one the host adds between
 //! the plan and the run is not seen (making it needs privileges on the host
 //! that a sandboxed command does not have).
@@ -33,10 +51,14 @@ pub(crate) struct Mount {
     pub root: PathBuf,
     /// Where it is mounted.
     pub point: PathBuf,
+    /// Its filesystem type (`overlay`, `fuse.bindfs`, ...).
+    pub fstype: String,
+    /// Its super options, as mountinfo shows them (still escaped).
+    pub opts: String,
 }
 
 /// Undo mountinfo's octal escapes (`\040` for a space and so on).
-fn unescape(s: &str) -> PathBuf {
+fn unescape_bytes(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -50,7 +72,50 @@ fn unescape(s: &str) -> PathBuf {
             i += 1;
         }
     }
-    PathBuf::from(OsStr::from_bytes(&out))
+    out
+}
+
+fn unescape(s: &str) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(&unescape_bytes(s)))
+}
+
+/// The directories an overlay writes into, by the names its mounter gave
+/// (`upperdir=`, `workdir=`): mountinfo's octal escapes undone, then
+/// overlayfs's own (a backslash before `,`, `:` or `\\`). None for an overlay
+/// without an upper layer (read-only) or another filesystem.
+fn overlay_writes(m: &Mount) -> Vec<(&'static str, PathBuf)> {
+    if m.fstype != "overlay" {
+        return Vec::new();
+    }
+    m.opts
+        .split(',')
+        .filter_map(|o| {
+            let (k, v) = o.split_once('=')?;
+            let which = match k {
+                "upperdir" => "upper directory",
+                "workdir" => "work directory",
+                _ => return None,
+            };
+            let raw = unescape_bytes(v);
+            let mut out = Vec::with_capacity(raw.len());
+            let mut it = raw.iter();
+            while let Some(&c) = it.next() {
+                out.push(if c == b'\\' { it.next().copied().unwrap_or(c) } else { c });
+            }
+            Some((which, PathBuf::from(OsStr::from_bytes(&out))))
+        })
+        .collect()
+}
+
+/// Filesystems that keep their files in directories the kernel does not
+/// show: a FUSE passthrough (bindfs), an NFS, SMB or 9p loopback, a stacked
+/// eCryptfs can each show a read-only area under another device.
+fn opaque(fstype: &str) -> bool {
+    fstype.starts_with("fuse")
+        || matches!(
+            fstype,
+            "nfs" | "nfs4" | "9p" | "virtiofs" | "cifs" | "smb3" | "smbfs" | "ecryptfs" | "shiftfs" | "aufs" | "coda"
+        )
 }
 
 /// Parse mountinfo text, in its order (a later mount covers an earlier one
@@ -59,7 +124,15 @@ pub(crate) fn parse(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
-            Some(Mount { dev: (*f.get(2)?).to_string(), root: unescape(f.get(3)?), point: unescape(f.get(4)?) })
+            // After the optional fields: `-`, type, source, super options.
+            let sep = f.iter().skip(6).position(|x| *x == "-")? + 6;
+            Some(Mount {
+                dev: (*f.get(2)?).to_string(),
+                root: unescape(f.get(3)?),
+                point: unescape(f.get(4)?),
+                fstype: (*f.get(sep + 1)?).to_string(),
+                opts: f.get(sep + 3).map_or_else(String::new, |o| (*o).to_string()),
+            })
         })
         .collect()
 }
@@ -101,19 +174,47 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
     };
     let areas: Vec<(&Path, String, PathBuf)> =
         read_only.iter().filter_map(|a| locate(mounts, a).map(|(m, fs)| (a.as_path(), m.dev.clone(), fs))).collect();
-    // What each writable area and each mount inside one shows, and where.
-    let mut shown: Vec<(PathBuf, Option<&Mount>, &Path, String, PathBuf)> = Vec::new();
+    // What each writable area and each mount inside one shows, where, and
+    // whether that mount is at or inside the writable area (not above it).
+    let mut shown: Vec<(PathBuf, &Mount, bool, &Path, PathBuf)> = Vec::new();
     for w in writable {
         if let Some((m, fs)) = locate(mounts, w) {
-            shown.push((w.clone(), (m.point == *w).then_some(m), w, m.dev.clone(), fs));
+            shown.push((w.clone(), m, m.point == *w, w, fs));
         }
         for m in mounts.iter().filter(|m| m.point.starts_with(w) && m.point != *w && writes_at(&m.point)) {
-            shown.push((m.point.clone(), Some(m), w, m.dev.clone(), m.root.clone()));
+            if opaque(&m.fstype) {
+                return Err(SandboxError::BadRequest(format!(
+                    "the {} mount at {}, inside the writable area {}, keeps its files in directories the kernel \
+                     does not show: a write through it could reach a directory this run keeps read-only, and \
+                     portcullis cannot tell. Unmount it on the host (umount {}), or mount it outside the writable \
+                     areas",
+                    m.fstype,
+                    m.point.display(),
+                    w.display(),
+                    m.point.display()
+                )));
+            }
+            shown.push((m.point.clone(), m, true, w, m.root.clone()));
         }
     }
-    for (at, mount, area, dev, fs) in &shown {
+    let refusal = |what: String, at: &Path, area: &Path, how: &str, ro: &Path, point: &Path| {
+        let inside = if at == area {
+            "a writable area".to_string()
+        } else {
+            format!("inside the writable area {}", area.display())
+        };
+        SandboxError::BadRequest(format!(
+            "{what}, {inside}, {how} {}, which this run keeps read-only: a write through {} would reach it. \
+             Unmount the alias on the host (umount {}), or grant {} itself if it should be writable",
+            ro.display(),
+            at.display(),
+            point.display(),
+            ro.display()
+        ))
+    };
+    for (at, m, mounted, area, fs) in &shown {
         for (ro, ro_dev, ro_fs) in &areas {
-            if dev != ro_dev {
+            if m.dev != *ro_dev {
                 continue;
             }
             // The read-only area lies inside what `at` shows, or holds it.
@@ -125,28 +226,65 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
                 None
             };
             let Some(how) = how else { continue };
-            let what = match mount {
-                Some(m) => format!(
-                    "the mount at {} (filesystem {}, its directory {})",
-                    m.point.display(),
-                    m.dev,
-                    m.root.display()
-                ),
-                None => format!("{} (filesystem {dev}, its directory {})", at.display(), fs.display()),
-            };
-            let inside = if at.as_path() == *area {
-                "a writable area".to_string()
+            let what = if *mounted {
+                format!("the mount at {} (filesystem {}, its directory {})", m.point.display(), m.dev, m.root.display())
             } else {
-                format!("inside the writable area {}", area.display())
+                format!("{} (filesystem {}, its directory {})", at.display(), m.dev, fs.display())
             };
-            return Err(SandboxError::BadRequest(format!(
-                "{what}, {inside}, {how} {}, which this run keeps read-only: a write through {} would reach it. \
-                 Unmount the alias on the host (umount {}), or grant {} itself if it should be writable",
-                ro.display(),
-                at.display(),
-                mount.map_or(at.as_path(), |m| m.point.as_path()).display(),
-                ro.display()
-            )));
+            let point = if *mounted { m.point.as_path() } else { at.as_path() };
+            return Err(refusal(what, at, area, how, ro, point));
+        }
+        // An overlay writes into its upper directory (at the part of the
+        // overlay `at` shows) and its work directory, past every bind the
+        // sandbox lays over those paths.
+        for (which, dir) in overlay_writes(m) {
+            let found = if dir.is_absolute() { std::fs::canonicalize(&dir).ok() } else { None };
+            let Some((real, (dm, dfs))) = found.and_then(|r| locate(mounts, &r).map(|l| (r, l))) else {
+                if !*mounted {
+                    // A container's root: its layers are named in the host's
+                    // namespace, not reachable here.
+                    continue;
+                }
+                return Err(SandboxError::BadRequest(format!(
+                    "the overlay mount at {}, {}, writes into the {which} {}, which cannot be found here (the \
+                     kernel shows the name it was mounted with): portcullis cannot tell whether it is a \
+                     directory this run keeps read-only. Unmount it on the host (umount {}), or mount it again \
+                     naming its {which} by an absolute path",
+                    m.point.display(),
+                    if at == area {
+                        "a writable area".to_string()
+                    } else {
+                        format!("inside the writable area {}", area.display())
+                    },
+                    dir.display(),
+                    m.point.display()
+                )));
+            };
+            let sub = match fs.strip_prefix("/") {
+                Ok(sub) if which == "upper directory" && !sub.as_os_str().is_empty() => Some(sub),
+                _ => None,
+            };
+            let (path, dfs) = match sub {
+                Some(sub) => (real.join(sub), dfs.join(sub)),
+                None => (real, dfs),
+            };
+            for (ro, ro_dev, ro_fs) in &areas {
+                if dm.dev != *ro_dev {
+                    continue;
+                }
+                // Only plain nesting in a writable area passes: the sandbox
+                // writes there anyway.
+                let how = if let Ok(rel) = ro_fs.strip_prefix(&dfs) {
+                    Some(if rel.as_os_str().is_empty() { "is" } else { "contains" })
+                } else if let Ok(rel) = dfs.strip_prefix(ro_fs) {
+                    (ro.join(rel) != path || !writes_at(&path)).then_some("lies inside")
+                } else {
+                    None
+                };
+                let Some(how) = how else { continue };
+                let what = format!("the overlay mount at {} (its {which} {})", m.point.display(), path.display());
+                return Err(refusal(what, at, area, how, ro, &m.point));
+            }
         }
     }
     Ok(())
@@ -157,7 +295,7 @@ mod tests {
     use super::*;
 
     fn m(dev: &str, root: &str, point: &str) -> Mount {
-        Mount { dev: dev.into(), root: root.into(), point: point.into() }
+        Mount { dev: dev.into(), root: root.into(), point: point.into(), fstype: "ext4".into(), opts: "rw".into() }
     }
 
     fn p(s: &[&str]) -> Vec<PathBuf> {
@@ -191,5 +329,83 @@ mod tests {
         let mounts = vec![m("8:1", "/", "/"), m("8:1", "/etc", "/srv/data/ws/etc")];
         assert!(check_with(&mounts, &p(&["/srv/data"]), &p(&["/srv/data/ws", "/etc"])).is_ok());
         assert_eq!(unescape("/a\\040b"), PathBuf::from("/a b"));
+    }
+
+    fn ov(point: &str, opts: &str) -> Mount {
+        Mount { dev: "0:77".into(), root: "/".into(), point: point.into(), fstype: "overlay".into(), opts: opts.into() }
+    }
+
+    #[test]
+    fn mountinfo_lines_and_overlay_options_are_unescaped() {
+        let text = "47 27 0:40 / /tmp/ovt/m rw,relatime shared:5 - overlay overlay \
+                    rw,lowerdir=/tmp/ovt/lo\\134:w,upperdir=/tmp/ovt/u\\040p\\134\\054x\\134\\134y,workdir=/w,uuid=on\n\
+                    48 27 8:1 /a\\040b /mnt rw - ext4 /dev/sda1 rw";
+        let ms = parse(text);
+        assert_eq!(ms.len(), 2);
+        assert_eq!((ms[0].fstype.as_str(), ms[1].fstype.as_str()), ("overlay", "ext4"));
+        assert_eq!(ms[1].root, PathBuf::from("/a b"));
+        assert_eq!(
+            overlay_writes(&ms[0]),
+            vec![("upper directory", PathBuf::from("/tmp/ovt/u p,x\\y")), ("work directory", PathBuf::from("/w"))]
+        );
+        assert!(overlay_writes(&ms[1]).is_empty());
+        // Read-only overlay: nothing written.
+        assert!(overlay_writes(&ov("/x", "ro,lowerdir=/a:/b")).is_empty());
+    }
+
+    #[test]
+    fn overlays_writing_into_read_only_areas_and_opaque_mounts_are_refused() {
+        let t = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let base = std::fs::canonicalize(t.path()).unwrap_or_else(|e| panic!("{e}"));
+        for d in ["ws/src/.git", "ws/target/up", "ws/target/ov", "work", "low"] {
+            std::fs::create_dir_all(base.join(d)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let b = |s: &str| base.join(s).display().to_string();
+        let host = m("8:1", "/", "/");
+        let writable = vec![base.join("ws/target")];
+        let ro = vec![base.join("ws"), base.join("ws/target/up/keep")];
+        let with = |o: Mount| vec![host.clone(), o];
+        let opts = |up: &str, work: &str| format!("rw,lowerdir={},upperdir={up},workdir={work}", b("low"));
+        let ovp = b("ws/target/ov");
+        // The upper directory is the read-only src/: refused.
+        let e = check_with(&with(ov(&ovp, &opts(&b("ws/src"), &b("work")))), &writable, &ro);
+        assert!(
+            matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("overlay mount at") && s.contains("upper directory") && s.contains("keeps read-only")),
+            "{e:?}"
+        );
+        // The work directory inside a read-only area: refused.
+        let ro2 = vec![base.join("ws")];
+        let e = check_with(&with(ov(&ovp, &opts(&b("ws/target/up"), &b("ws/src/.git")))), &writable, &ro2);
+        assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("work directory")), "{e:?}");
+        // An upper directory holding a read-only area (at its own path): refused.
+        std::fs::create_dir_all(base.join("ws/target/up/keep")).unwrap_or_else(|e| panic!("{e}"));
+        let e = check_with(&with(ov(&ovp, &opts(&b("ws/target/up"), &b("work")))), &writable, &ro);
+        assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("contains")), "{e:?}");
+        // Control: upper in the writable area, nothing read-only in it.
+        assert!(check_with(&with(ov(&ovp, &opts(&b("ws/target/up"), &b("work")))), &writable, &ro2).is_ok());
+        // A relative or vanished upper directory inside a grant: refused;
+        // the same overlay above the grant (a container's root): passed over.
+        for up in ["up", "/nonexistent/pc-upper"] {
+            let e = check_with(&with(ov(&ovp, &opts(up, &b("work")))), &writable, &ro2);
+            assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("cannot be found")), "{e:?}");
+            let root = vec![ov("/", &opts(up, "/nonexistent/pc-work"))];
+            assert!(check_with(&root, &writable, &ro2).is_ok());
+        }
+        // A grant lying inside an overlay whose upper is src/: the part it shows.
+        let e = check_with(
+            &with(ov(&b("ov2"), &opts(&b("ws/src"), &b("work")))),
+            &[base.join("ov2/sub")],
+            &[base.join("ws/src/sub")],
+        );
+        assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("is ")), "{e:?}");
+        // A FUSE or NFS mount inside a grant: refused, naming it; one the
+        // grant lies on: not judged.
+        for t in ["fuse.bindfs", "nfs4", "9p"] {
+            let fuse = Mount { fstype: t.into(), ..m("0:88", "/", &ovp) };
+            let e = check_with(&with(fuse.clone()), &writable, &ro2);
+            assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains(t) && s.contains("umount")), "{e:?}");
+            let above = Mount { point: base.clone(), ..fuse };
+            assert!(check_with(&[host.clone(), above], &writable, &[base.join("ws/src")]).is_ok());
+        }
     }
 }

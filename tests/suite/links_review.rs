@@ -43,6 +43,12 @@ impl HostMount {
         HostMount(dst.to_path_buf())
     }
 
+    fn overlay(lower: &Path, upper: &Path, work: &Path, dst: &Path) -> HostMount {
+        let o = format!("lowerdir={},upperdir={},workdir={}", lower.display(), upper.display(), work.display());
+        sh("mount", &["-t", "overlay", "overlay", "-o", &o, &dst.display().to_string()]);
+        HostMount(dst.to_path_buf())
+    }
+
     fn tmpfs(dst: &Path) -> HostMount {
         sh("mount", &["-t", "tmpfs", "-o", "size=1m,mode=1777", "none", &dst.display().to_string()]);
         HostMount(dst.to_path_buf())
@@ -349,4 +355,59 @@ fn r0099_file_grants_work_and_a_timeout_before_the_start_is_a_timeout() {
     let r = run_ok(&req);
     assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
     assert!(ws.join("target/started").exists());
+}
+
+#[test]
+fn r0108_an_overlay_whose_upper_directory_is_read_only_is_refused() {
+    if !in_root_pass(
+        "r0108",
+        "a host overlay mount needs root: the root pass makes it and runs the uid 65534 case through setpriv",
+    ) {
+        return;
+    }
+    let ws = Ws::new();
+    let src = ws.join("src/main.rs");
+    let before = sha(&src);
+    fs::create_dir_all(ws.join("target/ov")).unwrap_or_else(|e| panic!("{e}"));
+    let aux = tempfile::Builder::new().prefix("pc-ov-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+    for d in ["low", "up", "work", "work2"] {
+        fs::create_dir_all(aux.path().join(d)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let a = |d: &str| aux.path().join(d);
+    chown_tree(ws.path(), 65534);
+    chown_tree(aux.path(), 65534);
+    let wsp = ws.path().display().to_string();
+    let append = |f: &str| {
+        let mut req = ws.req(&["sh", "-c", &format!("echo PWNED >> {f}")]);
+        req.write.push("target".into());
+        req
+    };
+    let nobody = |f: &str| {
+        cli_as_nobody(&["exec", "--workspace", &wsp, "--write", "target", "--", "sh", "-c", &format!("echo ok >> {f}")])
+    };
+
+    // Control: an overlay whose upper directory lies outside every read-only
+    // area keeps working; the writes land in its upper directory.
+    {
+        let _m = HostMount::overlay(&a("low"), &a("up"), &a("work"), &ws.join("target/ov"));
+        let r = run_ok(&append("target/ov/f"));
+        assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+        let out = nobody("target/ov/f");
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(fs::read_to_string(a("up/f")).unwrap_or_default(), "PWNED\nok\n");
+    }
+
+    // The upper directory is src/: every write through target/ov would land
+    // in src/main.rs. Refused as root and as uid 65534, naming the overlay.
+    let _m = HostMount::overlay(&a("low"), &ws.join("src"), &a("work2"), &ws.join("target/ov"));
+    let ov = real(&ws.join("target/ov")).display().to_string();
+    refused(
+        &run(&append("target/ov/main.rs")),
+        &["overlay mount at", &ov, "upper directory", "keeps read-only", "umount"],
+    );
+    let out = nobody("target/ov/main.rs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains(&ov) && err.contains("upper directory") && err.contains("keeps read-only"), "{err}");
+    assert_eq!(sha(&src), before, "src/main.rs unchanged");
 }
