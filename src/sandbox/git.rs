@@ -1336,6 +1336,78 @@ mod tests {
         }
     }
 
+    /// A version 2 SHA-1 index of `entries` (mode, name) and the raw
+    /// extensions `ext`, checksum zero.
+    fn raw(entries: &[(u32, &[u8])], ext: &[u8]) -> Vec<u8> {
+        let mut out = b"DIRC".to_vec();
+        out.extend_from_slice(&2u32.to_be_bytes());
+        out.extend_from_slice(&(entries.len() as u32).to_be_bytes());
+        for (mode, name) in entries {
+            let start = out.len();
+            for v in [0, 0, 0, 0, 0, 0, *mode, 0, 0, 0] {
+                out.extend_from_slice(&u32::to_be_bytes(v));
+            }
+            out.extend_from_slice(&[0x11; 20]);
+            out.extend_from_slice(&(name.len() as u16).to_be_bytes());
+            out.extend_from_slice(name);
+            out.resize(out.len() + 8 - (out.len() - start) % 8, 0);
+        }
+        out.extend_from_slice(ext);
+        out.extend_from_slice(&[0u8; 20]);
+        out
+    }
+
+    #[test]
+    fn entries_git_never_writes_refuse_and_name_what_git_enters() {
+        let d = tmp();
+        let idx = d.path().join("index");
+        let read = |bytes: Vec<u8>| {
+            fs::write(&idx, bytes).unwrap_or_else(|e| panic!("{e}"));
+            let mut f = Found::default();
+            (gitlinks_into(&idx, false, &mut f).map_err(|(_, why)| why), f)
+        };
+        // Canonical names of every kind, dots inside names included.
+        let (r, f) = read(raw(&[(0o100644, b".a"), (0o160000, b"a/..b/c.d"), (0o120000, b"git~1")], b""));
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(f.gitlinks, vec![PathBuf::from("a/..b/c.d")]);
+        let names: [(&[u8], Option<&str>); 9] = [
+            (b"", None),
+            (b"./evil", Some("evil")),
+            (b"/evil", Some("evil")),
+            (b"evil/", Some("evil")),
+            (b"a//evil", Some("a/evil")),
+            (b"a/./evil", Some("a/evil")),
+            (b"a/../evil", Some("evil")),
+            (b"../evil", None),
+            (b"x/.GIT/evil", Some("x/.GIT/evil")),
+        ];
+        for (name, resolved) in names {
+            let (r, f) = read(raw(&[(0o160000, name)], b""));
+            match r {
+                Err(Unreadable::Strange { name: n, mode }) => assert_eq!((n.as_slice(), mode), (name, 0o160000)),
+                other => panic!("{name:?}: {other:?}"),
+            }
+            assert!(f.gitlinks.is_empty());
+            assert_eq!(f.suspects, resolved.map(PathBuf::from).into_iter().collect::<Vec<_>>(), "{name:?}");
+        }
+        // Modes git never writes; one with a gitlink's type bits is a
+        // gitlink to git.
+        let (r, f) = read(raw(&[(0o100664, b"a"), (0o160644, b"b")], b""));
+        assert!(matches!(r, Err(Unreadable::Strange { mode: 0o100664, .. })), "{r:?}");
+        assert_eq!(f.gitlinks, vec![PathBuf::from("b")]);
+        // Sparse: a directory entry, or the extension.
+        assert!(matches!(read(raw(&[(0o040000, b"d/")], b"")).0, Err(Unreadable::Sparse)));
+        assert!(matches!(read(raw(&[], b"sdir\0\0\0\0")).0, Err(Unreadable::Sparse)));
+        // An unknown optional extension is skipped, an unknown required
+        // one refused (git refuses it too).
+        assert!(read(raw(&[(0o100644, b"a")], b"ZZZZ\0\0\0\x02ab")).0.is_ok());
+        assert!(matches!(read(raw(&[], b"zzzz\0\0\0\0")).0, Err(Unreadable::Damaged(_))));
+        // A link extension, with or without a shared index's name.
+        let mut link = b"link\0\0\0\x14".to_vec();
+        link.extend_from_slice(&[0u8; 20]);
+        assert!(matches!(read(raw(&[(0o100644, b"")], &link)).0, Err(Unreadable::Split)));
+    }
+
     #[test]
     fn a_split_index_without_its_shared_index_refuses() {
         let d = repo("sha1");

@@ -322,7 +322,7 @@ fn raw_index(entries: &[(u32, &str, &str)]) -> Vec<u8> {
         }
         out.extend_from_slice(&u16::try_from(name.len().min(0xfff)).unwrap_or(0).to_be_bytes());
         out.extend_from_slice(name.as_bytes());
-        out.extend(std::iter::repeat_n(0u8, 8 - (out.len() - start) % 8));
+        out.resize(out.len() + 8 - (out.len() - start) % 8, 0);
     }
     out.extend_from_slice(&[0u8; 20]);
     out
