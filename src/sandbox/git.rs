@@ -666,6 +666,19 @@ pub(super) enum Unreadable {
     TooLarge,
     /// A split index whose shared index is missing or not a regular file.
     NoShared(PathBuf),
+    /// A split index (the `link` extension): git applies the shared
+    /// index's replace and delete bitmaps, which portcullis does not, and a
+    /// replaced entry (stored without its name) may be a gitlink.
+    Split,
+    /// A sparse index (the `sdir` extension, or a directory entry): the
+    /// entries of a sparse directory, gitlinks among them, are not in it.
+    Sparse,
+    /// An entry git itself would never write: a name not in git's
+    /// canonical form (`verify_path`: empty, a leading, trailing or doubled
+    /// `/`, a `.`, `..` or `.git` component in any case) or a mode git does
+    /// not write. Git reads such an entry as it is (`./evil` is entered as
+    /// the submodule `evil`, a mode 160644 entry is a gitlink).
+    Strange { name: Vec<u8>, mode: u32 },
     /// Damaged or cut short.
     Damaged(io::Error),
     /// Reading failed.
@@ -703,6 +716,25 @@ impl Unreadable {
                 p.display(),
                 rebuild(index)
             ),
+            Unreadable::Split => format!(
+                "the git index {i} is a split index (core.splitIndex, or git update-index --split-index), whose \
+                 entries portcullis does not merge with its shared index; review the gitlinks it holds (git \
+                 ls-files --stage | grep ^160000: each is a submodule git enters), then make it whole on the host: \
+                 git -c core.fsmonitor= -c core.hooksPath=/dev/null -c core.splitIndex=false update-index \
+                 --no-split-index (and keep core.splitIndex unset or false)"
+            ),
+            Unreadable::Sparse => format!(
+                "the git index {i} is a sparse index (index.sparse), whose sparse directories hide the entries \
+                 in them from portcullis; make it a full index on the host: git -c core.fsmonitor= -c \
+                 core.hooksPath=/dev/null sparse-checkout reapply --no-sparse-index"
+            ),
+            Unreadable::Strange { name, mode } => format!(
+                "the git index {i} holds an entry git itself never writes, {:?} (mode {mode:o}), which git reads \
+                 as it is (a gitlink so spelled is a submodule git enters) and which git cannot remove by name; \
+                 look at what it names and whether a repository is there, then {}",
+                String::from_utf8_lossy(name),
+                rebuild(index)
+            ),
             Unreadable::Damaged(e) => {
                 format!("the git index {i} is damaged ({e}), which git may refuse or misread; {}", rebuild(index))
             }
@@ -718,8 +750,10 @@ impl Unreadable {
 /// [`Unreadable`]) refuses the run: a submodule it hides would lose its
 /// carve-outs. Any other gives what could be read.
 fn gitlinks(index: &Path, sha256: bool, ours: &dyn Fn(&Path) -> bool) -> Result<Vec<PathBuf>, SandboxError> {
-    let mut out = Vec::new();
-    match gitlinks_into(index, sha256, &mut out) {
+    let mut found = Found::default();
+    let r = gitlinks_into(index, sha256, &mut found);
+    let out = found.gitlinks;
+    match r {
         Ok(()) => Ok(out),
         Err((p, why)) if ours(&p) || ours(index) => Err(SandboxError::BadRequest(format!(
             "{} (portcullis reads the index to find the submodules whose git dirs it must protect, and refuses a \
@@ -732,31 +766,111 @@ fn gitlinks(index: &Path, sha256: bool, ours: &dyn Fn(&Path) -> bool) -> Result<
 
 /// The gitlinks of `index` (and its shared index) into `out`; on failure,
 /// the file that failed and why, with what was read before in `out`.
-pub(super) fn gitlinks_into(index: &Path, sha256: bool, out: &mut Vec<PathBuf>) -> Result<(), (PathBuf, Unreadable)> {
-    let shared = read_index(index, sha256, out).map_err(|e| (index.to_path_buf(), e))?;
-    if let Some(id) = shared {
+///
+/// Only an index whose entries are exactly the ones git works with is read
+/// as complete: a split index (whose replaced entries take their names
+/// from the shared index), a sparse index, and any entry git never writes
+/// (see [`Unreadable`]) fail, after the rest was read (a shared index too,
+/// for what an index not the command's gives).
+pub(super) fn gitlinks_into(index: &Path, sha256: bool, out: &mut Found) -> Result<(), (PathBuf, Unreadable)> {
+    let top = read_index(index, sha256, out, false).map_err(|e| (index.to_path_buf(), e))?;
+    if let Some(id) = &top.shared {
         let dir = index.parent().unwrap_or(Path::new("/"));
         let p = dir.join(format!("sharedindex.{id}"));
-        match read_index(&p, sha256, out) {
-            Ok(Some(_)) => return Err((p, Unreadable::Damaged(bad("a shared index names another")))),
-            Ok(None) if fs::symlink_metadata(&p).is_err() => return Err((p.clone(), Unreadable::NoShared(p))),
-            Ok(None) => {}
+        // Any of its entries may have been replaced by a gitlink.
+        match read_index(&p, sha256, out, true) {
+            Ok(s) if s.split => return Err((p, Unreadable::Damaged(bad("a shared index names another")))),
+            Ok(_) if fs::symlink_metadata(&p).is_err() => return Err((p.clone(), Unreadable::NoShared(p))),
+            Ok(s) => {
+                if let Some(why) = s.verdict() {
+                    return Err((p, why));
+                }
+            }
             Err(e) => return Err((p, e)),
         }
     }
-    Ok(())
+    match top.verdict() {
+        Some(why) => Err((index.to_path_buf(), why)),
+        None => Ok(()),
+    }
 }
 
-/// Read one index file into `out`; the shared index's name, if this is a
-/// split index. A missing file is an empty index.
-fn read_index(index: &Path, sha256: bool, out: &mut Vec<PathBuf>) -> Result<Option<String>, Unreadable> {
+/// What an index holds that git may enter as a submodule.
+#[derive(Debug, Default)]
+pub(super) struct Found {
+    /// The gitlinks, relative to the working tree, in canonical form.
+    pub gitlinks: Vec<PathBuf>,
+    /// When the index is refused ([`Unreadable::Split`],
+    /// [`Unreadable::Strange`]): further paths git may take for a
+    /// submodule, for the after-run quarantine to look at: a strange
+    /// gitlink's name as git resolves it (`./evil` is `evil`), and every
+    /// path of a split index's shared index (a replaced entry keeps its
+    /// name and takes the mode of its replacement).
+    pub suspects: Vec<PathBuf>,
+}
+
+/// A name as the kernel resolves it below the working tree (empty and `.`
+/// components dropped, `..` taking one back); `None` when that leaves the
+/// working tree or names it.
+fn resolved_name(name: &[u8]) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for c in name.split(|b| *b == b'/') {
+        match c {
+            b"" | b"." => {}
+            b".." => {
+                parts.pop()?;
+            }
+            c => parts.push(c),
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    Some(parts.iter().map(|c| std::ffi::OsStr::from_bytes(c)).collect())
+}
+
+/// What reading one index file found besides its gitlinks.
+#[derive(Debug, Default)]
+struct IndexFile {
+    /// It has a `link` extension (a split index).
+    split: bool,
+    /// The shared index's name, when the `link` extension names one.
+    shared: Option<String>,
+    /// It is a sparse index.
+    sparse: bool,
+    /// The first entry git never writes (name, mode).
+    strange: Option<(Vec<u8>, u32)>,
+}
+
+impl IndexFile {
+    /// Why the entries read are not the ones git works with, if so. An
+    /// empty name is what a split index's replaced entries have, so the
+    /// split index is named first.
+    fn verdict(&self) -> Option<Unreadable> {
+        if self.split {
+            return Some(Unreadable::Split);
+        }
+        if self.sparse {
+            return Some(Unreadable::Sparse);
+        }
+        self.strange.clone().map(|(name, mode)| Unreadable::Strange { name, mode })
+    }
+}
+
+/// Read one index file's gitlinks into `out`, and what else it holds;
+/// `all_names` takes every path for a suspect. A missing file is an empty
+/// index.
+fn read_index(index: &Path, sha256: bool, out: &mut Found, all_names: bool) -> Result<IndexFile, Unreadable> {
     let held = match fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(index)
     {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => {
+            return Ok(IndexFile::default())
+        }
         Err(e) => return Err(Unreadable::Io(e)),
     };
     let kind = held.metadata().map_err(Unreadable::Io)?.file_type();
@@ -784,7 +898,7 @@ fn read_index(index: &Path, sha256: bool, out: &mut Vec<PathBuf>) -> Result<Opti
     }
     let mut r = IndexReader { inner: BufReader::with_capacity(1 << 16, f.take(len)), pos: 0, len };
     let hash_len = if sha256 { 32 } else { 20 };
-    parse_index(&mut r, len, hash_len, out).map_err(|e| match e.kind() {
+    parse_index(&mut r, len, hash_len, out, all_names).map_err(|e| match e.kind() {
         io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => Unreadable::Damaged(e),
         _ => Unreadable::Io(e),
     })
@@ -848,15 +962,35 @@ fn bad(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
 }
 
+/// The file-type bits of a mode; git takes any mode whose type bits are
+/// these for a gitlink (`S_ISGITLINK`), and any directory mode for a
+/// sparse directory.
+const S_IFMT: u32 = 0o170000;
 const GITLINK_MODE: u32 = 0o160000;
+const DIR_MODE: u32 = 0o040000;
+/// The modes git writes for the entries of a full index.
+const GIT_MODES: [u32; 4] = [0o100644, 0o100755, 0o120000, GITLINK_MODE];
 const ENTRY_EXTENDED: u16 = 0x4000;
+
+/// Whether git would write an entry with this name: git's `verify_path`
+/// on Linux (no empty name, no empty, `.`, `..` or `.git` component in any
+/// case, so no leading, trailing or doubled `/`). The NTFS and HFS
+/// spellings git also refuses by default (`git~1`, `.git.`) name other
+/// directories here, and are read like any name.
+fn canonical_name(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name
+            .split(|b| *b == b'/')
+            .all(|c| !c.is_empty() && c != b"." && c != b".." && !c.eq_ignore_ascii_case(b".git"))
+}
 
 fn parse_index<R: BufRead>(
     r: &mut IndexReader<R>,
     len: u64,
     hash_len: usize,
-    out: &mut Vec<PathBuf>,
-) -> io::Result<Option<String>> {
+    out: &mut Found,
+    all_names: bool,
+) -> io::Result<IndexFile> {
     use std::os::unix::ffi::OsStrExt;
     if &r.bytes::<4>()? != b"DIRC" {
         return Err(bad("not an index"));
@@ -867,6 +1001,7 @@ fn parse_index<R: BufRead>(
     }
     let count = r.u32()?;
     let mut name: Vec<u8> = Vec::new();
+    let mut info = IndexFile::default();
     let mut fixed = vec![0u8; 40 + hash_len + 2];
     for _ in 0..count {
         let start = r.pos;
@@ -898,35 +1033,67 @@ fn parse_index<R: BufRead>(
             let entry_len = (used - 1 + 8) & !7;
             r.skip(entry_len - used)?;
         }
-        if mode == GITLINK_MODE {
-            out.push(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
+        let canonical = canonical_name(&name);
+        if mode & S_IFMT == DIR_MODE {
+            info.sparse = true;
+        } else if !GIT_MODES.contains(&mode) || !canonical {
+            // The index as a whole is refused: git reads the entry as it
+            // is, which is not what a path join gives.
+            info.strange.get_or_insert_with(|| (name.clone(), mode));
+        }
+        if mode & S_IFMT == GITLINK_MODE {
+            // Git's `S_ISGITLINK`: a gitlink whatever the other bits.
+            if canonical {
+                out.gitlinks.push(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
+            } else {
+                out.suspects.extend(resolved_name(&name));
+            }
+        } else if all_names && canonical {
+            out.suspects.push(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
         }
     }
     // Extensions, then the checksum: a split index names its shared index
-    // in the `link` extension.
-    let mut shared = None;
+    // in the `link` extension, a sparse index says so with `sdir`. Git
+    // skips an extension it does not know only when its name starts with
+    // a capital (optional: caches, offsets); any other it refuses, and so
+    // does portcullis (git 2.47 knows `link` and `sdir`).
     while len.saturating_sub(r.pos) > hash_len as u64 {
         let sig = r.bytes::<4>()?;
         let size = u64::from(r.u32()?);
         if size > len.saturating_sub(r.pos) {
             return Err(bad("an extension runs past the end"));
         }
-        if &sig == b"link" && size >= hash_len as u64 {
-            let mut id = vec![0u8; hash_len];
-            r.inner.read_exact(&mut id)?;
-            r.pos += hash_len as u64;
-            if id.iter().any(|b| *b != 0) {
-                shared = Some(id.iter().map(|b| format!("{b:02x}")).collect());
+        match &sig {
+            b"link" => {
+                info.split = true;
+                if size < hash_len as u64 {
+                    return Err(bad("a link extension too short for the shared index's name"));
+                }
+                let mut id = vec![0u8; hash_len];
+                r.inner.read_exact(&mut id)?;
+                r.pos += hash_len as u64;
+                if id.iter().any(|b| *b != 0) {
+                    info.shared = Some(id.iter().map(|b| format!("{b:02x}")).collect());
+                }
+                r.skip(size - hash_len as u64)?;
             }
-            r.skip(size - hash_len as u64)?;
-        } else {
-            r.skip(size)?;
+            b"sdir" => {
+                info.sparse = true;
+                r.skip(size)?;
+            }
+            [b'A'..=b'Z', ..] => r.skip(size)?,
+            _ => {
+                return Err(bad(&format!(
+                    "an extension git does not know and must understand ({:?})",
+                    String::from_utf8_lossy(&sig)
+                )))
+            }
         }
     }
     if len.saturating_sub(r.pos) != hash_len as u64 {
         return Err(bad("the index does not end with its checksum"));
     }
-    Ok(shared)
+    Ok(info)
 }
 
 /// `(section, key, value)` of a git config file, from a plain line scan:
@@ -1097,6 +1264,8 @@ mod tests {
                     git(d.path(), &["add", "-N", "dir/c"]);
                 }
             }
+            // A split index is refused when the command's, and gives what
+            // both files hold otherwise.
             git(d.path(), &["update-index", "--split-index"]);
             git(
                 d.path(),
@@ -1107,7 +1276,19 @@ mod tests {
                     &format!("100644,{},new", "2".repeat(if format == "sha256" { 64 } else { 40 })),
                 ],
             );
-            assert_eq!(links_of(d.path()), want, "{format} split index");
+            let idx = d.path().join(".git/index");
+            let sha256 = format == "sha256";
+            match gitlinks(&idx, sha256, &|_| true) {
+                Err(SandboxError::BadRequest(m)) => {
+                    assert!(m.contains("split index") && m.contains("--no-split-index"), "{m}")
+                }
+                other => panic!("{format}: expected a refusal, got {other:?}"),
+            }
+            let mut got = gitlinks(&idx, sha256, &|_| false).unwrap_or_else(|e| panic!("{e}"));
+            got.sort();
+            assert_eq!(got, want, "{format} split index");
+            git(d.path(), &["update-index", "--no-split-index"]);
+            assert_eq!(links_of(d.path()), want, "{format} split index undone");
         }
     }
 
@@ -1153,6 +1334,78 @@ mod tests {
             git(d.path(), &["update-index", "--index-version", version]);
             assert_eq!(links_of(d.path()), want, "v{version}");
         }
+    }
+
+    /// A version 2 SHA-1 index of `entries` (mode, name) and the raw
+    /// extensions `ext`, checksum zero.
+    fn raw(entries: &[(u32, &[u8])], ext: &[u8]) -> Vec<u8> {
+        let mut out = b"DIRC".to_vec();
+        out.extend_from_slice(&2u32.to_be_bytes());
+        out.extend_from_slice(&(entries.len() as u32).to_be_bytes());
+        for (mode, name) in entries {
+            let start = out.len();
+            for v in [0, 0, 0, 0, 0, 0, *mode, 0, 0, 0] {
+                out.extend_from_slice(&u32::to_be_bytes(v));
+            }
+            out.extend_from_slice(&[0x11; 20]);
+            out.extend_from_slice(&(name.len() as u16).to_be_bytes());
+            out.extend_from_slice(name);
+            out.resize(out.len() + 8 - (out.len() - start) % 8, 0);
+        }
+        out.extend_from_slice(ext);
+        out.extend_from_slice(&[0u8; 20]);
+        out
+    }
+
+    #[test]
+    fn entries_git_never_writes_refuse_and_name_what_git_enters() {
+        let d = tmp();
+        let idx = d.path().join("index");
+        let read = |bytes: Vec<u8>| {
+            fs::write(&idx, bytes).unwrap_or_else(|e| panic!("{e}"));
+            let mut f = Found::default();
+            (gitlinks_into(&idx, false, &mut f).map_err(|(_, why)| why), f)
+        };
+        // Canonical names of every kind, dots inside names included.
+        let (r, f) = read(raw(&[(0o100644, b".a"), (0o160000, b"a/..b/c.d"), (0o120000, b"git~1")], b""));
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(f.gitlinks, vec![PathBuf::from("a/..b/c.d")]);
+        let names: [(&[u8], Option<&str>); 9] = [
+            (b"", None),
+            (b"./evil", Some("evil")),
+            (b"/evil", Some("evil")),
+            (b"evil/", Some("evil")),
+            (b"a//evil", Some("a/evil")),
+            (b"a/./evil", Some("a/evil")),
+            (b"a/../evil", Some("evil")),
+            (b"../evil", None),
+            (b"x/.GIT/evil", Some("x/.GIT/evil")),
+        ];
+        for (name, resolved) in names {
+            let (r, f) = read(raw(&[(0o160000, name)], b""));
+            match r {
+                Err(Unreadable::Strange { name: n, mode }) => assert_eq!((n.as_slice(), mode), (name, 0o160000)),
+                other => panic!("{name:?}: {other:?}"),
+            }
+            assert!(f.gitlinks.is_empty());
+            assert_eq!(f.suspects, resolved.map(PathBuf::from).into_iter().collect::<Vec<_>>(), "{name:?}");
+        }
+        // Modes git never writes; one with a gitlink's type bits is a
+        // gitlink to git.
+        let (r, f) = read(raw(&[(0o100664, b"a"), (0o160644, b"b")], b""));
+        assert!(matches!(r, Err(Unreadable::Strange { mode: 0o100664, .. })), "{r:?}");
+        assert_eq!(f.gitlinks, vec![PathBuf::from("b")]);
+        // Sparse: a directory entry, or the extension.
+        assert!(matches!(read(raw(&[(0o040000, b"d/")], b"")).0, Err(Unreadable::Sparse)));
+        assert!(matches!(read(raw(&[], b"sdir\0\0\0\0")).0, Err(Unreadable::Sparse)));
+        // An unknown optional extension is skipped, an unknown required
+        // one refused (git refuses it too).
+        assert!(read(raw(&[(0o100644, b"a")], b"ZZZZ\0\0\0\x02ab")).0.is_ok());
+        assert!(matches!(read(raw(&[], b"zzzz\0\0\0\0")).0, Err(Unreadable::Damaged(_))));
+        // A link extension, with or without a shared index's name.
+        let mut link = b"link\0\0\0\x14".to_vec();
+        link.extend_from_slice(&[0u8; 20]);
+        assert!(matches!(read(raw(&[(0o100644, b"")], &link)).0, Err(Unreadable::Split)));
     }
 
     #[test]

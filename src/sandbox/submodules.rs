@@ -8,8 +8,9 @@
 //! a `.git` there is renamed aside, kept, and named in a warning.
 
 use std::collections::BTreeSet;
+use std::fs;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use super::git;
 use super::guard;
@@ -24,8 +25,8 @@ pub(super) fn quarantine_new(plan: &Plan, roots: &[&Path], warnings: &mut Vec<St
     let fail_rename = cfg!(debug_assertions) && plan.spec.test_switches.fail_git_guard;
     let known: BTreeSet<&Path> = plan.git_trees.iter().map(PathBuf::as_path).collect();
     for ix in &plan.git_indexes {
-        let mut links = Vec::new();
-        if let Err((file, why)) = git::gitlinks_into(&ix.index, ix.sha256, &mut links) {
+        let mut found = git::Found::default();
+        if let Err((file, why)) = git::gitlinks_into(&ix.index, ix.sha256, &mut found) {
             // What cannot be read cannot be checked: git on the host may
             // enter a submodule hidden in it.
             let text = why.explain(&file);
@@ -35,11 +36,15 @@ pub(super) fn quarantine_new(plan: &Plan, roots: &[&Path], warnings: &mut Vec<St
             ));
             failures.push((Cleanup::GitGuard, "reading the git index after the run", file, io::Error::other(text)));
         }
-        for rel in links {
-            // Git takes no submodule path spelled with `.`, `..` or `.git`.
-            if !rel.components().all(|c| matches!(c, Component::Normal(n) if !n.eq_ignore_ascii_case(".git"))) {
-                continue;
-            }
+        // The reader gives gitlinks in git's canonical form only; an index
+        // holding any other entry (git reads `./evil` as `evil`) or a split
+        // index failed above, and what git may still enter then is among
+        // the suspects: quarantined too where a `.git` is there (a tracked
+        // file's path that is now a repository is a submodule's to git).
+        let suspects =
+            found.suspects.into_iter().filter(|rel| fs::symlink_metadata(ix.worktree.join(rel).join(".git")).is_ok());
+        let candidates: BTreeSet<PathBuf> = found.gitlinks.into_iter().chain(suspects).collect();
+        for rel in candidates {
             let tree = ix.worktree.join(&rel);
             if known.contains(tree.as_path()) {
                 continue;

@@ -299,3 +299,290 @@ fn r0094_an_index_the_planner_cannot_read_refuses_a_writable_run() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+// The confirmation review (issue 7): entries the planner took for
+// something other than what git takes them for.
+
+/// A version 2 index holding just `entries` (mode, name, object name in
+/// hex), written as git would but for the names, which are not checked;
+/// the trailing checksum is zero, which git reads as "not computed".
+fn raw_index(entries: &[(u32, &str, &str)]) -> Vec<u8> {
+    let mut sorted = entries.to_vec();
+    sorted.sort_by(|a, b| a.1.as_bytes().cmp(b.1.as_bytes()));
+    let mut out = b"DIRC".to_vec();
+    out.extend_from_slice(&2u32.to_be_bytes());
+    out.extend_from_slice(&u32::try_from(sorted.len()).unwrap_or(0).to_be_bytes());
+    for (mode, name, oid) in sorted {
+        let start = out.len();
+        for v in [0, 0, 0, 0, 0, 0, mode, 0, 0, 0] {
+            out.extend_from_slice(&u32::to_be_bytes(v));
+        }
+        for i in (0..oid.len()).step_by(2) {
+            out.push(u8::from_str_radix(&oid[i..i + 2], 16).unwrap_or_else(|e| panic!("{oid}: {e}")));
+        }
+        out.extend_from_slice(&u16::try_from(name.len().min(0xfff)).unwrap_or(0).to_be_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out.resize(out.len() + 8 - (out.len() - start) % 8, 0);
+    }
+    out.extend_from_slice(&[0u8; 20]);
+    out
+}
+
+/// The run failed after the command ran, because the index at `index`
+/// could not be trusted (the message says `why`); its result.
+fn index_failed(
+    r: Result<portcullis::sandbox::ExecResult, SandboxError>,
+    index: &Path,
+    why: &str,
+) -> Box<portcullis::sandbox::ExecResult> {
+    match r {
+        Err(e @ SandboxError::AfterRun { cleanup: Cleanup::GitGuard, .. }) => {
+            let msg = e.to_string();
+            let SandboxError::AfterRun { path, result: Some(r), .. } = e else { panic!("no result: {msg}") };
+            assert_eq!(path, index, "{msg}");
+            assert!(msg.contains(why), "{msg}");
+            r
+        }
+        other => panic!("expected AfterRun for {}, got {other:?}", index.display()),
+    }
+}
+
+/// The `.git.portcullis-quarantined-*` entries in `dir`.
+fn quarantined(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().contains(".git.portcullis-quarantined-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Put the quarantined `.git` of `tree` back (to show the attack is real).
+fn restore(tree: &Path) {
+    let q = quarantined(tree);
+    assert_eq!(q.len(), 1, "{q:?}");
+    fs::rename(&q[0], tree.join(".git")).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The shell that makes a repository `dir` whose config has a clean filter
+/// touching the marker, stat-dirty, with a `.gitmodules` entry `ignore =
+/// none` spelled `path` (which beats `-c diff.ignoreSubmodules=all`).
+fn evil_repo(dir: &str, path: &str, m: &Marker) -> String {
+    format!(
+        "mkdir {dir} && cd {dir} && {G} init -q . && echo x > f && {G} add f && {G} commit -qm x &&
+         git config filter.pwn.clean \"sh -c 'touch {m}; cat'\" && echo '* filter=pwn' > .gitattributes && cd .. &&
+         printf '[submodule \"e\"]\\n\\tpath = {path}\\n\\turl = ./{dir}\\n\\tignore = none\\n' > .gitmodules &&
+         touch -m -d @1000000000 {dir}/f",
+        m = m.path().display()
+    )
+}
+
+/// A repository with a tracked file `a`.
+fn repo_with_a() -> Ws {
+    let ws = repo();
+    ws.write("a", "a\n");
+    git_ok(ws.path(), &["add", "a"]);
+    git_ok(ws.path(), &["commit", "-qm", "a"]);
+    ws
+}
+
+/// The confirmation review's c01 and c02 (finding A). A split index stores
+/// an entry that replaces one of its shared index with an EMPTY name (git
+/// takes the name from the shared entry, the mode from the replacement),
+/// which the planner used to read as a gitlink at the workspace itself.
+/// (c01) A run makes the index split, replaces the tracked file `a` by a
+/// repository with a planted filter and the entry `a` by a gitlink: the
+/// run fails after the command (`AfterRun`, naming the index and the split
+/// index), `a/.git` is quarantined all the same (every path of the shared
+/// index is a suspect), and host git with the four flags and plain runs
+/// nothing. Control: the same steps without `--split-index` are
+/// quarantined with a warning and no failure; and either way, restored,
+/// the filter runs (the attack is real). (c02) A run re-stages the user's
+/// embedded submodule `emb` through a split index and drops `.gitmodules`:
+/// that run fails after the command, the next writable run is refused
+/// before it starts (saying `--no-split-index`), and `emb/.git/config` is
+/// unchanged. Control: without the split index the next run gets `EROFS`.
+#[test]
+fn r0105_a_split_index_cannot_hide_a_gitlink() {
+    let m = Marker::new();
+    for split in [true, false] {
+        let ws = repo_with_a();
+        let script = format!(
+            "set -e; {} rm a; {}; {G} update-index --cacheinfo 160000,$(git -C a rev-parse HEAD),a; echo planted",
+            if split { "git update-index --split-index;" } else { "" },
+            evil_repo("a", "a", &m)
+        );
+        let r = match run(&writable(&ws, &script)) {
+            Ok(r) if !split => Box::new(r),
+            r if split => index_failed(r, &ws.join(".git/index"), "is a split index"),
+            other => panic!("control: {other:?}"),
+        };
+        assert_eq!(stdout(&r), "planted\n", "{}", stderr(&r));
+        if split {
+            assert!(fs::read_dir(ws.join(".git"))
+                .unwrap_or_else(|e| panic!("{e}"))
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("sharedindex.")));
+        }
+        assert!(!ws.join("a/.git").exists(), "split {split}: {:?}", r.warnings);
+        assert!(r.warnings.iter().any(|w| w.contains("is a submodule the command added")), "{:?}", r.warnings);
+        four(&ws, &["status"]);
+        assert!(!m.take(), "split {split}: host git status with the four flags ran the planted filter");
+        touch_dirty(&ws.join("a/f"));
+        drop(git_in(ws.path(), &["status"]));
+        assert!(!m.take(), "split {split}: plain host git status ran the planted filter");
+        restore(&ws.join("a"));
+        touch_dirty(&ws.join("a/f"));
+        four(&ws, &["status"]);
+        assert!(m.take(), "split {split}: control: the restored repository's filter did not run");
+    }
+    // c02: the user's embedded submodule hidden from the next run's plan.
+    for split in [true, false] {
+        let ws = with_embedded();
+        let config = ws.read("emb/.git/config");
+        let run1 = format!(
+            "set -e; {G} update-index --cacheinfo 100644,$(git hash-object -w /dev/null),emb; {}
+             {G} update-index --cacheinfo 160000,$(git -C emb rev-parse HEAD),emb
+             {G} rm -q --cached .gitmodules; rm .gitmodules; echo one",
+            if split { "git update-index --split-index" } else { "" }
+        );
+        let r = match run(&writable(&ws, &run1)) {
+            Ok(r) if !split => Box::new(r),
+            r if split => index_failed(r, &ws.join(".git/index"), "is a split index"),
+            other => panic!("control: {other:?}"),
+        };
+        assert_eq!(stdout(&r), "one\n", "{}", stderr(&r));
+        match run(&writable(&ws, &plant_emb(&m))) {
+            Err(SandboxError::BadRequest(msg)) if split => {
+                assert!(msg.contains(".git/index is a split index") && msg.contains("--no-split-index"), "{msg}")
+            }
+            Ok(r) if !split => {
+                assert!(r.exit_code != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r))
+            }
+            other => panic!("split {split}: {other:?}"),
+        }
+        assert_eq!(ws.read("emb/.git/config"), config);
+        drop(git_in(ws.path(), &["status"]));
+        assert!(!m.take(), "split {split}: plain host git status ran the planted fsmonitor");
+        if split {
+            // Made whole as the refusal says, the next run is planned.
+            git_ok(ws.path(), &["-c", "core.splitIndex=false", "update-index", "--no-split-index"]);
+            let r = run_ok(&writable(&ws, &plant_emb(&m)));
+            assert!(r.exit_code != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+        }
+    }
+}
+
+/// Make `f` stat-dirty for git (an old mtime).
+fn touch_dirty(f: &Path) {
+    let out = Command::new("touch").args(["-m", "-d", "@1000000000"]).arg(f).output();
+    assert!(out.is_ok_and(|o| o.status.success()));
+}
+
+/// The confirmation review's c03 and c05 (finding B): a gitlink spelled
+/// `./evil` (raw index bytes; git reads it as it is, stats `./evil` and
+/// enters it as a submodule). (c03) A run plants one, with a repository
+/// and filter: the run fails after the command (naming the index and the
+/// entry), `evil/.git` is quarantined (the name as git resolves it), host
+/// git with the four flags runs nothing. Control: the same index with the
+/// canonical name `evil` is quarantined without a failure, and restored,
+/// either runs the filter. (c05) A run re-stages the user's embedded
+/// submodule as `./emb` and drops `.gitmodules`: it fails after the run,
+/// the next writable run is refused (naming the entry, saying how to
+/// rebuild the index), `emb/.git/config` is unchanged. Control: `emb`
+/// spelled canonically, the next run gets `EROFS`.
+#[test]
+fn r0106_a_gitlink_spelled_as_git_never_writes_is_refused() {
+    let m = Marker::new();
+    let oid = "1".repeat(40);
+    for name in ["./evil", "evil"] {
+        let ws = repo();
+        fs::write(ws.join(".payload"), raw_index(&[(0o160000, name, &oid)])).unwrap_or_else(|e| panic!("{e}"));
+        let script = format!("set -e; {}; mv .payload .git/index; echo planted", evil_repo("evil", name, &m));
+        let canonical = name == "evil";
+        let r = match run(&writable(&ws, &script)) {
+            Ok(r) if canonical => Box::new(r),
+            r if !canonical => index_failed(r, &ws.join(".git/index"), "\"./evil\" (mode 160000)"),
+            other => panic!("control: {other:?}"),
+        };
+        assert_eq!(stdout(&r), "planted\n", "{}", stderr(&r));
+        assert!(!ws.join("evil/.git").exists(), "{name}: {:?}", r.warnings);
+        assert!(host_git(ws.path(), &["ls-files", "-s"]).stdout.ends_with(format!("\t{name}\n").as_bytes()));
+        four(&ws, &["status"]);
+        assert!(!m.take(), "{name}: host git status with the four flags ran the planted filter");
+        restore(&ws.join("evil"));
+        touch_dirty(&ws.join("evil/f"));
+        four(&ws, &["status"]);
+        assert!(m.take(), "{name}: control: the restored repository's filter did not run");
+    }
+    // c05: the user's embedded submodule hidden from the next run's plan.
+    for name in ["./emb", "emb"] {
+        let ws = with_embedded();
+        let config = ws.read("emb/.git/config");
+        let head = git_ok(&ws.join("emb"), &["rev-parse", "HEAD"]);
+        fs::write(ws.join(".payload"), raw_index(&[(0o160000, name, head.trim())])).unwrap_or_else(|e| panic!("{e}"));
+        let run1 = "mv .payload .git/index && rm .gitmodules && echo one";
+        let canonical = name == "emb";
+        let r = match run(&writable(&ws, run1)) {
+            Ok(r) if canonical => Box::new(r),
+            r if !canonical => index_failed(r, &ws.join(".git/index"), "\"./emb\""),
+            other => panic!("control: {other:?}"),
+        };
+        assert_eq!(stdout(&r), "one\n", "{}", stderr(&r));
+        match run(&writable(&ws, &plant_emb(&m))) {
+            Err(SandboxError::BadRequest(msg)) if !canonical => {
+                assert!(msg.contains("never writes, \"./emb\"") && msg.contains("reset -q"), "{msg}")
+            }
+            Ok(r) if canonical => {
+                assert!(r.exit_code != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r))
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        assert_eq!(ws.read("emb/.git/config"), config);
+        drop(git_in(ws.path(), &["status"]));
+        assert!(!m.take(), "{name}: plain host git status ran the planted fsmonitor");
+    }
+}
+
+/// Found while closing the above: git takes any mode whose type bits are
+/// 160000 for a gitlink (`S_ISGITLINK`), so a gitlink of mode 160644 is
+/// entered as a submodule; the planner only took exactly 160000. A run
+/// plants one: it fails after the command (naming the mode), `evil/.git`
+/// is quarantined, host git with the four flags runs nothing; restored,
+/// the filter runs (the control: git does enter it). And a sparse index
+/// (whose sparse directories hide their entries) refuses a writable run,
+/// saying how to make it full; made full, the run goes ahead.
+#[test]
+fn r0107_a_gitlink_of_any_gitlink_mode_and_a_sparse_index_are_caught() {
+    let m = Marker::new();
+    let ws = repo();
+    fs::write(ws.join(".payload"), raw_index(&[(0o160644, "evil", &"1".repeat(40))])).unwrap_or_else(|e| panic!("{e}"));
+    let script = format!("set -e; {}; mv .payload .git/index; echo planted", evil_repo("evil", "evil", &m));
+    let r = index_failed(run(&writable(&ws, &script)), &ws.join(".git/index"), "\"evil\" (mode 160644)");
+    assert_eq!(stdout(&r), "planted\n", "{}", stderr(&r));
+    assert!(!ws.join("evil/.git").exists(), "{:?}", r.warnings);
+    four(&ws, &["status"]);
+    assert!(!m.take(), "host git status with the four flags ran the planted filter");
+    restore(&ws.join("evil"));
+    touch_dirty(&ws.join("evil/f"));
+    four(&ws, &["status"]);
+    assert!(m.take(), "control: the restored repository's filter did not run (git did not take 160644 for a gitlink)");
+    // A sparse index.
+    let ws = repo();
+    ws.write("d1/a", "a\n");
+    ws.write("d2/b", "b\n");
+    git_ok(ws.path(), &["add", "d1", "d2"]);
+    git_ok(ws.path(), &["commit", "-qm", "dirs"]);
+    git_ok(ws.path(), &["sparse-checkout", "set", "--cone", "--sparse-index", "d1"]);
+    match run(&writable(&ws, "true")) {
+        Err(SandboxError::BadRequest(msg)) => {
+            assert!(msg.contains("is a sparse index") && msg.contains("--no-sparse-index"), "{msg}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    git_ok(ws.path(), &["sparse-checkout", "reapply", "--no-sparse-index"]);
+    let r = run_ok(&writable(&ws, "echo ok"));
+    assert_eq!(stdout(&r), "ok\n", "{}", stderr(&r));
+}
