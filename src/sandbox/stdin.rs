@@ -86,8 +86,10 @@ pub(super) fn refuse_named_fifo() -> Result<(), SandboxError> {
     }
     // An anonymous pipe lives on pipefs (its /proc/self/fd link reads
     // `pipe:[inode]`); a named FIFO on the filesystem of its directory.
-    let fs = nix::sys::statfs::fstatfs(stdin.as_fd())
-        .map_err(|e| SandboxError::Io { stage: "finding what the caller's stdin FIFO is (fstatfs)", source: e.into() })?;
+    let fs = nix::sys::statfs::fstatfs(stdin.as_fd()).map_err(|e| SandboxError::Io {
+        stage: "finding what the caller's stdin FIFO is (fstatfs)",
+        source: e.into(),
+    })?;
     // PIPEFS_MAGIC from <linux/magic.h> (not in nix).
     if u64::try_from(fs.filesystem_type().0).ok() == Some(0x5049_5045) {
         return Ok(());
