@@ -10,21 +10,35 @@
 //! with more than one link, and returns every name of a file that has a name
 //! it did not find there: each is then bound read-only for the run.
 //!
-//! The same walk collects the privileged programs in the writable areas: a
-//! regular file with the setuid bit, the setgid bit with group execute, or
-//! (with any execute bit) a `security.capability` xattr. The kernel strips
-//! those bits on `write`, `truncate`, `fallocate`, a clone or a copy into
-//! the file by a writer without `CAP_FSETID`, but not on a store through a
-//! shared mapping: a command that owns such a file (a root caller's command
-//! owns root's files through the idmap) could put its own code in a
-//! root-owned setuid program that any host user then runs. Each is bound
-//! read-only too ([`Kept::privileged`]).
+//! The same walk collects the privileged programs in the writable areas:
+//! every regular file with the setuid or the setgid bit, and every regular
+//! file with a `security.capability` xattr, whatever its execute bits. The
+//! kernel strips those on `write`, `truncate`, `fallocate`, a clone or a
+//! copy into the file by a writer without `CAP_FSETID`, but not on a store
+//! through a shared mapping: a command that owns such a file (a root
+//! caller's command owns root's files through the idmap) could put its own
+//! code in a root-owned setuid program that any host user then runs. The
+//! execute bits do not make the difference: `write(2)` keeps the setgid bit
+//! of a file without group execute, and the mode bits of a file the command
+//! owns can be set without `chmod` (which the filter judges): an access ACL
+//! written with `fsetxattr("system.posix_acl_access")` sets them and keeps
+//! the setgid bit, and a seccomp filter cannot read the xattr's name (a
+//! string in the command's memory) to refuse it. A capability xattr is kept
+//! by a store through a mapping and by `chmod 755`. So each such file is
+//! bound read-only too ([`Kept::privileged`]); setting a bit or a capability
+//! anew needs what the command lacks (`CAP_FSETID`, `CAP_SETFCAP`, the
+//! filter's refusal of `chmod` with `S_ISUID`/`S_ISGID`).
 //!
 //! Within one run no new link can cross the boundary: the kernel refuses a
 //! link between two mounts (`EXDEV`), and the read-only areas, the grants
 //! and the carve-outs are all separate mounts. Writable runs of a workspace
-//! are planned one at a time under its lock, so no other sandboxed run adds
-//! a link between this plan and its run.
+//! are planned one at a time under its lock, so no other sandboxed run *of
+//! the same workspace* adds a link between this plan and its run. A run of
+//! another workspace whose plan grants writes here (a `--write` naming this
+//! workspace, or a shared directory granted to both) takes another lock and
+//! can: it may link a file this plan keeps read-only into a name this run
+//! may write, mid-run. Only that run's own walk sees such links, and only
+//! before it starts; see docs/threat-model.md (hard links).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr};
@@ -32,6 +46,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
@@ -55,8 +70,8 @@ const SHOWN: usize = 5;
 pub struct Kept {
     /// Names of files that also have a name outside the writable areas.
     pub hard_linked: Vec<PathBuf>,
-    /// Setuid, setgid (with group execute) and file-capability programs
-    /// not already in `hard_linked`.
+    /// Regular files with the setuid or setgid bit or file capabilities
+    /// (whatever their execute bits) not already in `hard_linked`.
     pub privileged: Vec<PathBuf>,
 }
 
@@ -168,9 +183,9 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
         if no_mounts {
             return Err(SandboxError::BadRequest(format!(
                 "landlock-only mode cannot keep privileged programs read-only: {shown} in a writable area \
-                 carry a setuid or setgid bit or file capabilities, and a write through a shared mapping keeps \
-                 the bit, so the command could plant its own code in them for every host user to run (Landlock \
-                 can only allow); clear the bits (chmod u-s,g-s F; setcap -r F) or grant narrower paths with \
+                 carry a setuid or setgid bit or file capabilities (whatever their execute bits), and a write \
+                 through a shared mapping keeps them, so the command could plant its own code in them for \
+                 every host user to run (Landlock can only allow); clear the bits (chmod u-s,g-s F; setcap -r F) or grant narrower paths with \
                  --write"
             )));
         }
@@ -219,20 +234,31 @@ fn listed(paths: &[PathBuf]) -> String {
     s
 }
 
-/// Whether the file `st` at `path` would run with privileges its runner
-/// lacks: a regular file with the setuid bit, the setgid bit with group
-/// execute (without it the bit marks mandatory locking), or any execute
-/// bit and a `security.capability` xattr (looked for only then, to bound
-/// the cost; an answer other than "none" counts: fail closed).
+/// Whether the file `st` at `path` is, or could be made by a writer that
+/// owns it, a program that runs with privileges its runner lacks: a regular
+/// file with the setuid or the setgid bit, or with a `security.capability`
+/// xattr, whatever its execute bits (a command that owns the file sets
+/// those through an access ACL, which keeps the setgid bit, or with
+/// `chmod`, which keeps the xattr). The xattr is looked up on every regular
+/// file; an answer other than "none" or "not supported here" counts: fail
+/// closed.
 pub fn is_privileged(st: &FileStat, path: &Path) -> bool {
+    privileged(st, || has_xattr(path, c"security.capability"))
+}
+
+/// [`is_privileged`] for `name` in `dir` (at `path`), the walk's case: the
+/// xattr is looked up by the one name in `dir` where the kernel can
+/// (`getxattrat`, Linux 6.13), which costs about half of what resolving the
+/// whole path again does.
+fn is_privileged_at(st: &FileStat, dir: &Dir, name: &CString, path: &Path) -> bool {
+    privileged(st, || has_xattr_at(dir, name, path, c"security.capability"))
+}
+
+fn privileged(st: &FileStat, caps: impl FnOnce() -> bool) -> bool {
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return false;
     }
-    let mode = st.st_mode;
-    if mode & libc::S_ISUID != 0 || (mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0) {
-        return true;
-    }
-    mode & 0o111 != 0 && has_xattr(path, c"security.capability")
+    st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0 || caps()
 }
 
 /// What makes `st` privileged, for a message.
@@ -242,10 +268,10 @@ fn privilege_of(st: &FileStat, path: &Path) -> String {
     if mode & libc::S_ISUID != 0 {
         what.push(format!("setuid to uid {}", st.st_uid));
     }
-    if mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 {
+    if mode & libc::S_ISGID != 0 {
         what.push(format!("setgid to gid {}", st.st_gid));
     }
-    if what.is_empty() || (mode & 0o111 != 0 && has_xattr(path, c"security.capability")) {
+    if what.is_empty() || has_xattr(path, c"security.capability") {
         what.push("file capabilities".into());
     }
     what.join(", ")
@@ -346,7 +372,7 @@ impl Walk<'_> {
                     }
                     pending.push(Pending { parent: Rc::clone(&dir), name, path: p, depth: depth + 1 });
                 } else {
-                    if is_privileged(&st, &p) {
+                    if is_privileged_at(&st, &dir, &name, &p) {
                         self.privileged.push(p.clone());
                     }
                     if st.st_nlink > 1 {
@@ -472,6 +498,25 @@ fn has_xattr(path: &Path, name: &std::ffi::CStr) -> bool {
     !matches!(Errno::last(), Errno::ENODATA | Errno::EOPNOTSUPP)
 }
 
+/// Whether the kernel lacks `getxattrat` (learnt on the first `ENOSYS`).
+static NO_GETXATTRAT: AtomicBool = AtomicBool::new(false);
+
+/// [`has_xattr`] of `name` in `dir` (at `path`): by the one name where the
+/// kernel has `getxattrat`, else by the path.
+fn has_xattr_at(dir: &Dir, name: &CString, path: &Path, xattr: &std::ffi::CStr) -> bool {
+    if !NO_GETXATTRAT.load(Ordering::Relaxed) {
+        match crate::sys::xattr_size_at(dir.as_fd(), name.as_c_str(), xattr) {
+            Ok(_) => return true,
+            Err(e) => match e.raw_os_error() {
+                Some(libc::ENODATA | libc::EOPNOTSUPP) => return false,
+                Some(libc::ENOSYS) => NO_GETXATTRAT.store(true, Ordering::Relaxed),
+                _ => return true,
+            },
+        }
+    }
+    has_xattr(path, xattr)
+}
+
 /// `lstat` of `name` in `dir`; `None` when it is gone.
 fn stat_at(dir: &Dir, name: &CString, path: &Path) -> Result<Option<FileStat>, SandboxError> {
     match nix::sys::stat::fstatat(dir.as_fd(), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -555,8 +600,12 @@ mod tests {
         set("target/debug/deps/foo-1", 0o2644).unwrap_or_else(|e| panic!("{e}"));
         set("src/main.rs", 0o2755).unwrap_or_else(|e| panic!("{e}"));
         let k = read_only_names(&[p.to_path_buf()], &[], false).unwrap_or_else(|e| panic!("{e}"));
-        // setgid without group execute marks mandatory locking, not privilege.
-        assert_eq!(k.privileged, vec![p.join("src/main.rs"), p.join("target/x")]);
+        // The setgid bit counts without group execute too: write(2) keeps it
+        // there, and an access ACL can then add the execute bits.
+        assert_eq!(k.privileged, vec![p.join("src/main.rs"), p.join("target/debug/deps/foo-1"), p.join("target/x")]);
+        let e = read_only_names(&[p.join("target/debug/deps/foo-1")], &[], false);
+        assert!(matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("setgid to gid")), "{e:?}");
+        set("target/debug/deps/foo-1", 0o644).unwrap_or_else(|e| panic!("{e}"));
         let e = read_only_names(&[p.to_path_buf()], &[], true);
         assert!(matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("target/x")), "{e:?}");
         let e = read_only_names(&[p.join("target/x")], &[], false);

@@ -729,7 +729,7 @@ impl Sandbox {
             });
         }
         if matches!(opts.stdin, Stdin::Copy) {
-            stdin::refuse_visible_fifo(plan)?;
+            stdin::refuse_named_fifo()?;
         }
         let mut spec = plan.spec.clone();
         let mut warnings = Vec::new();

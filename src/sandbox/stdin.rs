@@ -68,57 +68,45 @@ impl StdinPlan {
     }
 }
 
-/// Refuse the run when the caller's stdin is a named FIFO the command could
-/// open by its name: the relay keeps the command off the caller's
-/// descriptor, but not off the FIFO's path, through which it could read
-/// the caller's input or write into it. Visible are the workspace, the
-/// read roots, the write grants (the host's `/tmp` when granted) and the
-/// system roots, less masked paths in the full sandbox; in the
-/// landlock-only mode Landlock allows the same roots (and no mask hides
-/// anything). A FIFO with another name, which may lie anywhere, is refused
-/// too; one that is unlinked has no name to open.
-pub(super) fn refuse_visible_fifo(plan: &super::Plan) -> Result<(), SandboxError> {
-    let Ok(st) = nix::sys::stat::fstat(io::stdin().as_fd()) else { return Ok(()) };
+/// Refuse the run when the caller's stdin is a named FIFO that still has a
+/// name: the relay keeps the command off the caller's descriptor, but not
+/// off the FIFO's name, through which it could read the caller's input or
+/// write into it. Where that name lies is not judged: the path
+/// `/proc/self/fd/0` shows is the one the caller opened it by, and the same
+/// FIFO may have other names (hard links) or be reached through another
+/// mount of its directory (a host bind of the workspace elsewhere), so a
+/// FIFO opened outside the sandbox's view may still be in it. An anonymous
+/// pipe (pipefs) has no name, nor has a FIFO unlinked by every name (the
+/// kernel cannot link a file with no links back in).
+pub(super) fn refuse_named_fifo() -> Result<(), SandboxError> {
+    let stdin = io::stdin();
+    let Ok(st) = nix::sys::stat::fstat(stdin.as_fd()) else { return Ok(()) };
     if st.st_mode & libc::S_IFMT != libc::S_IFIFO || st.st_nlink == 0 {
         return Ok(());
     }
-    let link = std::fs::read_link("/proc/self/fd/0").map_err(|source| SandboxError::Io {
-        stage: "finding where the caller's stdin FIFO lies (/proc/self/fd/0)",
-        source,
+    // An anonymous pipe lives on pipefs (its /proc/self/fd link reads
+    // `pipe:[inode]`); a named FIFO on the filesystem of its directory.
+    let fs = nix::sys::statfs::fstatfs(stdin.as_fd()).map_err(|e| SandboxError::Io {
+        stage: "finding what the caller's stdin FIFO is (fstatfs)",
+        source: e.into(),
     })?;
-    // An anonymous pipe reads `pipe:[inode]`: no name.
-    if !link.is_absolute() {
+    // PIPEFS_MAGIC from <linux/magic.h> (not in nix).
+    if u64::try_from(fs.filesystem_type().0).ok() == Some(0x5049_5045) {
         return Ok(());
     }
-    let path = std::fs::canonicalize(&link).unwrap_or(link);
-    let to_do = "feed the input through an anonymous pipe instead (cat FIFO | portcullis exec ...), move the \
-                 FIFO out of the sandbox's view, or give the command no stdin (</dev/null; Stdin::Null in the library)";
-    if st.st_nlink > 1 {
-        return Err(SandboxError::BadRequest(format!(
-            "the caller's stdin is the named FIFO {} with {} names, which may lie inside the sandbox's view: the \
-             command could open it by name and read the caller's input or write into it; {to_do}",
-            path.display(),
-            st.st_nlink
-        )));
-    }
-    let degraded = plan.spec.mode == super::Mode::LandlockOnly;
-    let visible = std::iter::once(&plan.workspace)
-        .chain(&plan.read_roots)
-        .chain(&plan.write_grants)
-        .chain(plan.create_grants.iter())
-        .map(|p| p.as_path())
-        .chain(super::SYSTEM_ROOTS.iter().map(std::path::Path::new))
-        .find(|r| path.starts_with(r));
-    let masked = !degraded && plan.masked.iter().any(|m| path.starts_with(m));
-    match visible {
-        Some(root) if !masked => Err(SandboxError::BadRequest(format!(
-            "the caller's stdin is the named FIFO {}, which lies inside the sandbox's view ({}): the command could \
-             open it by name and read the caller's input or write into it; {to_do}",
-            path.display(),
-            root.display()
-        ))),
-        _ => Ok(()),
-    }
+    // For the message only: the name the caller opened it by.
+    let name = match std::fs::read_link("/proc/self/fd/0") {
+        Ok(p) => format!(" {}", p.display()),
+        Err(_) => String::new(),
+    };
+    Err(SandboxError::BadRequest(format!(
+        "the caller's stdin is the named FIFO{name} ({} name(s)): the command could open it by a name in its view \
+         (this one, another hard link, or the same directory reached through another mount) and read the \
+         caller's input or write into it, so a named FIFO is never passed; feed the input through an anonymous \
+         pipe instead (cat FIFO | portcullis exec ...), or give the command no stdin (</dev/null; Stdin::Null \
+         in the library)",
+        st.st_nlink
+    )))
 }
 
 /// Decide how the caller's stdin (fd 0) reaches the command.

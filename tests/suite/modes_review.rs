@@ -118,13 +118,14 @@ fn r0100_a_setuid_program_in_a_writable_workspace_cannot_be_rewritten() {
     chmod(&suid, 0o4755);
     chmod(&sgid, 0o2755);
     chmod(&plain, 0o755);
-    // setgid without group execute marks mandatory locking: no privilege.
+    // setgid without group execute counts too (write(2) keeps the bit, an
+    // access ACL can add the execute bits: r0112).
     chmod(&locking, 0o2644);
 
     let mut req = ws.req(&["true"]);
     req.writable = true;
     let plan = sandbox().plan(&req).unwrap_or_else(|e| panic!("plan: {e}"));
-    assert_eq!(plan.privileged, vec![real(&suid), real(&sgid)], "{:?}", plan.privileged);
+    assert_eq!(plan.privileged, vec![real(&suid), real(&locking), real(&sgid)], "{:?}", plan.privileged);
     assert!(plan.landlock_gaps.contains(&real(&suid)), "only the mount guards it: a reported Landlock gap");
     let out = cli()
         .args(["exec", "--explain", "--writable", "--workspace"])
@@ -140,32 +141,26 @@ fn r0100_a_setuid_program_in_a_writable_workspace_cannot_be_rewritten() {
     );
 
     // The attack, with the control in the same run: the same program
-    // without the bit (and the locking-marked one) is rewritten as usual.
+    // without the bit is rewritten as usual.
     let mut req =
-        py(&ws, &overwrite_script(&[("suid", &suid), ("sgid", &sgid), ("ctl.plain", &plain), ("ctl.lock", &locking)]));
+        py(&ws, &overwrite_script(&[("suid", &suid), ("sgid", &sgid), ("lock", &locking), ("ctl.plain", &plain)]));
     req.writable = true;
     let out = out_of(&req);
-    for name in ["suid", "sgid"] {
+    for name in ["suid", "sgid", "lock"] {
         for how in ["mmap", "truncate", "copy", "clone"] {
             assert_eq!(result(&out, &format!("{name}.{how}")), "EROFS", "{name}.{how}: {out}");
         }
     }
     assert_eq!(result(&out, "ctl.plain.mmap"), "OK", "control: the plain program is writable: {out}");
-    assert_eq!(result(&out, "ctl.lock.mmap"), "OK", "control: setgid without group execute is not privileged: {out}");
     // From outside: the privileged programs are untouched, bits and all; the
     // control's content changed.
-    for p in [&suid, &sgid] {
+    for p in [&suid, &sgid, &locking] {
         assert_eq!(fs::read_to_string(p).unwrap_or_default(), ORIGINAL, "{}", p.display());
     }
     assert_eq!(mode_of(&suid), 0o4755);
     assert_eq!(mode_of(&sgid), 0o2755);
-    for p in [&plain, &locking] {
-        assert!(
-            fs::read_to_string(p).unwrap_or_default().contains("PWNED"),
-            "control: the mapping wrote {}",
-            p.display()
-        );
-    }
+    assert_eq!(mode_of(&locking), 0o2644);
+    assert!(fs::read_to_string(&plain).unwrap_or_default().contains("PWNED"), "control: the mapping wrote it");
 
     // The same in a write grant.
     let mut req = py(&ws, &overwrite_script(&[("suid", &suid)]));
@@ -453,7 +448,7 @@ fn r0103_a_named_fifo_on_stdin_inside_the_sandbox_view_refuses_the_run() {
         assert!(!out.status.success(), "{mode:?}: {err}");
         assert!(
             err.contains(&format!("the caller's stdin is the named FIFO {}", real(&fifo).display()))
-                && err.contains("inside the sandbox's view")
+                && err.contains("a named FIFO is never passed")
                 && err.contains("anonymous pipe"),
             "{mode:?}: {err}"
         );
@@ -461,10 +456,13 @@ fn r0103_a_named_fifo_on_stdin_inside_the_sandbox_view_refuses_the_run() {
         assert_eq!(left_in(&rw), b"l1\nl2\n", "{mode:?}: the caller's input is whole, nothing injected");
         fs::remove_file(&fifo).unwrap_or_else(|e| panic!("rm: {e}"));
 
-        // Control: the same run with the FIFO outside the sandbox's view
-        // runs, and the command cannot reach the FIFO by its name.
+        // Control: the same run with a FIFO outside the sandbox's view that
+        // has no name left (unlinked once opened) runs, and the command
+        // cannot reach the FIFO by its old name. (One that still has a name
+        // is refused wherever it lies: r0114.)
         let far = outside.join("in");
         let (rw, r) = fifo_with(&far, b"l1\nl2\n");
+        fs::remove_file(&far).unwrap_or_else(|e| panic!("rm: {e}"));
         let probe = format!(
             "(echo INJECTED > {f}) 2>/dev/null || echo cannot-open; echo ran > {m}",
             f = far.display(),
@@ -484,6 +482,276 @@ fn r0103_a_named_fifo_on_stdin_inside_the_sandbox_view_refuses_the_run() {
         assert!(marker.exists(), "control {mode:?}: the run ran");
         assert_eq!(left_in(&rw), b"l1\nl2\n", "{mode:?}");
         fs::remove_file(&marker).unwrap_or_else(|e| panic!("rm: {e}"));
-        fs::remove_file(&far).unwrap_or_else(|e| panic!("rm: {e}"));
     }
+}
+
+/// `u::rwx,g::r-x,o::r-x` as a `system.posix_acl_access` value: version 2,
+/// then (tag, perm, id) for the owner, the group and others.
+const ACL_755: &str = "struct.pack('<I', 2) + b''.join(struct.pack('<HHI', tag, perm, 0xffffffff) \
+                       for tag, perm in ((0x01, 7), (0x04, 5), (0x20, 5)))";
+
+/// Put a program in `p` with write(2) (which keeps the setgid bit of a file
+/// without group execute), then make it executable through an access ACL
+/// (no chmod: the ACL sets the mode bits, and keeps the setgid bit).
+fn setgid_acl_script(files: &[(&str, &Path)]) -> String {
+    let mut s = format!(
+        "ACL = {ACL_755}\n\
+         def write(p):\n    fd = os.open(p, os.O_WRONLY)\n    os.write(fd, b'#!/bin/sh\\necho PWNED\\n'); os.close(fd)\n\
+         def acl(p):\n    fd = os.open(p, os.O_RDONLY)\n    os.setxattr(fd, 'system.posix_acl_access', ACL); os.close(fd)\n    \
+         return oct(os.stat(p).st_mode & 0o7777)\n"
+    );
+    for (name, p) in files {
+        let p = p.display().to_string();
+        s += &format!("t('{name}.write', lambda: write({p:?}))\nt('{name}.acl', lambda: acl({p:?}))\n");
+    }
+    s
+}
+
+#[test]
+fn r0112_a_setgid_file_without_group_execute_cannot_become_a_setgid_program() {
+    // Found in the third review: a setgid file without group execute (root:root
+    // 2644) in a writable area was left writable (the bit "marks mandatory
+    // locking"); write(2) keeps the bit there, and an access ACL with
+    // g::r-x then set the execute bits and kept it: a setgid-root program
+    // with the command's code on the host.
+    let ws = Ws::new();
+    ws.write("dist/tool", ORIGINAL);
+    ws.write("dist/ctl", ORIGINAL);
+    let tool = ws.join("dist/tool");
+    let ctl = ws.join("dist/ctl");
+    chmod(&tool, 0o2644);
+    chmod(&ctl, 0o644);
+
+    // Control with the restriction off: on the host the same steps turn a
+    // 2644 file the writer owns into a setgid program.
+    let host = Ws::new();
+    host.write("tool", ORIGINAL);
+    let host_tool = host.join("tool");
+    chmod(&host_tool, 0o2644);
+    let out = on_host(host.path(), &setgid_acl_script(&[("host", &host_tool)]));
+    assert_eq!(result(&out, "host.write"), "OK", "{out}");
+    assert_eq!(result(&out, "host.acl"), "OK", "{out}");
+    assert_eq!(mode_of(&host_tool), 0o2755, "control: write(2) and the ACL keep the setgid bit: {out}");
+
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    let plan = sandbox().plan(&req).unwrap_or_else(|e| panic!("plan: {e}"));
+    assert_eq!(plan.privileged, vec![real(&tool)], "{:?}", plan.privileged);
+
+    let mut req = py(&ws, &setgid_acl_script(&[("tool", &tool), ("ctl", &ctl)]));
+    req.writable = true;
+    let out = out_of(&req);
+    assert_eq!(result(&out, "tool.write"), "EROFS", "{out}");
+    assert_eq!(result(&out, "tool.acl"), "EROFS", "{out}");
+    // Control in the same run: the same file without the bit is written and
+    // made executable through the ACL.
+    assert_eq!(result(&out, "ctl.write"), "OK", "{out}");
+    assert_eq!(result(&out, "ctl.acl"), "OK", "{out}");
+    // From outside.
+    assert_eq!(fs::read_to_string(&tool).unwrap_or_default(), ORIGINAL);
+    assert_eq!(mode_of(&tool), 0o2644);
+    assert!(fs::read_to_string(&ctl).unwrap_or_default().contains("PWNED"), "control: ctl was written");
+    assert_eq!(mode_of(&ctl), 0o755, "control: the ACL set the mode bits");
+
+    // A file grant that is such a file cannot also be read-only.
+    let mut req = ws.req(&["true"]);
+    req.write.push("dist/tool".into());
+    let e = run(&req).map(|r| r.exit_code);
+    assert!(
+        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("is a privileged program (setgid to gid")),
+        "{e:?}"
+    );
+    if !landlock_only_available("r0112") {
+        return;
+    }
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    req.degraded = Some(Mode::LandlockOnly);
+    let e = run(&req).map(|r| r.exit_code);
+    assert!(
+        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("landlock-only mode cannot keep privileged programs")
+            && m.contains(&real(&tool).display().to_string())),
+        "{e:?}"
+    );
+}
+
+/// Set `security.capability` (CAP_SETUID, permitted and effective) on `p`.
+fn set_caps(p: &Path) {
+    // VFS_CAP_REVISION_2 | VFS_CAP_FLAGS_EFFECTIVE, CAP_SETUID (7) permitted.
+    let mut v = Vec::new();
+    for w in [0x0200_0001u32, 1 << 7, 0, 0, 0] {
+        v.extend_from_slice(&w.to_le_bytes());
+    }
+    let c = std::ffi::CString::new(p.display().to_string()).unwrap_or_default();
+    // SAFETY: both strings are NUL-terminated, the buffer lives across the call.
+    let r = unsafe { libc::setxattr(c.as_ptr(), c"security.capability".as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+    assert_eq!(r, 0, "setxattr {}: {}", p.display(), std::io::Error::last_os_error());
+}
+
+/// Whether `p` carries `security.capability`.
+fn has_caps(p: &Path) -> bool {
+    let c = std::ffi::CString::new(p.display().to_string()).unwrap_or_default();
+    // SAFETY: both strings are NUL-terminated; a null buffer of size 0 asks
+    // only for the value's size.
+    unsafe { libc::getxattr(c.as_ptr(), c"security.capability".as_ptr(), std::ptr::null_mut(), 0) > 0 }
+}
+
+#[test]
+fn r0113_a_file_with_capabilities_and_no_execute_bit_cannot_be_rewritten() {
+    // Found in the third review: a 0644 file with security.capability was
+    // left writable (the xattr was looked for on executables only); the
+    // command put its code in through a shared mapping (which keeps the
+    // xattr) and chmod 755 (allowed: no setuid/setgid bit): a cap_setuid
+    // program of its making on the host.
+    if !in_root_pass("r0113", "setting file capabilities needs root") {
+        return;
+    }
+    let ws = Ws::new();
+    ws.write("dist/helper", ORIGINAL);
+    ws.write("dist/ctl", ORIGINAL);
+    let helper = ws.join("dist/helper");
+    let ctl = ws.join("dist/ctl");
+    chmod(&helper, 0o644);
+    chmod(&ctl, 0o644);
+    set_caps(&helper);
+    assert!(has_caps(&helper) && !has_caps(&ctl));
+
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    let plan = sandbox().plan(&req).unwrap_or_else(|e| panic!("plan: {e}"));
+    assert_eq!(plan.privileged, vec![real(&helper)], "{:?}", plan.privileged);
+
+    let script = format!(
+        "{}t('helper.chmod', lambda: os.chmod({h:?}, 0o755))\nt('ctl.chmod', lambda: os.chmod({c:?}, 0o755))\n",
+        overwrite_script(&[("helper", &helper), ("ctl", &ctl)]),
+        h = helper.display().to_string(),
+        c = ctl.display().to_string()
+    );
+    let mut req = py(&ws, &script);
+    req.writable = true;
+    let out = out_of(&req);
+    for how in ["mmap", "truncate", "copy", "clone", "chmod"] {
+        assert_eq!(result(&out, &format!("helper.{how}")), "EROFS", "helper.{how}: {out}");
+    }
+    // Control in the same run: the same file without the xattr is rewritten
+    // through the mapping and made executable.
+    assert_eq!(result(&out, "ctl.mmap"), "OK", "{out}");
+    assert_eq!(result(&out, "ctl.chmod"), "OK", "{out}");
+    // From outside: the capability file is untouched, xattr and all.
+    assert_eq!(fs::read_to_string(&helper).unwrap_or_default(), ORIGINAL);
+    assert_eq!(mode_of(&helper), 0o644);
+    assert!(has_caps(&helper), "the capabilities are still there (nothing rewrote the file)");
+    assert!(fs::read_to_string(&ctl).unwrap_or_default().contains("PWNED"), "control: ctl was rewritten");
+    assert_eq!(mode_of(&ctl), 0o755);
+}
+
+/// A bind mount of `src` at `dst` for the test's life.
+struct Bind(PathBuf);
+
+impl Bind {
+    fn new(src: &Path, dst: &Path) -> Bind {
+        use nix::mount::{mount, MsFlags};
+        mount(Some(src), dst, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+            .unwrap_or_else(|e| panic!("bind {} at {}: {e}", src.display(), dst.display()));
+        Bind(dst.to_path_buf())
+    }
+}
+
+impl Drop for Bind {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+#[test]
+fn r0114_a_named_fifo_on_stdin_is_refused_wherever_it_was_opened() {
+    // Found in the third review: the refusal judged the path /proc/self/fd/0
+    // showed, so a FIFO in the workspace opened through a host bind of it
+    // (outside the view) was let through, and the command opened it by its
+    // name in the workspace. Now every named FIFO with a name is refused.
+    let ws = Ws::new();
+    let outside = Ws::new();
+    let marker = ws.join("target/ran");
+    let fifo = ws.join("in");
+    let attack = format!(
+        "(echo INJECTED > {f}) 2>/dev/null; timeout 1 head -c 3 {f} 2>/dev/null; echo ran > {m}",
+        f = fifo.display(),
+        m = marker.display()
+    );
+    let exec = |stdin: std::process::Stdio, argv: &[&str]| {
+        cli()
+            .args(["exec", "--writable", "--workspace"])
+            .arg(ws.path())
+            .arg("--")
+            .args(argv)
+            .stdin(stdin)
+            .output()
+            .unwrap_or_else(|e| panic!("cli: {e}"))
+    };
+    let refused = |out: &std::process::Output, name: &Path, what: &str| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}: {err}");
+        assert!(
+            err.contains(&format!("the caller's stdin is the named FIFO {}", name.display()))
+                && err.contains("a named FIFO is never passed")
+                && err.contains("cat FIFO | portcullis exec"),
+            "{what}: {err}"
+        );
+    };
+    // A FIFO outside the view (before: let through; the same FIFO may be in
+    // the view by another way portcullis cannot see).
+    let far = outside.join("in");
+    let (rw, r) = fifo_with(&far, b"l1\nl2\n");
+    let out = exec(r.into(), &["sh", "-c", &format!("echo ran > {}", marker.display())]);
+    refused(&out, &real(&far), "outside the view");
+    assert!(!marker.exists(), "nothing ran");
+    assert_eq!(left_in(&rw), b"l1\nl2\n");
+    drop(rw);
+    fs::remove_file(&far).unwrap_or_else(|e| panic!("rm: {e}"));
+
+    // The review's case: the workspace FIFO opened through a bind alias of
+    // the workspace (mounting needs host root).
+    if in_root_pass("r0114", "the bind alias needs host root to mount") {
+        let (rw, _r) = fifo_with(&fifo, b"l1\nl2\n");
+        let alias = Ws::new();
+        let _bind = Bind::new(ws.path(), alias.path());
+        let by_alias = alias.join("in");
+        let r = fs::File::open(&by_alias).unwrap_or_else(|e| panic!("open: {e}"));
+        let out = exec(r.into(), &["sh", "-c", &attack]);
+        refused(&out, &by_alias, "through a bind alias");
+        assert!(!marker.exists(), "nothing ran");
+        assert_eq!(left_in(&rw), b"l1\nl2\n", "the caller's input is whole, nothing injected");
+        drop(_bind);
+        fs::remove_file(&fifo).unwrap_or_else(|e| panic!("rm: {e}"));
+    }
+
+    // Control: the same input through `cat FIFO |` runs, and the command
+    // reads it from its stdin.
+    let (rw, r) = fifo_with(&far, b"l1\nl2\n");
+    drop(r);
+    let mut cat = Command::new("cat")
+        .arg(&far)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cat: {e}"));
+    let pipe = cat.stdout.take().unwrap_or_else(|| panic!("cat's stdout"));
+    // `rw` keeps a writer (cat's open does not block, the input is not
+    // dropped); the command takes its two lines, then cat gets its EOF.
+    let out = exec(pipe.into(), &["sh", "-c", &format!("head -n 2; echo ran > {}", marker.display())]);
+    drop(rw);
+    let _ = cat.wait();
+    assert!(out.status.success(), "control: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "l1\nl2\n", "control: the command read the input");
+    assert!(marker.exists(), "control: the run ran");
+    fs::remove_file(&marker).unwrap_or_else(|e| panic!("rm: {e}"));
+
+    // A FIFO with no name left (unlinked after it was opened) runs too.
+    fs::remove_file(&far).unwrap_or_else(|e| panic!("rm: {e}"));
+    let (rw, r) = fifo_with(&far, b"l1\nl2\n");
+    fs::remove_file(&far).unwrap_or_else(|e| panic!("rm: {e}"));
+    drop(rw);
+    let out = exec(r.into(), &["sh", "-c", &format!("cat; echo ran > {}", marker.display())]);
+    assert!(out.status.success(), "unlinked: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "l1\nl2\n", "the command read the unlinked FIFO's input");
+    assert!(marker.exists());
 }
