@@ -377,15 +377,28 @@ impl Discovery<'_> {
             }
             // Linked worktrees' private git dirs (`commondir`, `gitdir`,
             // `config.worktree`) redirect git run in those worktrees.
-            if let Ok(rd) = fs::read_dir(gd.join("worktrees")) {
-                for e in rd.flatten().take(MAX_REPOS) {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) && !self.layout.dirs.iter().any(|d| d.path == e.path()) {
-                        self.layout.dirs.push(GitDir { path: e.path(), worktree: None });
-                        self.too_many()?;
-                    }
+            let linked = linked_worktrees(&gd);
+            for (private, _) in &linked {
+                if !self.layout.dirs.iter().any(|d| d.path == *private) {
+                    self.layout.dirs.push(GitDir { path: private.clone(), worktree: None });
+                    self.too_many()?;
                 }
             }
             self.modules(&gd.join("modules"), 0, nesting)?;
+            // Each linked worktree's own index (`worktrees/<id>/index`)
+            // holds the gitlinks git enters when run there: its working
+            // tree (its `.git` file kept read-only) is looked at like a
+            // submodule's.
+            if self.deep {
+                for (private, wt) in linked {
+                    let Some(wt) = wt else { continue };
+                    let real = fs::canonicalize(&wt).unwrap_or_else(|_| lexical(&wt));
+                    if self.ours(&real) {
+                        self.tree(real.clone(), nesting)?;
+                        self.git_dir(private, Some(real), nesting)?;
+                    }
+                }
+            }
         }
         if let (true, Some(wt)) = (self.deep, worktree) {
             let sha256 = object_format_sha256(&gd);
@@ -454,11 +467,14 @@ impl Discovery<'_> {
     /// A submodule at `rel` (as an index or `.gitmodules` spells it) below
     /// the working tree `wt`.
     fn submodule(&mut self, wt: &Path, rel: &Path, nesting: usize) -> Result<(), SandboxError> {
-        // git never enters a submodule path through a symbolic link (it
-        // takes the entry for gone) nor one spelled with `.`, `..` or `.git`.
-        // A link in a writable area that the command replaces by a directory
-        // is caught after the run (a gitlink whose working tree was not
-        // looked at here: `submodules::quarantine_new`).
+        // git never enters a submodule path spelled with `.`, `..` or
+        // `.git`. Through a symbolic link, `git status` does not enter it
+        // (it takes the entry for gone) but `git ls-files` and `git grep
+        // --recurse-submodules` do: a link in a writable area (the command
+        // could point it at a repository of its own) refuses the run, a
+        // link elsewhere is followed to the working tree git enters. A link
+        // the command makes is caught after the run (a gitlink whose
+        // working tree was not looked at here: `submodules::quarantine_new`).
         let mut cur = wt.to_path_buf();
         for c in rel.components() {
             match c {
@@ -467,7 +483,26 @@ impl Discovery<'_> {
             }
             match fs::symlink_metadata(&cur) {
                 Ok(m) if m.is_dir() => {}
-                Ok(m) if m.file_type().is_symlink() => return Ok(()),
+                Ok(m) if m.file_type().is_symlink() => {
+                    if cur.parent().is_some_and(|d| self.areas.iter().any(|a| d.starts_with(a))) {
+                        return Err(SandboxError::BadRequest(format!(
+                            "the submodule {} (a gitlink or .gitmodules path of the working tree {}) goes through \
+                             the symbolic link {}, which git follows when it enters submodules (git ls-files and git \
+                             grep --recurse-submodules) and which a writable run could point at a repository of its \
+                             own; git itself never adds a path beyond a link: remove the entry on the host (git \
+                             -c core.fsmonitor= -c core.hooksPath=/dev/null rm -q --cached {}) or put the directory \
+                             in place of the link",
+                            rel.display(),
+                            wt.display(),
+                            cur.display(),
+                            rel.display()
+                        )));
+                    }
+                    return match link_target(&wt.join(rel)) {
+                        Some(real) if self.ours(&real) => self.tree(real, nesting),
+                        _ => Ok(()),
+                    };
+                }
                 // Not populated (yet), or a file (or a FIFO…) where the
                 // directory belongs: git would look at its `.git` once the
                 // directory is made, so the `.git` is guarded all the same
@@ -525,6 +560,32 @@ impl Discovery<'_> {
         }
         Ok(())
     }
+}
+
+/// The linked worktrees of the git dir `gd`: each private git dir under
+/// `worktrees/` with the working tree its `gitdir` file names (the parent
+/// of that worktree's `.git`; relative to the private dir when written so).
+/// Nothing is followed: not a linked `worktrees`, not a private dir or
+/// `gitdir` file that is a link.
+pub(super) fn linked_worktrees(gd: &Path) -> Vec<(PathBuf, Option<PathBuf>)> {
+    let dir = gd.join("worktrees");
+    if !fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+        return Vec::new();
+    }
+    let Ok(rd) = fs::read_dir(&dir) else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in rd.flatten().take(MAX_REPOS) {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let private = e.path();
+        let wt = read_small_as(&private.join("gitdir"), false)
+            .and_then(|s| s.lines().next().map(|l| PathBuf::from(l.trim())))
+            .filter(|p| !p.as_os_str().is_empty())
+            .and_then(|p| lexical(&private.join(p)).parent().map(Path::to_path_buf));
+        out.push((private, wt));
+    }
+    out
 }
 
 fn nested_too_deep(p: &Path) -> SandboxError {
@@ -1768,12 +1829,19 @@ mod tests {
     }
 
     #[test]
-    fn a_submodule_path_through_a_link_is_not_entered() {
+    fn a_submodule_path_through_a_link_refuses_when_writable_and_is_followed_otherwise() {
         let d = repo("sha1");
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
         fs::create_dir_all(ws.join("real/x")).unwrap_or_else(|e| panic!("{e}"));
         std::os::unix::fs::symlink("real", ws.join("libs")).unwrap_or_else(|e| panic!("{e}"));
-        let l = discover(&ws, std::slice::from_ref(&ws), true).unwrap_or_else(|e| panic!("{e}"));
+        // `git ls-files --recurse-submodules` enters libs/x through the link.
+        match discover(&ws, std::slice::from_ref(&ws), true) {
+            Err(SandboxError::BadRequest(m)) => assert!(m.contains("symbolic link") && m.contains("libs/x"), "{m}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // A link the run cannot change: the tree git enters is looked at.
+        let l = discover(&ws, &[], true).unwrap_or_else(|e| panic!("{e}"));
+        assert!(l.unpopulated.contains(&ws.join("real/x/.git")), "{:?}", l.unpopulated);
         assert!(!l.unpopulated.iter().any(|p| p.starts_with(ws.join("libs"))), "{:?}", l.unpopulated);
     }
 }
