@@ -1290,7 +1290,9 @@ fn parse_index<R: BufRead>(
                         next = next
                             .checked_add(usize::try_from(n).map_err(|_| bad("bad entry offset table"))?)
                             .filter(|n| fits && *n <= starts.len())
-                            .ok_or_else(|| bad("an entry offset table (index.threads) that does not match the entries"))?;
+                            .ok_or_else(|| {
+                                bad("an entry offset table (index.threads) that does not match the entries")
+                            })?;
                     }
                 }
                 if version_ieot == 1 && blocks > 0 && next != starts.len() {
@@ -1679,11 +1681,9 @@ mod tests {
         assert_eq!(f.suspects, paths(&["evi", "evil", "evil/x"]));
         // A NUL inside the length, a saturated field for a short name, a
         // non-NUL byte further in the padding.
-        for (flags, tail) in [
-            (6, &b"ab\0cde\0\0\0\0"[..]),
-            (NAME_MASK, &b"short\0\0\0\0\0"[..]),
-            (3, &b"evi\0\0\0\0\0\0x"[..]),
-        ] {
+        for (flags, tail) in
+            [(6, &b"ab\0cde\0\0\0\0"[..]), (NAME_MASK, &b"short\0\0\0\0\0"[..]), (3, &b"evi\0\0\0\0\0\0x"[..])]
+        {
             let (r, _) = read(index_of(2, &[entry(0o100644, flags, None, tail)]));
             assert!(matches!(r, Err(Unreadable::Misnamed { .. })), "{tail:?}: {r:?}");
         }

@@ -636,7 +636,11 @@ fn r0109_a_name_whose_length_and_nul_disagree_is_refused() {
         let desync = !pad.is_empty();
         let r = match run(&writable(&ws, &script)) {
             Ok(r) if !desync => Box::new(r),
-            r if desync => index_failed(r, &ws.join(".git/index"), "says \"evi\" while its name runs to the first NUL as \"evil/x\""),
+            r if desync => index_failed(
+                r,
+                &ws.join(".git/index"),
+                "says \"evi\" while its name runs to the first NUL as \"evil/x\"",
+            ),
             other => panic!("control: {other:?}"),
         };
         assert_eq!(stdout(&r), "planted\n", "{}", stderr(&r));
@@ -708,11 +712,7 @@ fn r0110_a_gitlink_through_a_link_is_not_entered() {
     let r = run_ok(&writable(&ws, &script));
     assert_eq!((r.exit_code, stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
     let lnk = ws.join("lnk").display().to_string();
-    assert!(
-        r.warnings.iter().any(|w| w.contains("through the symbolic link") && w.contains(&lnk)),
-        "{:?}",
-        r.warnings
-    );
+    assert!(r.warnings.iter().any(|w| w.contains("through the symbolic link") && w.contains(&lnk)), "{:?}", r.warnings);
     assert!(fs::symlink_metadata(ws.join("lnk")).is_err() && ws.join("real/evil/.git/config").is_file());
     for args in [&["ls-files", "--recurse-submodules"][..], &["grep", "--recurse-submodules", "-l", "x"], &["status"]] {
         drop(git_in(ws.path(), args));
