@@ -3,9 +3,11 @@
 //! made itself, with any config; host git enters a submodule to check it for
 //! changes, and a `.gitmodules` entry `ignore = none` overrides even
 //! `-c diff.ignoreSubmodules=all`. So every index the plan read in a
-//! writable area is read again, and for every gitlink whose working tree the
-//! plan did not look at (so whose `.git` is neither protected nor guarded),
-//! a `.git` there is renamed aside, kept, and named in a warning.
+//! writable area is read again (with those of linked worktrees the run
+//! added), and for every gitlink whose working tree the plan did not look
+//! at (so whose `.git` is neither protected nor guarded), a `.git` there is
+//! renamed aside, kept, and named in a warning; a symbolic link on the way
+//! to it (which `git ls-files --recurse-submodules` enters) is removed.
 
 use std::collections::BTreeSet;
 use std::fs;
