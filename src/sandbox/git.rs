@@ -377,15 +377,28 @@ impl Discovery<'_> {
             }
             // Linked worktrees' private git dirs (`commondir`, `gitdir`,
             // `config.worktree`) redirect git run in those worktrees.
-            if let Ok(rd) = fs::read_dir(gd.join("worktrees")) {
-                for e in rd.flatten().take(MAX_REPOS) {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) && !self.layout.dirs.iter().any(|d| d.path == e.path()) {
-                        self.layout.dirs.push(GitDir { path: e.path(), worktree: None });
-                        self.too_many()?;
-                    }
+            let linked = linked_worktrees(&gd);
+            for (private, _) in &linked {
+                if !self.layout.dirs.iter().any(|d| d.path == *private) {
+                    self.layout.dirs.push(GitDir { path: private.clone(), worktree: None });
+                    self.too_many()?;
                 }
             }
             self.modules(&gd.join("modules"), 0, nesting)?;
+            // Each linked worktree's own index (`worktrees/<id>/index`)
+            // holds the gitlinks git enters when run there: its working
+            // tree (its `.git` file kept read-only) is looked at like a
+            // submodule's.
+            if self.deep {
+                for (private, wt) in linked {
+                    let Some(wt) = wt else { continue };
+                    let real = fs::canonicalize(&wt).unwrap_or_else(|_| lexical(&wt));
+                    if self.ours(&real) {
+                        self.tree(real.clone(), nesting)?;
+                        self.git_dir(private, Some(real), nesting)?;
+                    }
+                }
+            }
         }
         if let (true, Some(wt)) = (self.deep, worktree) {
             let sha256 = object_format_sha256(&gd);
@@ -454,11 +467,14 @@ impl Discovery<'_> {
     /// A submodule at `rel` (as an index or `.gitmodules` spells it) below
     /// the working tree `wt`.
     fn submodule(&mut self, wt: &Path, rel: &Path, nesting: usize) -> Result<(), SandboxError> {
-        // git never enters a submodule path through a symbolic link (it
-        // takes the entry for gone) nor one spelled with `.`, `..` or `.git`.
-        // A link in a writable area that the command replaces by a directory
-        // is caught after the run (a gitlink whose working tree was not
-        // looked at here: `submodules::quarantine_new`).
+        // git never enters a submodule path spelled with `.`, `..` or
+        // `.git`. Through a symbolic link, `git status` does not enter it
+        // (it takes the entry for gone) but `git ls-files` and `git grep
+        // --recurse-submodules` do: a link in a writable area (the command
+        // could point it at a repository of its own) refuses the run, a
+        // link elsewhere is followed to the working tree git enters. A link
+        // the command makes is caught after the run (a gitlink whose
+        // working tree was not looked at here: `submodules::quarantine_new`).
         let mut cur = wt.to_path_buf();
         for c in rel.components() {
             match c {
@@ -467,7 +483,26 @@ impl Discovery<'_> {
             }
             match fs::symlink_metadata(&cur) {
                 Ok(m) if m.is_dir() => {}
-                Ok(m) if m.file_type().is_symlink() => return Ok(()),
+                Ok(m) if m.file_type().is_symlink() => {
+                    if cur.parent().is_some_and(|d| self.areas.iter().any(|a| d.starts_with(a))) {
+                        return Err(SandboxError::BadRequest(format!(
+                            "the submodule {} (a gitlink or .gitmodules path of the working tree {}) goes through \
+                             the symbolic link {}, which git follows when it enters submodules (git ls-files and git \
+                             grep --recurse-submodules) and which a writable run could point at a repository of its \
+                             own; git itself never adds a path beyond a link: remove the entry on the host (git \
+                             -c core.fsmonitor= -c core.hooksPath=/dev/null rm -q --cached {}) or put the directory \
+                             in place of the link",
+                            rel.display(),
+                            wt.display(),
+                            cur.display(),
+                            rel.display()
+                        )));
+                    }
+                    return match link_target(&wt.join(rel)) {
+                        Some(real) if self.ours(&real) => self.tree(real, nesting),
+                        _ => Ok(()),
+                    };
+                }
                 // Not populated (yet), or a file (or a FIFO…) where the
                 // directory belongs: git would look at its `.git` once the
                 // directory is made, so the `.git` is guarded all the same
@@ -525,6 +560,32 @@ impl Discovery<'_> {
         }
         Ok(())
     }
+}
+
+/// The linked worktrees of the git dir `gd`: each private git dir under
+/// `worktrees/` with the working tree its `gitdir` file names (the parent
+/// of that worktree's `.git`; relative to the private dir when written so).
+/// Nothing is followed: not a linked `worktrees`, not a private dir or
+/// `gitdir` file that is a link.
+pub(super) fn linked_worktrees(gd: &Path) -> Vec<(PathBuf, Option<PathBuf>)> {
+    let dir = gd.join("worktrees");
+    if !fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+        return Vec::new();
+    }
+    let Ok(rd) = fs::read_dir(&dir) else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in rd.flatten().take(MAX_REPOS) {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let private = e.path();
+        let wt = read_small_as(&private.join("gitdir"), false)
+            .and_then(|s| s.lines().next().map(|l| PathBuf::from(l.trim())))
+            .filter(|p| !p.as_os_str().is_empty())
+            .and_then(|p| lexical(&private.join(p)).parent().map(Path::to_path_buf));
+        out.push((private, wt));
+    }
+    out
 }
 
 fn nested_too_deep(p: &Path) -> SandboxError {
@@ -679,6 +740,12 @@ pub(super) enum Unreadable {
     /// not write. Git reads such an entry as it is (`./evil` is entered as
     /// the submodule `evil`, a mode 160644 entry is a gitlink).
     Strange { name: Vec<u8>, mode: u32 },
+    /// An entry whose name-length field (which git goes by) and NUL
+    /// padding (which a reader of the name as a string goes by) disagree,
+    /// or whose saturated length field stands for a short name: git never
+    /// writes one, and takes `name` (the length's) for what a reader
+    /// scanning to the NUL takes for `scanned`.
+    Misnamed { name: Vec<u8>, scanned: Vec<u8>, mode: u32 },
     /// Damaged or cut short.
     Damaged(io::Error),
     /// Reading failed.
@@ -733,6 +800,15 @@ impl Unreadable {
                  as it is (a gitlink so spelled is a submodule git enters) and which git cannot remove by name; \
                  look at what it names and whether a repository is there, then {}",
                 String::from_utf8_lossy(name),
+                rebuild(index)
+            ),
+            Unreadable::Misnamed { name, scanned, mode } => format!(
+                "the git index {i} holds an entry git itself never writes (mode {mode:o}), whose name-length field \
+                 says {:?} while its name runs to the first NUL as {:?}: git takes the length's name (a gitlink is \
+                 a submodule git enters there), other readers the other; look at what both name and whether a \
+                 repository is there, then {}",
+                String::from_utf8_lossy(name),
+                String::from_utf8_lossy(scanned),
                 rebuild(index)
             ),
             Unreadable::Damaged(e) => {
@@ -839,8 +915,19 @@ struct IndexFile {
     shared: Option<String>,
     /// It is a sparse index.
     sparse: bool,
-    /// The first entry git never writes (name, mode).
-    strange: Option<(Vec<u8>, u32)>,
+    /// The first entry git never writes.
+    strange: Option<Strange>,
+}
+
+/// An entry git never writes.
+#[derive(Debug, Clone)]
+struct Strange {
+    /// Its name as git reads it (the length its flags give).
+    name: Vec<u8>,
+    mode: u32,
+    /// When the name's length field and its NUL disagree: the name up to
+    /// the first NUL.
+    scanned: Option<Vec<u8>>,
 }
 
 impl IndexFile {
@@ -854,7 +941,10 @@ impl IndexFile {
         if self.sparse {
             return Some(Unreadable::Sparse);
         }
-        self.strange.clone().map(|(name, mode)| Unreadable::Strange { name, mode })
+        self.strange.clone().map(|Strange { name, mode, scanned }| match scanned {
+            None => Unreadable::Strange { name, mode },
+            Some(scanned) => Unreadable::Misnamed { name, scanned, mode },
+        })
     }
 }
 
@@ -896,12 +986,31 @@ fn read_index(index: &Path, sha256: bool, out: &mut Found, all_names: bool) -> R
     if len > INDEX_MAX {
         return Err(Unreadable::TooLarge);
     }
-    let mut r = IndexReader { inner: BufReader::with_capacity(1 << 16, f.take(len)), pos: 0, len };
     let hash_len = if sha256 { 32 } else { 20 };
-    parse_index(&mut r, len, hash_len, out, all_names).map_err(|e| match e.kind() {
+    let eoie = end_of_entries(&f, len, hash_len).map_err(Unreadable::Io)?;
+    let mut r = IndexReader { inner: BufReader::with_capacity(1 << 16, f.take(len)), pos: 0, len };
+    parse_index(&mut r, len, hash_len, out, all_names, eoie).map_err(|e| match e.kind() {
         io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => Unreadable::Damaged(e),
         _ => Unreadable::Io(e),
     })
+}
+
+/// Where an end-of-entries extension (`EOIE`, written with index.threads)
+/// says the entries end: git looks for one only as the last extension,
+/// right before the checksum, whatever the extensions before it hold.
+fn end_of_entries(f: &fs::File, len: u64, hash_len: usize) -> io::Result<Option<u64>> {
+    use std::os::unix::fs::FileExt;
+    // Git's `EOIE_SIZE`: an offset and a SHA-1-sized hash, whatever the
+    // index's hash.
+    let size = 4 + 20;
+    let with_header = 8 + size as u64;
+    let Some(at) = len.checked_sub(hash_len as u64 + with_header).filter(|at| *at >= 12) else { return Ok(None) };
+    let mut head = [0u8; 12];
+    f.read_exact_at(&mut head, at)?;
+    if &head[..4] != b"EOIE" || u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize != size {
+        return Ok(None);
+    }
+    Ok(Some(u64::from(u32::from_be_bytes([head[8], head[9], head[10], head[11]]))))
 }
 
 struct IndexReader<R> {
@@ -945,6 +1054,15 @@ impl<R: BufRead> IndexReader<R> {
         Ok(())
     }
 
+    /// Append exactly `n` bytes to `buf`.
+    fn append(&mut self, buf: &mut Vec<u8>, n: usize) -> io::Result<()> {
+        let at = buf.len();
+        buf.resize(at + n, 0);
+        self.inner.read_exact(&mut buf[at..])?;
+        self.pos += n as u64;
+        Ok(())
+    }
+
     /// git's offset varint (`decode_varint`): each continuation adds one.
     fn varint(&mut self) -> io::Result<u64> {
         let [mut c] = self.bytes::<1>()?;
@@ -971,6 +1089,12 @@ const DIR_MODE: u32 = 0o040000;
 /// The modes git writes for the entries of a full index.
 const GIT_MODES: [u32; 4] = [0o100644, 0o100755, 0o120000, GITLINK_MODE];
 const ENTRY_EXTENDED: u16 = 0x4000;
+/// The name-length bits of an entry's flags; saturated for a name of 4095
+/// bytes or more, whose length is then taken up to the NUL.
+const NAME_MASK: u16 = 0x0fff;
+/// The extended flags git knows (intent-to-add, skip-worktree); it dies on
+/// any other.
+const EXTENDED_KNOWN: u16 = 0x6000;
 
 /// Whether git would write an entry with this name: git's `verify_path`
 /// on Linux (no empty name, no empty, `.`, `..` or `.git` component in any
@@ -990,6 +1114,7 @@ fn parse_index<R: BufRead>(
     hash_len: usize,
     out: &mut Found,
     all_names: bool,
+    eoie: Option<u64>,
 ) -> io::Result<IndexFile> {
     use std::os::unix::ffi::OsStrExt;
     if &r.bytes::<4>()? != b"DIRC" {
@@ -1000,11 +1125,19 @@ fn parse_index<R: BufRead>(
         return Err(bad("unknown index version"));
     }
     let count = r.u32()?;
+    // Git's name of the entry just read, exactly `ce_namelen` bytes (a v4
+    // entry's prefix is taken from it).
     let mut name: Vec<u8> = Vec::new();
     let mut info = IndexFile::default();
     let mut fixed = vec![0u8; 40 + hash_len + 2];
+    let mut pad: Vec<u8> = Vec::new();
+    // Where each entry starts, and (v4) whether its name keeps nothing of
+    // the previous one: a reader with threads starts its blocks there.
+    let mut starts: Vec<u32> = Vec::new();
+    let mut fresh: Vec<bool> = Vec::new();
     for _ in 0..count {
         let start = r.pos;
+        starts.push(u32::try_from(start).map_err(|_| bad("an index entry past 4 GiB"))?);
         // ctime, mtime, dev, ino (24 bytes), mode, uid, gid, size, the
         // object name, the flags.
         r.inner.read_exact(&mut fixed)?;
@@ -1015,31 +1148,86 @@ fn parse_index<R: BufRead>(
             if version < 3 {
                 return Err(bad("extended flags in a version 2 index"));
             }
-            r.skip(2)?;
+            // Git dies on an extended flag it does not know.
+            if u16::from_be_bytes(r.bytes::<2>()?) & !EXTENDED_KNOWN != 0 {
+                return Err(bad("an extended flag git does not know"));
+            }
         }
+        // Git takes the name's length from the flags (`create_from_disk`:
+        // it copies that many bytes and the one after) and looks for the
+        // NUL only when the field is saturated; it never checks that the
+        // byte after the name, or any padding, is a NUL. An entry where
+        // that is not so, or whose saturated field stands for a short name,
+        // is one git never writes, which a reader scanning to the NUL (git
+        // itself, where it takes the name as a string) reads otherwise.
+        let field = flags & NAME_MASK;
+        let mut odd;
+        pad.clear();
         if version == 4 {
             let strip = usize::try_from(r.varint()?).map_err(|_| bad("bad prefix length"))?;
             if strip > name.len() {
                 return Err(bad("bad prefix length"));
             }
             name.truncate(name.len() - strip);
-            r.until_nul(&mut name)?;
+            fresh.push(name.is_empty());
+            let kept = name.len();
+            if field < NAME_MASK {
+                // Git copies `len + 1 - kept` bytes: the rest of the name
+                // and the byte meant to be its NUL.
+                let rest = usize::from(field)
+                    .checked_sub(kept)
+                    .ok_or_else(|| bad("an entry name shorter than the prefix it keeps"))?;
+                r.append(&mut name, rest)?;
+                r.append(&mut pad, 1)?;
+                odd = name[kept..].contains(&0);
+            } else {
+                r.until_nul(&mut name)?;
+                odd = name.len() < usize::from(NAME_MASK);
+            }
         } else {
             name.clear();
-            r.until_nul(&mut name)?;
-            // Entries are padded with NULs to a multiple of 8 bytes; the
-            // name's NUL was the first of them.
+            if field < NAME_MASK {
+                r.append(&mut name, usize::from(field))?;
+                odd = name.contains(&0);
+            } else {
+                r.until_nul(&mut name)?;
+                odd = name.len() < usize::from(NAME_MASK);
+                pad.push(0);
+            }
+            // Entries are padded with NULs to a multiple of 8 bytes, the
+            // first of them the name's NUL (git's `ondisk_ce_size`).
             let used = r.pos - start;
-            let entry_len = (used - 1 + 8) & !7;
-            r.skip(entry_len - used)?;
+            let named = used - pad.len() as u64;
+            let more = usize::try_from(((named + 8) & !7) - used).map_err(|_| bad("bad padding"))?;
+            r.append(&mut pad, more)?;
         }
-        let canonical = canonical_name(&name);
+        odd |= pad.iter().any(|b| *b != 0);
+        let canonical = !odd && canonical_name(&name);
         if mode & S_IFMT == DIR_MODE {
             info.sparse = true;
+        } else if odd {
+            // What a reader scanning from the name to the first NUL takes.
+            let scanned: Vec<u8> = name.iter().chain(&pad).copied().take_while(|b| *b != 0).collect();
+            info.strange.get_or_insert_with(|| Strange { name: name.clone(), mode, scanned: Some(scanned.clone()) });
+            if mode & S_IFMT == GITLINK_MODE {
+                // Every name git may take the gitlink by: its length's, the
+                // string up to a NUL inside it, the string git copies (the
+                // byte after the name too, `evi` + `l`), the one read on.
+                let as_string: Vec<u8> = name.iter().copied().take_while(|b| *b != 0).collect();
+                let copied: Vec<u8> = name.iter().chain(pad.first()).copied().take_while(|b| *b != 0).collect();
+                for n in [name.as_slice(), &as_string, &copied, &scanned] {
+                    if let Some(p) = resolved_name(n).filter(|_| !n.contains(&0)) {
+                        if !out.suspects.contains(&p) {
+                            out.suspects.push(p);
+                        }
+                    }
+                }
+            }
+            continue;
         } else if !GIT_MODES.contains(&mode) || !canonical {
             // The index as a whole is refused: git reads the entry as it
             // is, which is not what a path join gives.
-            info.strange.get_or_insert_with(|| (name.clone(), mode));
+            info.strange.get_or_insert_with(|| Strange { name: name.clone(), mode, scanned: None });
         }
         if mode & S_IFMT == GITLINK_MODE {
             // Git's `S_ISGITLINK`: a gitlink whatever the other bits.
@@ -1052,6 +1240,7 @@ fn parse_index<R: BufRead>(
             out.suspects.push(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
         }
     }
+    let entries_end = r.pos;
     // Extensions, then the checksum: a split index names its shared index
     // in the `link` extension, a sparse index says so with `sdir`. Git
     // skips an extension it does not know only when its name starts with
@@ -1081,6 +1270,36 @@ fn parse_index<R: BufRead>(
                 info.sparse = true;
                 r.skip(size)?;
             }
+            b"IEOT" => {
+                // The entry offset table (index.threads): a reader with
+                // threads starts each block of entries at the offset the
+                // table gives, a v4 block's first name taken whole. Git
+                // writes it to match the entries; one that does not makes
+                // git with threads read other entries than without.
+                if size < 4 {
+                    return Err(bad("an entry offset table too short for its version"));
+                }
+                let version_ieot = r.u32()?;
+                let blocks = (size - 4) / 8;
+                let mut next = 0usize;
+                for _ in 0..blocks {
+                    let at = r.u32()?;
+                    let n = r.u32()?;
+                    if version_ieot == 1 {
+                        let fits = starts.get(next) == Some(&at) && (version != 4 || fresh.get(next) == Some(&true));
+                        next = next
+                            .checked_add(usize::try_from(n).map_err(|_| bad("bad entry offset table"))?)
+                            .filter(|n| fits && *n <= starts.len())
+                            .ok_or_else(|| {
+                                bad("an entry offset table (index.threads) that does not match the entries")
+                            })?;
+                    }
+                }
+                if version_ieot == 1 && blocks > 0 && next != starts.len() {
+                    return Err(bad("an entry offset table (index.threads) that does not cover the entries"));
+                }
+                r.skip(size - 4 - blocks * 8)?;
+            }
             [b'A'..=b'Z', ..] => r.skip(size)?,
             _ => {
                 return Err(bad(&format!(
@@ -1092,6 +1311,11 @@ fn parse_index<R: BufRead>(
     }
     if len.saturating_sub(r.pos) != hash_len as u64 {
         return Err(bad("the index does not end with its checksum"));
+    }
+    // Git with threads reads the extensions from where the last one, when
+    // it is an end-of-entries marker, says the entries end.
+    if eoie.is_some_and(|at| at != entries_end) {
+        return Err(bad("an end-of-entries extension (index.threads) that does not point at the end of the entries"));
     }
     Ok(info)
 }
@@ -1408,6 +1632,118 @@ mod tests {
         assert!(matches!(read(raw(&[(0o100644, b"")], &link)).0, Err(Unreadable::Split)));
     }
 
+    /// One SHA-1 entry: mode, the flags' name-length field (and extended
+    /// flags), then `tail` as it is (name, padding or v4 varint and name).
+    fn entry(mode: u32, flags: u16, extended: Option<u16>, tail: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for v in [0, 0, 0, 0, 0, 0, mode, 0, 0, 0] {
+            out.extend_from_slice(&u32::to_be_bytes(v));
+        }
+        out.extend_from_slice(&[0x11; 20]);
+        out.extend_from_slice(&(flags | extended.map_or(0, |_| ENTRY_EXTENDED)).to_be_bytes());
+        out.extend(extended.map(u16::to_be_bytes).into_iter().flatten());
+        out.extend_from_slice(tail);
+        out
+    }
+
+    fn index_of(version: u32, entries: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = b"DIRC".to_vec();
+        out.extend_from_slice(&version.to_be_bytes());
+        out.extend_from_slice(&(entries.len() as u32).to_be_bytes());
+        out.extend(entries.iter().flatten());
+        out.extend_from_slice(&[0u8; 20]);
+        out
+    }
+
+    #[test]
+    fn names_are_read_by_their_length_field_as_git_does() {
+        let d = tmp();
+        let idx = d.path().join("index");
+        let read = |bytes: Vec<u8>| {
+            fs::write(&idx, bytes).unwrap_or_else(|e| panic!("{e}"));
+            let mut f = Found::default();
+            (gitlinks_into(&idx, false, &mut f).map_err(|(_, why)| why), f)
+        };
+        let paths = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        // Control: the field and the NUL agree (62 + 3 + 7 NULs).
+        let (r, f) = read(index_of(2, &[entry(0o160000, 3, None, b"evi\0\0\0\0\0\0\0")]));
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(f.gitlinks, paths(&["evi"]));
+        // The field says `evi`, the padding runs on `l/x`: git copies `evil`.
+        let (r, f) = read(index_of(2, &[entry(0o160000, 3, None, b"evil/x\0\0\0\0")]));
+        match r {
+            Err(Unreadable::Misnamed { name, scanned, mode }) => {
+                assert_eq!((name.as_slice(), scanned.as_slice(), mode), (&b"evi"[..], &b"evil/x"[..], 0o160000))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(f.gitlinks.is_empty());
+        assert_eq!(f.suspects, paths(&["evi", "evil", "evil/x"]));
+        // A NUL inside the length, a saturated field for a short name, a
+        // non-NUL byte further in the padding.
+        for (flags, tail) in
+            [(6, &b"ab\0cde\0\0\0\0"[..]), (NAME_MASK, &b"short\0\0\0\0\0"[..]), (3, &b"evi\0\0\0\0\0\0x"[..])]
+        {
+            let (r, _) = read(index_of(2, &[entry(0o100644, flags, None, tail)]));
+            assert!(matches!(r, Err(Unreadable::Misnamed { .. })), "{tail:?}: {r:?}");
+        }
+        // Entries follow at git's boundary (62 + 1 + 1), where a reader
+        // scanning `ab` on would miss the gitlink after it.
+        let (r, f) = read(index_of(2, &[entry(0o100644, 1, None, b"ab"), entry(0o160000, 1, None, b"z\0")]));
+        assert!(matches!(r, Err(Unreadable::Misnamed { .. })), "{r:?}");
+        assert_eq!(f.gitlinks, paths(&["z"]));
+        // Version 4: the byte after the name is not a NUL (`evi` + `l`).
+        let (r, f) = read(index_of(4, &[entry(0o100644, 1, None, b"\0a\0"), entry(0o160000, 3, None, b"\x01evil")]));
+        assert!(matches!(r, Err(Unreadable::Misnamed { .. })), "{r:?}");
+        assert!(f.suspects.contains(&PathBuf::from("evil")), "{f:?}");
+        let (r, f) = read(index_of(4, &[entry(0o100644, 1, None, b"\0a\0"), entry(0o160000, 3, None, b"\x01evi\0")]));
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(f.gitlinks, paths(&["evi"]));
+        // Version 3: an extended flag git does not know (it dies).
+        let (r, _) = read(index_of(3, &[entry(0o100644, 1, Some(0x2000), b"a\0\0\0\0\0\0\0")]));
+        assert!(r.is_ok(), "{r:?}");
+        let (r, _) = read(index_of(3, &[entry(0o100644, 1, Some(0x1000), b"a\0\0\0\0\0\0\0")]));
+        assert!(matches!(r, Err(Unreadable::Damaged(_))), "{r:?}");
+    }
+
+    #[test]
+    fn entry_offset_tables_must_match_the_entries() {
+        let find = |b: &[u8], what: &[u8]| b.windows(what.len()).position(|w| w == what);
+        for version in ["2", "3", "4"] {
+            let d = repo("sha1");
+            git(
+                d.path(),
+                &[
+                    "-c",
+                    "index.threads=2",
+                    "-c",
+                    "index.recordOffsetTable=true",
+                    "-c",
+                    "index.recordEndOfIndexEntries=true",
+                    "update-index",
+                    "--force-write-index",
+                    "--index-version",
+                    version,
+                ],
+            );
+            let idx = d.path().join(".git/index");
+            let bytes = fs::read(&idx).unwrap_or_else(|e| panic!("{e}"));
+            let ieot = find(&bytes, b"IEOT").unwrap_or_else(|| panic!("v{version}: git wrote no IEOT"));
+            let eoie = find(&bytes, b"EOIE").unwrap_or_else(|| panic!("v{version}: git wrote no EOIE"));
+            // As git writes them, the tables are read.
+            assert_eq!(links_of(d.path()).len(), 3, "v{version}");
+            // A block that starts elsewhere, or an end of entries elsewhere.
+            for (at, what) in [(ieot + 12 + 8 + 3, "IEOT"), (eoie + 11, "EOIE")] {
+                let mut b = bytes.clone();
+                b[at] ^= 0x08;
+                fs::write(&idx, &b).unwrap_or_else(|e| panic!("{e}"));
+                let mut f = Found::default();
+                let r = gitlinks_into(&idx, false, &mut f);
+                assert!(matches!(&r, Err((_, Unreadable::Damaged(_)))), "v{version} {what}: {r:?}");
+            }
+        }
+    }
+
     #[test]
     fn a_split_index_without_its_shared_index_refuses() {
         let d = repo("sha1");
@@ -1493,12 +1829,19 @@ mod tests {
     }
 
     #[test]
-    fn a_submodule_path_through_a_link_is_not_entered() {
+    fn a_submodule_path_through_a_link_refuses_when_writable_and_is_followed_otherwise() {
         let d = repo("sha1");
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
         fs::create_dir_all(ws.join("real/x")).unwrap_or_else(|e| panic!("{e}"));
         std::os::unix::fs::symlink("real", ws.join("libs")).unwrap_or_else(|e| panic!("{e}"));
-        let l = discover(&ws, std::slice::from_ref(&ws), true).unwrap_or_else(|e| panic!("{e}"));
+        // `git ls-files --recurse-submodules` enters libs/x through the link.
+        match discover(&ws, std::slice::from_ref(&ws), true) {
+            Err(SandboxError::BadRequest(m)) => assert!(m.contains("symbolic link") && m.contains("libs/x"), "{m}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // A link the run cannot change: the tree git enters is looked at.
+        let l = discover(&ws, &[], true).unwrap_or_else(|e| panic!("{e}"));
+        assert!(l.unpopulated.contains(&ws.join("real/x/.git")), "{:?}", l.unpopulated);
         assert!(!l.unpopulated.iter().any(|p| p.starts_with(ws.join("libs"))), "{:?}", l.unpopulated);
     }
 }

@@ -242,15 +242,28 @@ fn lookup(dir: &OwnedFd, name: &OsStr, restore: &mut Restore) -> Result<(), Errn
     }
 }
 
+/// What [`quarantine`] did.
+#[derive(Debug)]
+pub(super) enum Held {
+    /// Nothing git would reach is there.
+    Nothing,
+    /// The `.git` was renamed to this path.
+    Renamed(PathBuf),
+    /// A symbolic link on the way was neutralised: `git ls-files` and `git
+    /// grep --recurse-submodules` enter a submodule through one.
+    Link(Removed),
+}
+
 /// Make the `.git` at `dotgit` (below one of the writable `roots`, every
 /// component a plain name) unreachable for git by renaming it, in its own
 /// directory, to a fresh name beside it; it is kept (it is the command's
-/// work). Walked from the root by descriptor: a symbolic link or a file on
-/// the way means git would not reach it (git does not enter a submodule
-/// through a link), and nothing is done. The new path, or `None`.
-pub(super) fn quarantine(roots: &[&Path], dotgit: &Path, fail_rename: bool) -> Result<Option<PathBuf>, Failed> {
+/// work). Walked from the root by descriptor: a file on the way means git
+/// would not reach it, and nothing is done; a symbolic link on the way is
+/// neutralised (renamed aside, then deleted, never followed), which makes
+/// the path unreachable whatever lies behind it.
+pub(super) fn quarantine(roots: &[&Path], dotgit: &Path, fail_rename: bool) -> Result<Held, Failed> {
     let Some(root) = roots.iter().filter(|r| dotgit.starts_with(r)).max_by_key(|r| r.components().count()) else {
-        return Ok(None);
+        return Ok(Held::Nothing);
     };
     let bad = |why: &str| Failed::new("checking the path", dotgit, io::Error::other(why.to_string()));
     let rel = dotgit.strip_prefix(root).map_err(|_| bad("not below its writable root"))?;
@@ -261,27 +274,37 @@ pub(super) fn quarantine(roots: &[&Path], dotgit: &Path, fail_rename: bool) -> R
             _ => return Err(bad("an unexpected component")),
         }
     }
-    let Some(last) = names.pop() else { return Ok(None) };
+    let Some(last) = names.pop() else { return Ok(Held::Nothing) };
     let mut restore = Restore::default();
     let mut dir = nix::fcntl::open(*root, DIR_FLAGS, Mode::empty())
         .map_err(|e| Failed::new("opening the writable root", root, e))?;
     let mut shown = root.to_path_buf();
     for n in names {
-        shown.push(n);
+        let here = shown.join(n);
         dir = match open_dir(&dir, n, &mut restore) {
             Ok(fd) => fd,
-            Err(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR) => return Ok(None),
-            Err(e) => return Err(Failed::new("opening a directory on the way", &shown, e)),
+            Err(Errno::ENOENT) => return Ok(Held::Nothing),
+            Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                return match fstatat(&dir, n, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
+                        neutralise(&dir, n, &here, &mut restore, fail_rename).map(Held::Link)
+                    }
+                    Ok(_) | Err(Errno::ENOENT) => Ok(Held::Nothing),
+                    Err(e) => Err(Failed::new("looking at an entry on the way", &here, e)),
+                };
+            }
+            Err(e) => return Err(Failed::new("opening a directory on the way", &here, e)),
         };
+        shown = here;
     }
     let here = shown.join(last);
     match lookup(&dir, last, &mut restore) {
         Ok(()) => {}
-        Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(None),
+        Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(Held::Nothing),
         Err(e) => return Err(Failed::new("looking at the entry", &here, e)),
     }
     let name = rename_aside(&dir, last, ".git.portcullis-quarantined", &here, &mut restore, fail_rename)?;
-    Ok(Some(shown.join(name)))
+    Ok(Held::Renamed(shown.join(name)))
 }
 
 /// Rename `name` in `dir` (shown as `shown`) to a fresh name starting with

@@ -3,9 +3,11 @@
 //! made itself, with any config; host git enters a submodule to check it for
 //! changes, and a `.gitmodules` entry `ignore = none` overrides even
 //! `-c diff.ignoreSubmodules=all`. So every index the plan read in a
-//! writable area is read again, and for every gitlink whose working tree the
-//! plan did not look at (so whose `.git` is neither protected nor guarded),
-//! a `.git` there is renamed aside, kept, and named in a warning.
+//! writable area is read again (with those of linked worktrees the run
+//! added), and for every gitlink whose working tree the plan did not look
+//! at (so whose `.git` is neither protected nor guarded), a `.git` there is
+//! renamed aside, kept, and named in a warning; a symbolic link on the way
+//! to it (which `git ls-files --recurse-submodules` enters) is removed.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -24,7 +26,7 @@ pub(super) type Failure = (Cleanup, &'static str, PathBuf, io::Error);
 pub(super) fn quarantine_new(plan: &Plan, roots: &[&Path], warnings: &mut Vec<String>, failures: &mut Vec<Failure>) {
     let fail_rename = cfg!(debug_assertions) && plan.spec.test_switches.fail_git_guard;
     let known: BTreeSet<&Path> = plan.git_trees.iter().map(PathBuf::as_path).collect();
-    for ix in &plan.git_indexes {
+    for ix in &indexes_after(plan) {
         let mut found = git::Found::default();
         if let Err((file, why)) = git::gitlinks_into(&ix.index, ix.sha256, &mut found) {
             // What cannot be read cannot be checked: git on the host may
@@ -46,13 +48,34 @@ pub(super) fn quarantine_new(plan: &Plan, roots: &[&Path], warnings: &mut Vec<St
         let candidates: BTreeSet<PathBuf> = found.gitlinks.into_iter().chain(suspects).collect();
         for rel in candidates {
             let tree = ix.worktree.join(&rel);
-            if known.contains(tree.as_path()) {
+            // A tree the plan looked at, spelled so or reached through a
+            // link it followed (the command is gone: nothing moves now).
+            if known.contains(tree.as_path()) || fs::canonicalize(&tree).is_ok_and(|t| known.contains(t.as_path())) {
                 continue;
             }
             let dotgit = tree.join(".git");
             match guard::quarantine(roots, &dotgit, fail_rename) {
-                Ok(None) => {}
-                Ok(Some(to)) => warnings.push(format!(
+                Ok(guard::Held::Nothing) => {}
+                Ok(guard::Held::Link(removed)) => {
+                    let (entry, kept) = match &removed {
+                        guard::Removed::Deleted { entry } => (entry.clone(), String::new()),
+                        guard::Removed::Quarantined { entry, to, error } => (
+                            entry.clone(),
+                            format!(" (renamed to {}, whose deletion failed: {error}; delete it)", to.display()),
+                        ),
+                        guard::Removed::Nothing => continue,
+                    };
+                    warnings.push(format!(
+                        "{} is a submodule the command added (a gitlink in {}) through the symbolic link {}, \
+                         through which git ls-files and git grep --recurse-submodules enter it and run the config \
+                         and hooks of the repository behind it; the link is removed{kept} (what it led to is kept: \
+                         review that repository's config and hooks before linking it again)",
+                        tree.display(),
+                        ix.index.display(),
+                        entry.display()
+                    ))
+                }
+                Ok(guard::Held::Renamed(to)) => warnings.push(format!(
                     "{} is a submodule the command added (a gitlink in {}), and git on the host would run the \
                      config and hooks of its repository {}; that is renamed to {} (kept, unreachable for git). \
                      Review its config and hooks, then restore it with: mv {} {}",
@@ -76,4 +99,21 @@ pub(super) fn quarantine_new(plan: &Plan, roots: &[&Path], warnings: &mut Vec<St
             }
         }
     }
+}
+
+/// The indexes to read again: the plan's, and those of linked worktrees
+/// of their git dirs the plan did not read (made by the command, `git
+/// worktree add`), each with the working tree its `gitdir` file names.
+fn indexes_after(plan: &Plan) -> Vec<git::GitIndex> {
+    let mut out = plan.git_indexes.clone();
+    for ix in &plan.git_indexes {
+        let Some(gd) = ix.index.parent() else { continue };
+        for (private, wt) in git::linked_worktrees(gd) {
+            let index = private.join("index");
+            if let (Some(worktree), false) = (wt, out.iter().any(|i| i.index == index)) {
+                out.push(git::GitIndex { index, worktree, sha256: ix.sha256 });
+            }
+        }
+    }
+    out
 }

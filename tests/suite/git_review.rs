@@ -586,3 +586,191 @@ fn r0107_a_gitlink_of_any_gitlink_mode_and_a_sparse_index_are_caught() {
     let r = run_ok(&writable(&ws, "echo ok"));
     assert_eq!(stdout(&r), "ok\n", "{}", stderr(&r));
 }
+
+/// A version 2 index of one entry whose name-length field is `name`'s
+/// length and whose NUL padding starts with `pad` (git goes by the length
+/// and copies the byte after it, `evi` + `l`; a reader scanning to the NUL
+/// reads `evil/x`). With `pad` empty, an index as git writes it.
+fn length_index(mode: u32, name: &str, pad: &str, oid: &str) -> Vec<u8> {
+    let mut out = b"DIRC".to_vec();
+    out.extend_from_slice(&2u32.to_be_bytes());
+    out.extend_from_slice(&1u32.to_be_bytes());
+    for v in [0, 0, 0, 0, 0, 0, mode, 0, 0, 0] {
+        out.extend_from_slice(&u32::to_be_bytes(v));
+    }
+    for i in (0..oid.len()).step_by(2) {
+        out.push(u8::from_str_radix(&oid[i..i + 2], 16).unwrap_or_else(|e| panic!("{oid}: {e}")));
+    }
+    out.extend_from_slice(&u16::try_from(name.len()).unwrap_or(0).to_be_bytes());
+    out.extend_from_slice(name.as_bytes());
+    let end = 12 + ((62 + name.len() + 8) & !7);
+    assert!(out.len() + pad.len() < end, "the padding must keep a NUL");
+    out.extend_from_slice(pad.as_bytes());
+    out.resize(end, 0);
+    out.extend_from_slice(&[0u8; 20]);
+    out
+}
+
+/// The third review's r01 and r02 (F1, F2): git takes an index entry's name
+/// from the length field in its flags (`create_from_disk` copies that many
+/// bytes and the one after) and never checks the padding; the planner read
+/// the name up to the NUL. (r01) A run plants a gitlink whose field says
+/// `evi` with padding `l/x`: git reads `evil`, the planner read `evil/x`
+/// and left `evil/.git` in place. Now the run fails after the command
+/// (naming both readings), `evil/.git` is quarantined, host git with the
+/// four flags runs nothing; restored, it runs the filter (git does enter
+/// `evil`). Control: the consistent name `evil` is quarantined without a
+/// failure. (r02) A run re-stages the user's embedded submodule `emb` as
+/// `em` + `b/q`: the next writable run is refused (it could write
+/// `emb/.git/config`); control: `emb` written as git writes it, the next
+/// run's write gets `EROFS`. Both leave the config unchanged, and a plain
+/// host git status runs nothing.
+#[test]
+fn r0109_a_name_whose_length_and_nul_disagree_is_refused() {
+    let m = Marker::new();
+    let oid = "1".repeat(40);
+    for (name, pad) in [("evi", "l/x"), ("evil", "")] {
+        let ws = repo();
+        fs::write(ws.join(".payload"), length_index(0o160000, name, pad, &oid)).unwrap_or_else(|e| panic!("{e}"));
+        let script = format!("set -e; {}; mv .payload .git/index; echo planted", evil_repo("evil", "evil", &m));
+        let desync = !pad.is_empty();
+        let r = match run(&writable(&ws, &script)) {
+            Ok(r) if !desync => Box::new(r),
+            r if desync => index_failed(
+                r,
+                &ws.join(".git/index"),
+                "says \"evi\" while its name runs to the first NUL as \"evil/x\"",
+            ),
+            other => panic!("control: {other:?}"),
+        };
+        assert_eq!(stdout(&r), "planted\n", "{}", stderr(&r));
+        assert!(!ws.join("evil/.git").exists(), "{name}: {:?}", r.warnings);
+        // Git reads `evil` either way.
+        let listed = host_git(ws.path(), &["ls-files", "-s"]).stdout;
+        assert!(listed.ends_with(b"\tevil\n"), "{}", String::from_utf8_lossy(&listed));
+        four(&ws, &["status"]);
+        assert!(!m.take(), "{name}+{pad}: host git status with the four flags ran the planted filter");
+        restore(&ws.join("evil"));
+        touch_dirty(&ws.join("evil/f"));
+        four(&ws, &["status"]);
+        assert!(m.take(), "{name}+{pad}: control: the restored repository's filter did not run");
+    }
+    for (name, pad) in [("em", "b/q"), ("emb", "")] {
+        let ws = with_embedded();
+        let config = ws.read("emb/.git/config");
+        let head = git_ok(&ws.join("emb"), &["rev-parse", "HEAD"]);
+        fs::write(ws.join(".payload"), length_index(0o160000, name, pad, head.trim()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let desync = !pad.is_empty();
+        let r = match run(&writable(&ws, "mv .payload .git/index && rm .gitmodules && echo one")) {
+            Ok(r) if !desync => Box::new(r),
+            r if desync => index_failed(r, &ws.join(".git/index"), "says \"em\""),
+            other => panic!("control: {other:?}"),
+        };
+        assert_eq!(stdout(&r), "one\n", "{}", stderr(&r));
+        let listed = host_git(ws.path(), &["ls-files", "-s"]).stdout;
+        assert!(listed.ends_with(b"\temb\n"), "{}", String::from_utf8_lossy(&listed));
+        match run(&writable(&ws, &plant_emb(&m))) {
+            Err(SandboxError::BadRequest(msg)) if desync => {
+                assert!(msg.contains("name-length field says \"em\"") && msg.contains("reset -q"), "{msg}")
+            }
+            Ok(r) if !desync => {
+                assert!(r.exit_code != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r))
+            }
+            other => panic!("{name}+{pad}: {other:?}"),
+        }
+        assert_eq!(ws.read("emb/.git/config"), config);
+        drop(git_in(ws.path(), &["status"]));
+        assert!(!m.take(), "{name}+{pad}: plain host git status ran the planted fsmonitor");
+    }
+}
+
+/// The third review's r03 (N1): `git ls-files` and `git grep
+/// --recurse-submodules` (with `submodule.active`, as `git clone
+/// --recurse-submodules` leaves it) enter a gitlink through a symbolic
+/// link, which the quarantine skipped. A run makes `real/evil` (its
+/// fsmonitor touching the marker), `lnk -> real` and the gitlink
+/// `lnk/evil`: after the run the link is removed, with a warning naming it
+/// (the repository behind it kept), and host git runs nothing. Control: the
+/// link put back, host `git ls-files --recurse-submodules` runs the planted
+/// fsmonitor. The planning side: such a gitlink already in the index, its
+/// link in the workspace, refuses a writable run (naming the link); with
+/// the directory in place of the link the run goes ahead and the
+/// submodule's config is read-only (`EROFS`).
+#[test]
+fn r0110_a_gitlink_through_a_link_is_not_entered() {
+    let m = Marker::new();
+    let ws = repo();
+    git_ok(ws.path(), &["config", "submodule.active", "."]);
+    let script = format!(
+        "set -e; mkdir -p real/evil; cd real/evil; {G} init -q .; echo x > f; {G} add f; {G} commit -qm x
+         {} >> .git/config; cd ../..; ln -s real lnk
+         {G} update-index --add --cacheinfo 160000,$(git -C real/evil rev-parse HEAD),lnk/evil
+         printf '[submodule \"e\"]\\n\\tpath = lnk/evil\\n\\turl = ./x\\n' > .gitmodules; echo planted",
+        m.fsmonitor()
+    );
+    let r = run_ok(&writable(&ws, &script));
+    assert_eq!((r.exit_code, stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
+    let lnk = ws.join("lnk").display().to_string();
+    assert!(r.warnings.iter().any(|w| w.contains("through the symbolic link") && w.contains(&lnk)), "{:?}", r.warnings);
+    assert!(fs::symlink_metadata(ws.join("lnk")).is_err() && ws.join("real/evil/.git/config").is_file());
+    for args in [&["ls-files", "--recurse-submodules"][..], &["grep", "--recurse-submodules", "-l", "x"], &["status"]] {
+        drop(git_in(ws.path(), args));
+        assert!(!m.take(), "host git {args:?} ran the planted fsmonitor");
+    }
+    // Control: through the link again, git enters it.
+    symlink("real", ws.join("lnk")).unwrap_or_else(|e| panic!("{e}"));
+    drop(git_in(ws.path(), &["ls-files", "--recurse-submodules"]));
+    assert!(m.take(), "control: git ls-files --recurse-submodules did not enter lnk/evil");
+    // Planning: the same gitlink and link before a writable run.
+    let config = ws.read("real/evil/.git/config");
+    match run(&writable(&ws, &format!("{} >> real/evil/.git/config", m.fsmonitor()))) {
+        Err(SandboxError::BadRequest(msg)) => {
+            assert!(msg.contains("symbolic link") && msg.contains(&lnk) && msg.contains("rm -q --cached"), "{msg}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(ws.read("real/evil/.git/config"), config);
+    // Control: the directory in place of the link is a protected submodule.
+    fs::remove_file(ws.join("lnk")).unwrap_or_else(|e| panic!("{e}"));
+    fs::rename(ws.join("real"), ws.join("lnk")).unwrap_or_else(|e| panic!("{e}"));
+    let r = run_ok(&writable(&ws, &format!("{} >> lnk/evil/.git/config", m.fsmonitor())));
+    assert!(r.exit_code != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    assert_eq!(ws.read("lnk/evil/.git/config"), config);
+}
+
+/// The third review's r04 (N2): a linked worktree's own index
+/// (`.git/worktrees/<id>/index`) was never read, so a gitlink a run added
+/// there (to a repository it made in the worktree) was not quarantined, and
+/// host git status inside the worktree ran the planted filter. Now
+/// `wt/evil/.git` is quarantined, the warning names that index, and host git
+/// with the four flags in `wt` runs nothing; restored, it runs the filter
+/// (the control). The same for a worktree the run itself adds (`git
+/// worktree add wt2`), whose index the plan could not know.
+#[test]
+fn r0111_a_linked_worktrees_own_index_is_read() {
+    let m = Marker::new();
+    let ws = repo();
+    git_ok(ws.path(), &["worktree", "add", "-q", "wt"]);
+    for (wt, add) in [("wt", ""), ("wt2", "git worktree add -q wt2 2>/dev/null;")] {
+        let script = format!(
+            "set -e; {add} cd {wt}; {}
+             {G} update-index --add --cacheinfo 160000,$(git -C evil rev-parse HEAD),evil; echo planted",
+            evil_repo("evil", "evil", &m)
+        );
+        let r = run_ok(&writable(&ws, &script));
+        assert_eq!((r.exit_code, stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
+        let index = ws.join(".git/worktrees").join(wt).join("index").display().to_string();
+        assert!(r.warnings.iter().any(|w| w.contains(&index)), "{wt}: {:?}", r.warnings);
+        let tree = ws.join(wt);
+        assert!(!tree.join("evil/.git").exists(), "{wt}: {:?}", r.warnings);
+        let mut all = README_FLAGS.to_vec();
+        all.push("status");
+        drop(git_in(&tree, &all));
+        assert!(!m.take(), "{wt}: host git status with the four flags in the worktree ran the planted filter");
+        restore(&tree.join("evil"));
+        touch_dirty(&tree.join("evil/f"));
+        drop(git_in(&tree, &all));
+        assert!(m.take(), "{wt}: control: the restored repository's filter did not run");
+    }
+}
