@@ -92,11 +92,18 @@ pub fn clone3(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> io::Result<Forked> 
     let r = cvt(unsafe {
         libc::syscall(libc::SYS_clone3, std::ptr::addr_of_mut!(args), std::mem::size_of::<CloneArgs>())
     })?;
+    forked(r, pidfd)
+}
+
+/// What a fork-like clone returned: the child, or the parent holding the
+/// child's pid and the pidfd `CLONE_PIDFD` stored.
+fn forked(r: libc::c_long, pidfd: libc::c_int) -> io::Result<Forked> {
     if r == 0 {
         return Ok(Forked::Child);
     }
     let pid = libc::pid_t::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
-    // SAFETY: CLONE_PIDFD stored a fresh pidfd that we now own.
+    // SAFETY: CLONE_PIDFD stored a fresh pidfd that we now own (the call
+    // succeeded in the parent).
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     Ok(Forked::Parent { pid, pidfd })
 }
@@ -125,13 +132,7 @@ pub fn clone_legacy(flags: u64) -> io::Result<Forked> {
             0 as libc::c_ulong,
         )
     })?;
-    if r == 0 {
-        return Ok(Forked::Child);
-    }
-    let pid = libc::pid_t::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
-    // SAFETY: CLONE_PIDFD stored a fresh pidfd that we now own.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    Ok(Forked::Parent { pid, pidfd })
+    forked(r, pidfd)
 }
 
 /// Move the process `pid` into the cgroup whose directory is `cgroup`, by
