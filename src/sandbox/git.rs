@@ -63,7 +63,8 @@ pub(super) struct Layout {
     /// the workspace root, and every populated submodule's.
     pub gitfiles: Vec<PathBuf>,
     /// A submodule working tree's `.git` that does not exist, though git
-    /// would look there (an unpopulated submodule).
+    /// would look there (an unpopulated submodule), and git dirs a gitfile
+    /// or a `commondir` names that do not exist yet.
     pub unpopulated: Vec<PathBuf>,
     /// Paths as written in `gitdir:` files and `commondir` files, before
     /// any link is resolved: git follows them again on every run.
@@ -352,7 +353,15 @@ impl Discovery<'_> {
         let p = Path::new(line);
         let p = if p.is_absolute() { p.to_path_buf() } else { dotgit.parent()?.join(p) };
         self.layout.spelled.push(p.clone());
-        fs::canonicalize(p).ok()
+        let real = fs::canonicalize(&p).ok();
+        if real.is_none() {
+            // A gitfile naming a git dir that does not exist yet: nothing is
+            // there to protect, and a command that makes it there makes the
+            // tree's repository (config, hooks) its own. Guarded: removed
+            // after the run if the command created it (fourth review).
+            self.layout.unpopulated.push(p);
+        }
+        real
     }
 
     /// A git dir: its common dir, its linked worktrees' private dirs, its
@@ -371,8 +380,11 @@ impl Discovery<'_> {
             if let Some(c) = read_small(&gd.join("commondir")) {
                 let spelled = gd.join(c.trim());
                 self.layout.spelled.push(spelled.clone());
-                if let Ok(common) = fs::canonicalize(spelled) {
-                    self.git_dir(common, None, nesting)?;
+                match fs::canonicalize(&spelled) {
+                    Ok(common) => self.git_dir(common, None, nesting)?,
+                    // A common dir that does not exist yet: guarded, as a
+                    // gitfile's missing target is.
+                    Err(_) => self.layout.unpopulated.push(spelled),
                 }
             }
             // Linked worktrees' private git dirs (`commondir`, `gitdir`,

@@ -958,7 +958,7 @@ impl Sandbox {
         for f in &plan.git_guard {
             match guard::remove(&roots, f, fail_guard) {
                 Ok(guard::Removed::Nothing) => {}
-                Ok(guard::Removed::Deleted { entry }) if entry == *f => warnings.push(format!(
+                Ok(guard::Removed::Deleted { entry }) if entry == *f || entry == lexical(f) => warnings.push(format!(
                     "removed {} created by the command: it would redirect git's config and hooks",
                     f.display()
                 )),

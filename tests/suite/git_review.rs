@@ -774,3 +774,62 @@ fn r0111_a_linked_worktrees_own_index_is_read() {
         assert!(m.take(), "{wt}: control: the restored repository's filter did not run");
     }
 }
+
+/// The fourth review: a submodule `.git` file whose target does not exist
+/// yet (run 1 writes `.gitmodules` and `evil/.git` = `gitdir:
+/// ../.git/modules/x`) made the tree look protected, but nothing guarded the
+/// target; run 2 made `.git/modules/x` a repository with a clean filter and
+/// added the gitlink, and the README-flags `git status` ran the filter. The
+/// missing target is guarded now: removed after the run that creates it.
+#[test]
+fn r0116_a_gitfile_naming_a_missing_git_dir_is_guarded() {
+    let plant = |m: &Marker| {
+        format!(
+            "set -e; here=$(pwd); b=$(mktemp -d)
+             {G} init -q \"$b\" && cd \"$b\" && echo x > f && {G} add f && {G} commit -qm x && cd \"$here\"
+             mkdir -p .git/modules && cp -a \"$b/.git\" .git/modules/x
+             git --git-dir=.git/modules/x config core.worktree ../../../evil
+             git --git-dir=.git/modules/x config filter.pwn.clean \"sh -c 'touch {m}; cat'\"
+             cp \"$b/f\" evil/f; echo '* filter=pwn' > evil/.gitattributes
+             git update-index --add --cacheinfo 160000,$(git --git-dir=.git/modules/x rev-parse HEAD),evil
+             touch -m -d @1000000000 evil/f; rm -rf \"$b\"",
+            m = m.path().display()
+        )
+    };
+    let first = "printf '[submodule \"e\"]\\n\\tpath = evil\\n\\turl = ./evil\\n\\tignore = none\\n' > .gitmodules \
+                 && mkdir evil && echo 'gitdir: ../.git/modules/x' > evil/.git";
+
+    // Control: without the sandbox's guard (the same two steps on the host)
+    // the README-flags status runs the planted filter.
+    let m = Marker::new();
+    let twin = repo();
+    for script in [first.to_string(), plant(&m)] {
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .current_dir(twin.path())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.status.success(), "host: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    four(&twin, &["status"]);
+    assert!(m.take(), "control: the planted filter did not run on the host");
+
+    let m = Marker::new();
+    let ws = repo();
+    let r = run_ok(&writable(&ws, first));
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    let r = run_ok(&writable(&ws, &plant(&m)));
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert!(
+        r.warnings.iter().any(|w| w.contains(".git/modules/x") && w.contains("created by the command")),
+        "{:?}",
+        r.warnings
+    );
+    assert!(!ws.join(".git/modules/x").exists(), "the planted git dir is still there");
+    four(&ws, &["status"]);
+    four(&ws, &["diff"]);
+    drop(git_in(ws.path(), &["status"]));
+    assert!(!m.take(), "host git ran the planted filter");
+}
