@@ -158,6 +158,16 @@ pub(crate) fn links_on_the_way(path: &Path) -> Option<Vec<PathBuf>> {
     physical(Path::new("/"), path).ok().map(|(_, links)| links)
 }
 
+/// The symbolic links met while resolving the absolute `path`, as far as
+/// the walk got: also when it cannot finish (a `..` after a missing
+/// component, a loop), so that a caller judging the links it did meet
+/// fails closed rather than reading "unresolvable" as "no link".
+pub(crate) fn links_met(path: &Path) -> Vec<PathBuf> {
+    let mut links = Vec::new();
+    let _ = physical_into(Path::new("/"), path, &mut links);
+    links
+}
+
 enum Walk {
     Escape(String),
     Io(io::Error),
@@ -167,10 +177,17 @@ enum Walk {
 /// components below the deepest existing one are appended as spelled (a
 /// `..` there is refused, since its meaning depends on what gets created).
 fn physical(base: &Path, path: &Path) -> Result<(PathBuf, Vec<PathBuf>), Walk> {
+    let mut links = Vec::new();
+    let real = physical_into(base, path, &mut links)?;
+    Ok((real, links))
+}
+
+/// [`physical`], collecting the links met into `links` as it goes (they are
+/// there also when it fails).
+fn physical_into(base: &Path, path: &Path, links: &mut Vec<PathBuf>) -> Result<PathBuf, Walk> {
     let mut cur = if path.is_absolute() { PathBuf::from("/") } else { base.to_path_buf() };
     let mut pending: VecDeque<OsString> = VecDeque::new();
     push_front(&mut pending, path);
-    let mut links = Vec::new();
     let mut missing = false;
     while let Some(c) = pending.pop_front() {
         if c == ".." {
@@ -207,7 +224,7 @@ fn physical(base: &Path, path: &Path) -> Result<(PathBuf, Vec<PathBuf>), Walk> {
             Err(e) => return Err(Walk::Io(e)),
         }
     }
-    Ok((cur, links))
+    Ok(cur)
 }
 
 /// Put the components of `p` (not `.` or `/`) at the front of `q`.

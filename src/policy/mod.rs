@@ -30,7 +30,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 pub use deny::{link_on_the_way, normalize_glob, DenyGlobs};
-pub(crate) use jail::links_on_the_way;
+pub(crate) use jail::{links_met, links_on_the_way};
 pub use jail::{Access, PathJail};
 pub use shell::{
     check_shell_command, quote_argv, quote_word, tokenize_command, CommandCtx, Decision, Plan, PlannedCommand,

@@ -256,7 +256,10 @@ pub(super) fn replaceable_link(path: &Path, areas: &[PathBuf]) -> Option<PathBuf
     if areas.is_empty() {
         return None;
     }
-    crate::policy::links_on_the_way(path)?
+    // Every link met counts, also on a way that cannot be resolved to the
+    // end (a `..` after a missing directory): a dangling link in a writable
+    // area is as replaceable as any (fifth git review).
+    crate::policy::links_met(path)
         .into_iter()
         .find(|l| l.parent().is_some_and(|d| areas.iter().any(|a| d.starts_with(a))))
 }

@@ -833,3 +833,59 @@ fn r0116_a_gitfile_naming_a_missing_git_dir_is_guarded() {
     drop(git_in(ws.path(), &["status"]));
     assert!(!m.take(), "host git ran the planted filter");
 }
+
+/// The fifth review: a dangling `.git` link in a submodule tree whose target
+/// has a `..` after a missing directory (`evil/.git ->
+/// ../.git/modules/nothere/../x`) could not be resolved, and an unresolvable
+/// way was read as one without a replaceable link; the next run made
+/// `.git/modules/x` a repository with a clean filter and added the gitlink.
+/// Every link met counts now, so that run is refused.
+#[test]
+fn r0117_a_dangling_dot_git_link_with_dotdot_refuses_the_next_writable_run() {
+    let first = "printf '[submodule \"e\"]\\n\\tpath = evil\\n\\turl = ./evil\\n\\tignore = none\\n' > .gitmodules \
+                 && mkdir evil && ln -s ../.git/modules/nothere/../x evil/.git";
+    let plant = |m: &Marker| {
+        format!(
+            "set -e; here=$(pwd); b=$(mktemp -d)
+             {G} init -q \"$b\" && cd \"$b\" && echo x > f && {G} add f && {G} commit -qm x && cd \"$here\"
+             mkdir -p .git/modules/nothere && cp -a \"$b/.git\" .git/modules/x
+             git --git-dir=.git/modules/x config core.worktree ../../../evil
+             git --git-dir=.git/modules/x config filter.pwn.clean \"sh -c 'touch {m}; cat'\"
+             cp \"$b/f\" evil/f; echo '* filter=pwn' > evil/.gitattributes
+             git update-index --add --cacheinfo 160000,$(git --git-dir=.git/modules/x rev-parse HEAD),evil
+             touch -m -d @1000000000 evil/f; rm -rf \"$b\"",
+            m = m.path().display()
+        )
+    };
+    // Control: the same two steps on the host make the README-flags status
+    // run the planted filter.
+    let m = Marker::new();
+    let twin = repo();
+    for script in [first.to_string(), plant(&m)] {
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .current_dir(twin.path())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.status.success(), "host: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    four(&twin, &["status"]);
+    assert!(m.take(), "control: the planted filter did not run on the host");
+
+    let m = Marker::new();
+    let ws = repo();
+    let r = run_ok(&writable(&ws, first));
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    match run(&writable(&ws, &plant(&m))) {
+        Err(SandboxError::BadRequest(msg)) => {
+            assert!(msg.contains("evil/.git") && msg.contains("symbolic link"), "{msg}")
+        }
+        other => panic!("expected the run to be refused, got {other:?}"),
+    }
+    assert!(!ws.join(".git/modules/x").exists(), "the refused run made the git dir");
+    four(&ws, &["status"]);
+    four(&ws, &["diff"]);
+    assert!(!m.take(), "host git ran the planted filter");
+}
