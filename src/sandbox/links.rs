@@ -29,6 +29,12 @@
 //! anew needs what the command lacks (`CAP_FSETID`, `CAP_SETFCAP`, the
 //! filter's refusal of `chmod` with `S_ISUID`/`S_ISGID`).
 //!
+//! The walk runs as the caller. A directory it cannot list hides what it
+//! holds from both checks; when the command could still open names in it
+//! by search (another user's `0711` in a granted host `/tmp`), it is
+//! returned in [`Kept::unlistable`] and masked for the run (refused in the
+//! landlock-only mode); see [`Who::reach`].
+//!
 //! Within one run no new link can cross the boundary: the kernel refuses a
 //! link between two mounts (`EXDEV`), and the read-only areas, the grants
 //! and the carve-outs are all separate mounts. Writable runs of a workspace
