@@ -523,6 +523,9 @@ fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Op
     for p in &plan.privileged {
         s += &format!("privileged: {} (setuid, setgid or file capabilities; kept read-only)\n", shown(p));
     }
+    for u in &plan.unlistable {
+        s += &format!("unlistable: {} (the caller cannot list it, the command could search it; masked)\n", shown(u));
+    }
     if plan.spec.mode == portcullis::sandbox::Mode::Full {
         s += &format!(
             "namespaces: user mount pid ipc uts{}\n",

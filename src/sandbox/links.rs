@@ -29,6 +29,12 @@
 //! anew needs what the command lacks (`CAP_FSETID`, `CAP_SETFCAP`, the
 //! filter's refusal of `chmod` with `S_ISUID`/`S_ISGID`).
 //!
+//! The walk runs as the caller. A directory it cannot list hides what it
+//! holds from both checks; when the command could still open names in it
+//! by search (another user's `0711` in a granted host `/tmp`), it is
+//! returned in [`Kept::unlistable`] and masked for the run (refused in the
+//! landlock-only mode); see [`Who::reach`].
+//!
 //! Within one run no new link can cross the boundary: the kernel refuses a
 //! link between two mounts (`EXDEV`), and the read-only areas, the grants
 //! and the carve-outs are all separate mounts. Writable runs of a workspace
@@ -73,6 +79,10 @@ pub struct Kept {
     /// Regular files with the setuid or setgid bit or file capabilities
     /// (whatever their execute bits) not already in `hard_linked`.
     pub privileged: Vec<PathBuf>,
+    /// Directories the walk cannot list but the command can search (the
+    /// execute bit of the mode class that applies to it): what they hold
+    /// is unseen, so each is masked for the run (see [`Who::reach`]).
+    pub unlistable: Vec<PathBuf>,
 }
 
 /// One directory still to be listed: its parent's descriptor, its name in
@@ -95,7 +105,11 @@ struct Pending {
 /// any at all when `no_mounts` (the landlock-only mode cannot bind them);
 /// when an area is a file with such a name (it cannot be both the grant and
 /// read-only); when one directory is reached twice (a bind-mount alias);
-/// and when a directory it cannot list is one the command could use.
+/// and when a directory it cannot list is one the command owns or that
+/// carries an ACL. A directory it cannot list that the command can search
+/// is returned in [`Kept::unlistable`], to be masked (refused when
+/// `no_mounts`); one the command cannot search is passed over (nothing
+/// below it is reachable).
 /// The same walk collects the privileged programs (see [`is_privileged`]);
 /// they are refused in the same cases (landlock-only, a file grant, more
 /// than [`HARD_LINK_LIMIT`] mounts in all).
@@ -121,6 +135,7 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
     let who = Who::current()?;
     let mut file_roots: Vec<&Path> = Vec::new();
     let mut privileged: Vec<PathBuf> = Vec::new();
+    let mut unlistable: Vec<PathBuf> = Vec::new();
     for root in roots {
         let st = nix::sys::stat::lstat(root.as_path()).map_err(|e| walk_error(root, e))?;
         if type_of(&st) != Type::Directory {
@@ -153,6 +168,7 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
             skip: &skip,
             linked: &mut linked,
             privileged: &mut privileged,
+            unlistable: &mut unlistable,
             seen: &mut seen,
             dirs: &mut dirs,
             who: &who,
@@ -178,6 +194,32 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
     out.sort();
     privileged.retain(|p| !out.contains(p));
     privileged.sort();
+    unlistable.sort();
+    if !unlistable.is_empty() {
+        let shown = listed(&unlistable);
+        if no_mounts {
+            return Err(SandboxError::BadRequest(format!(
+                "landlock-only mode cannot hide directories portcullis cannot list: {shown} in a writable area \
+                 cannot be listed by the caller, yet the command may search them, so it could open by name a \
+                 hard link to a file outside the plan or a privileged program planted there, which the check \
+                 cannot see (Landlock can only allow); make them listable for the caller (chmod o+r D, or \
+                 g+r for its group), remove them, grant narrower paths with --write, or use the full sandbox, \
+                 which masks them"
+            )));
+        }
+        let all = out.len() + privileged.len() + unlistable.len();
+        if all > HARD_LINK_LIMIT {
+            return Err(SandboxError::BadRequest(format!(
+                "{all} paths in the writable areas must be kept read-only or masked ({} directories the caller \
+                 cannot list but the command can search: {shown}; {} privileged programs; {} hard-linked \
+                 names), and portcullis covers each with one mount, up to {HARD_LINK_LIMIT}; make the \
+                 directories listable for the caller or grant narrower paths with --write",
+                unlistable.len(),
+                privileged.len(),
+                out.len()
+            )));
+        }
+    }
     if !privileged.is_empty() {
         let shown = listed(&privileged);
         if no_mounts {
@@ -201,7 +243,7 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
         }
     }
     if out.is_empty() {
-        return Ok(Kept { hard_linked: out, privileged });
+        return Ok(Kept { hard_linked: out, privileged, unlistable });
     }
     let shown = listed(&out);
     if no_mounts {
@@ -222,7 +264,7 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
             out.len()
         )));
     }
-    Ok(Kept { hard_linked: out, privileged })
+    Ok(Kept { hard_linked: out, privileged, unlistable })
 }
 
 /// The first [`SHOWN`] of `paths`, and how many more.
@@ -318,6 +360,7 @@ struct Walk<'a> {
     skip: &'a HashSet<&'a Path>,
     linked: &'a mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>,
     privileged: &'a mut Vec<PathBuf>,
+    unlistable: &'a mut Vec<PathBuf>,
     seen: &'a mut usize,
     dirs: &'a mut HashMap<(u64, u64), PathBuf>,
     who: &'a Who,
@@ -385,8 +428,8 @@ impl Walk<'_> {
     }
 
     /// Open a pending directory without following a link; `None` when it is
-    /// gone, or cannot be listed and the command can neither enter nor
-    /// write it (see [`Who::may_use`]).
+    /// gone, or cannot be listed (and is then masked when the command can
+    /// search it, passed over when it cannot: see [`Who::reach`]).
     fn open_dir(&mut self, p: &Pending) -> Result<Option<Dir>, SandboxError> {
         match Dir::openat(
             p.parent.as_fd(),
@@ -402,9 +445,13 @@ impl Walk<'_> {
             Err(Errno::ENOENT) => Ok(None),
             Err(Errno::EACCES) => {
                 let Some(st) = stat_at(&p.parent, &p.name, &p.path)? else { return Ok(None) };
-                match self.who.may_use(&st, &p.path) {
-                    None => Ok(None),
-                    Some(why) => Err(SandboxError::BadRequest(format!(
+                match self.who.reach(&st, &p.path) {
+                    Reach::None => Ok(None),
+                    Reach::Search => {
+                        self.unlistable.push(p.path.clone());
+                        Ok(None)
+                    }
+                    Reach::Refuse(why) => Err(SandboxError::BadRequest(format!(
                         "{} cannot be listed by portcullis (owner uid {}, group {}, mode {:04o}), yet {why}: the \
                          hard-link check cannot see what it holds, and fails closed; make it listable for the \
                          caller, remove it, or grant narrower paths with --write",
@@ -452,32 +499,46 @@ impl Who {
         Ok(Who { ids: vec![(uid, gids)] })
     }
 
-    /// Why the command could use the directory `st` at `path` (create or
-    /// open names in it), or `None` when it cannot make names there: the
+    /// What the command could do in the directory `st` at `path`, which
+    /// the walk cannot list. One it owns (it could `chmod` it) or that
+    /// carries an ACL (which this does not judge) refuses the run. Else the
     /// class of its mode that applies to the command (owner, group or
-    /// other) does not grant both write and search, the command does not own it (an owner could
-    /// `chmod` it), and it carries no ACL (which this does not judge).
-    fn may_use(&self, st: &FileStat, path: &Path) -> Option<String> {
+    /// other) decides: with search (`x`) the command could open names in
+    /// it that the walk cannot see (a hard link to a file outside the plan,
+    /// a privileged program), so it is masked; without, nothing below it is
+    /// reachable (write alone makes no names): passed over. Every id the
+    /// command may act as is judged, and the widest answer wins.
+    fn reach(&self, st: &FileStat, path: &Path) -> Reach {
         if has_acl(path) {
-            return Some("it carries an access ACL, which portcullis does not judge".into());
+            return Reach::Refuse("it carries an access ACL, which portcullis does not judge".into());
         }
+        let mut search = false;
         for (uid, gids) in &self.ids {
             let bits = if st.st_uid == *uid {
-                return Some(format!("the command (uid {uid}) owns it and could change its mode"));
+                return Reach::Refuse(format!("the command (uid {uid}) owns it and could change its mode"));
             } else if gids.contains(&st.st_gid) {
                 (st.st_mode >> 3) & 0o7
             } else {
                 st.st_mode & 0o7
             };
-            // Names are made with write and search together. A directory
-            // the command may only search holds names made by others alone
-            // (no run of this caller could make one there): passed over.
-            if bits & 0o3 == 0o3 {
-                return Some(format!("the command (uid {uid}) may create names in it"));
-            }
+            search |= bits & 0o1 != 0;
         }
-        None
+        if search {
+            Reach::Search
+        } else {
+            Reach::None
+        }
     }
+}
+
+/// What the command could do in a directory the walk cannot list.
+enum Reach {
+    /// Nothing: it cannot search it (passed over).
+    None,
+    /// Open (or make) names in it by search: masked.
+    Search,
+    /// Refused, and why.
+    Refuse(String),
 }
 
 /// Whether `path` carries a POSIX access ACL (any answer but "none" counts).

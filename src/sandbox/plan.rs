@@ -66,6 +66,10 @@ pub struct Plan {
     /// bound read-only: a store through a shared mapping changes a file's
     /// content without clearing its bits (see `sandbox::links`).
     pub privileged: Vec<PathBuf>,
+    /// Directories in writable areas that the caller cannot list but the
+    /// command can search, masked for the run: the hard-link and privilege
+    /// checks cannot see what they hold (see `sandbox::links`).
+    pub unlistable: Vec<PathBuf>,
     /// Paths beneath which Landlock allows writing.
     pub landlock_writable: Vec<PathBuf>,
     /// The only paths beneath which Landlock lets the command make a unix
@@ -478,7 +482,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     super::aliases::check(&protect_areas, &kept)?;
     // A grant still to be created (only `--explain` plans one) holds nothing.
     let walked: Vec<PathBuf> = protect_areas.iter().filter(|a| !create_grants.contains(a)).cloned().collect();
-    let super::links::Kept { hard_linked, privileged } =
+    let super::links::Kept { hard_linked, privileged, unlistable } =
         super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))?;
     let mut mounts = base;
     let mut carve: Vec<MountOp> = protected
@@ -491,8 +495,15 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     carve.sort_by_key(|op| depth(op.dst()));
     mounts.extend(carve);
 
-    for m in &masked {
+    // A directory the walk could not list but the command can search is
+    // masked too (after the carve-outs, like the deny list's masks). The
+    // walk entered no masked directory, so none of these lies in one; a
+    // deny mask inside one is already hidden by it.
+    for m in masked.iter().filter(|m| !unlistable.iter().any(|u| m.starts_with(u) && m != &u)) {
         mounts.push(MountOp::Mask { dst: bytes(m) });
+    }
+    for u in &unlistable {
+        mounts.push(MountOp::Mask { dst: bytes(u) });
     }
 
     // Working directory.
@@ -682,6 +693,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         masked,
         hard_linked,
         privileged,
+        unlistable,
         landlock_writable,
         landlock_sockets,
         landlock_gaps,

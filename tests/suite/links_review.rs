@@ -167,7 +167,7 @@ fn r0095_a_host_mount_aliasing_a_read_only_area_into_a_grant_is_refused() {
 }
 
 #[test]
-fn r0096_an_unlistable_directory_the_command_can_use_refuses_the_run() {
+fn r0096_an_unlistable_directory_the_command_can_use_is_masked_or_refused() {
     let ws = Ws::new();
     let src = ws.join("src/main.rs");
     let drop_box = ws.join("target/drop");
@@ -207,13 +207,13 @@ fn r0096_an_unlistable_directory_the_command_can_use_refuses_the_run() {
         ])
     };
     // Someone else's drop box (1733, like /var/lib/php/sessions), writable
-    // for the group or for others: refused, naming it.
-    for (mode, why) in [(0o1733, "may create names in"), (0o1773, "may create names in")] {
+    // for the group or for others: masked (r0115), the command gets EACCES.
+    for mode in [0o1733, 0o1773] {
         fs::set_permissions(&drop_box, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("{e}"));
         let out = attempt();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(125), "{err}");
-        assert!(err.contains("target/drop") && err.contains(why), "{mode:o}: {err}");
+        assert_ne!(out.status.code(), Some(125), "{err}");
+        assert!(err.contains("Permission denied"), "{mode:o}: {err}");
         assert_eq!(sha(&src), before);
     }
     // Control: one the command cannot make names in (1700) is passed over,
@@ -411,3 +411,166 @@ fn r0108_an_overlay_whose_upper_directory_is_read_only_is_refused() {
     assert!(err.contains(&ov) && err.contains("upper directory") && err.contains("keeps read-only"), "{err}");
     assert_eq!(sha(&src), before, "src/main.rs unchanged");
 }
+
+/// Run `script` with /usr/bin/python3 as uid 65534 on the host (a control).
+fn python_as_nobody(script: &str) -> String {
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script])
+        .output()
+        .unwrap_or_else(|e| panic!("setpriv: {e}"));
+    assert!(out.status.success(), "host script: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A store into `path` through a shared mapping (keeps a setgid bit).
+fn mmap_store(path: &Path) -> String {
+    format!(
+        "import errno, mmap, os\ntry:\n    fd = os.open({p:?}, os.O_RDWR)\n    m = mmap.mmap(fd, 0, mmap.MAP_SHARED)\n    \
+         m[:6] = b'PWNED!'\n    m.flush()\n    print('stored')\nexcept OSError as e:\n    \
+         print('ERR', errno.errorcode[e.errno])\n",
+        p = path.display().to_string()
+    )
+}
+
+fn mode_of(p: &Path) -> u32 {
+    fs::metadata(p).map(|m| m.mode() & 0o7777).unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
+}
+
+#[test]
+fn r0115_a_search_only_directory_the_walk_cannot_list_is_masked() {
+    // Found in review (issue 7, fourth round): a uid 65534 caller's walk
+    // passed over another user's 0711 directory in a writable area (the
+    // command may search it but not write it), so a hard link there to a
+    // file outside the plan, or a setgid-root program, went unchecked.
+    if !in_root_pass(
+        "r0115",
+        "another user's directory needs root to make: the root pass runs the uid 65534 case through setpriv",
+    ) {
+        return;
+    }
+    let ws = Ws::new();
+    let wsp = ws.path().display().to_string();
+    // The outside file, 0666, outside every area of the plan.
+    let ext = tempfile::Builder::new().prefix("pc-out-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+    fs::set_permissions(ext.path(), fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
+    let secret = ext.path().join("secret");
+    fs::write(&secret, "original\n").unwrap_or_else(|e| panic!("{e}"));
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o666)).unwrap_or_else(|e| panic!("{e}"));
+    let before = sha(&secret);
+    // A grant outside the workspace, like a granted host /tmp.
+    let grant = tempfile::Builder::new().prefix("pc-grant-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+    let gp = grant.path().display().to_string();
+    // (1) root-owned 0711 cache/ in the workspace and shared/ in the grant,
+    // each holding a hard link to the outside file.
+    let cache = ws.join("cache");
+    let shared = grant.path().join("shared");
+    // (2) opt/tool, 65534:0 2755, in a root-owned 0711 opt/.
+    let opt = ws.join("opt");
+    let tool = opt.join("tool");
+    for d in [&cache, &shared, &opt] {
+        fs::create_dir_all(d).unwrap_or_else(|e| panic!("{e}"));
+    }
+    fs::hard_link(&secret, cache.join("obj")).unwrap_or_else(|e| panic!("{e}"));
+    fs::hard_link(&secret, shared.join("obj")).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(&tool, ORIGINAL_TOOL).unwrap_or_else(|e| panic!("{e}"));
+    chown_tree(ws.path(), 65534);
+    chown_tree(grant.path(), 65534);
+    for d in [&cache, &shared, &opt] {
+        sh("chown", &["0:0", &d.display().to_string()]);
+        fs::set_permissions(d, fs::Permissions::from_mode(0o711)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    sh("chown", &["65534:0", &tool.display().to_string()]);
+    fs::set_permissions(&tool, fs::Permissions::from_mode(0o2755)).unwrap_or_else(|e| panic!("{e}"));
+    let write_links = "echo PWNED > cache/obj; echo PWNED > \"$G/shared/obj\"; exit 0".replace("$G", &gp);
+    let nobody = |mode: &[&str], argv: &[&str]| {
+        let mut args = vec!["exec"];
+        args.extend_from_slice(mode);
+        args.extend_from_slice(&["--writable", "--workspace", &wsp, "--write", &gp, "--"]);
+        args.extend_from_slice(argv);
+        cli_as_nobody(&args)
+    };
+    let store = mmap_store(&tool);
+    let landlock_only = portcullis::doctor_landlock_abi() >= 6;
+
+    // The full sandbox masks all three: the plan names them, the command gets
+    // EACCES below them, and nothing changes outside.
+    let out = nobody(&["--explain"], &["true"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    for d in [&cache, &shared, &opt] {
+        let d = real(d).display().to_string();
+        assert!(text.contains(&format!("unlistable: {d} ")) && text.contains(&format!("mask {d}\n")), "{d}: {text}");
+    }
+    let out = nobody(&[], &["sh", "-c", &write_links]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(err.matches("Permission denied").count(), 2, "{err}");
+    assert_eq!(sha(&secret), before, "the outside file is unchanged");
+    let out = nobody(&[], &["/usr/bin/python3", "-c", &store]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ERR EACCES\n", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fs::read_to_string(&tool).unwrap_or_default(), ORIGINAL_TOOL);
+    assert_eq!(mode_of(&tool), 0o2755);
+
+    // Landlock-only mode cannot mask: refused, naming the directory.
+    if landlock_only {
+        let out = nobody(&["--degraded", "landlock-only"], &["sh", "-c", &write_links]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{err}");
+        assert!(
+            err.contains("landlock-only mode cannot hide") && err.contains(&real(&cache).display().to_string()),
+            "{err}"
+        );
+        assert!(err.contains("chmod o+r") && err.contains("full sandbox"), "{err}");
+        assert_eq!(sha(&secret), before);
+    }
+
+    // A root caller's walk lists them: walked, the links and the program
+    // kept read-only (EROFS), nothing masked.
+    let mut req = ws.req(&["sh", "-c", &write_links]);
+    req.writable = true;
+    req.write.push(grant.path().to_path_buf());
+    let plan = sandbox().plan(&req).unwrap_or_else(|e| panic!("plan: {e}"));
+    assert!(plan.unlistable.is_empty(), "{:?}", plan.unlistable);
+    let mut linked = vec![real(&cache.join("obj")), real(&shared.join("obj"))];
+    linked.sort();
+    assert_eq!(plan.hard_linked, linked);
+    assert_eq!(plan.privileged, vec![real(&tool)]);
+    let r = run_ok(&req);
+    assert_eq!(stderr(&r).matches("Read-only file system").count(), 2, "{}", stderr(&r));
+    assert_eq!(sha(&secret), before);
+
+    // Control: the same directories made listable are walked as uid 65534
+    // too; the links and the program are bound read-only (EROFS).
+    for d in [&cache, &shared, &opt] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let out = nobody(&["--explain"], &["true"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("unlistable:"), "{text}");
+    assert!(text.contains(&format!("hard-linked: {}", real(&cache.join("obj")).display())), "{text}");
+    assert!(text.contains(&format!("privileged: {}", real(&tool).display())), "{text}");
+    let out = nobody(&[], &["sh", "-c", &write_links]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("Read-only file system").count(), 2, "{err}");
+    let out = nobody(&[], &["/usr/bin/python3", "-c", &store]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ERR EROFS\n", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(sha(&secret), before);
+    assert_eq!(fs::read_to_string(&tool).unwrap_or_default(), ORIGINAL_TOOL);
+
+    // Control: the attempts work outside the sandbox (search-only again):
+    // uid 65534 writes the outside file through the link, and the store
+    // keeps the setgid bit.
+    for d in [&cache, &opt] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o711)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let host = python_as_nobody(&format!(
+        "open({:?}, 'w').write('PWNED\\n')\n{store}",
+        cache.join("obj").display().to_string()
+    ));
+    assert_eq!(host, "stored\n");
+    assert_eq!(fs::read_to_string(&secret).unwrap_or_default(), "PWNED\n");
+    assert!(fs::read_to_string(&tool).unwrap_or_default().starts_with("PWNED!"));
+    assert_eq!(mode_of(&tool), 0o2755, "a store through a mapping keeps the setgid bit");
+}
+
+const ORIGINAL_TOOL: &str = "#!/bin/sh\necho original program\n";
