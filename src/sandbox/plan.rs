@@ -277,6 +277,16 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
                 "write grant / would make every host directory writable; grant narrower paths".into(),
             ));
         }
+        // The sandbox makes its own /dev (a private /dev/shm and devpts, a
+        // few device nodes) and /proc: a host path there would be mounted
+        // under them, so its grant would silently do nothing.
+        if ["/dev", "/proc", "/sys"].iter().any(|r| real.starts_with(r)) && !is_within(&real, &ws) {
+            return Err(SandboxError::BadRequest(format!(
+                "write grant {}: the sandbox has its own /dev (a private /dev/shm), /proc and no /sys, so a host \
+                 path there cannot be granted; share files through the workspace, a grant elsewhere or --write /tmp",
+                real.display()
+            )));
+        }
         if SYSTEM_ROOTS.iter().any(|r| real.starts_with(r) || Path::new(r).starts_with(&real)) && !is_within(&real, &ws)
         {
             return Err(SandboxError::BadRequest(format!("write grant {} touches a system directory", real.display())));

@@ -315,3 +315,25 @@ fn r0079_skips_are_visible_and_doctor_names_the_kill() {
         "{line}"
     );
 }
+
+/// A grant of a host path under /dev (or /proc, /sys) would be mounted
+/// under the sandbox's own /dev: it silently did nothing (`--write
+/// /dev/shm`, noticed while reviewing concurrent runs). It is refused now.
+#[test]
+fn r0118_a_grant_under_dev_is_refused_not_ignored() {
+    if !sandbox_works("r0118") {
+        return;
+    }
+    let ws = Ws::new();
+    let w = ws.path().display().to_string();
+    let o = run(&["exec", "--workspace", &w, "--write", "/dev/shm", "--", "true"]);
+    assert_eq!(code(&o), 125, "{}", err(&o));
+    assert!(err(&o).contains("write grant /dev/shm: the sandbox has its own /dev"), "{}", err(&o));
+    // Control: a grant of the host's /tmp is taken, and reaches the host.
+    let name = format!("pc-r0118-{}", std::process::id());
+    let o = run(&["exec", "--workspace", &w, "--write", "/tmp", "--", "sh", "-c", &format!("echo x > /tmp/{name}")]);
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    let host = std::path::Path::new("/tmp").join(&name);
+    assert!(host.exists());
+    let _ = std::fs::remove_file(host);
+}
