@@ -775,6 +775,22 @@ fn r0111_a_linked_worktrees_own_index_is_read() {
     }
 }
 
+/// Run each of `scripts` with `sh -c` on the host in `twin` (the control of
+/// a two-run attack: the same steps without the sandbox), isolated from the
+/// caller's git configuration; each must succeed.
+fn on_host(twin: &Ws, scripts: &[String]) {
+    for script in scripts {
+        let out = Command::new("sh")
+            .args(["-c", script])
+            .current_dir(twin.path())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.status.success(), "host: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
 /// The fourth review: a submodule `.git` file whose target does not exist
 /// yet (run 1 writes `.gitmodules` and `evil/.git` = `gitdir:
 /// ../.git/modules/x`) made the tree look protected, but nothing guarded the
@@ -803,16 +819,7 @@ fn r0116_a_gitfile_naming_a_missing_git_dir_is_guarded() {
     // the README-flags status runs the planted filter.
     let m = Marker::new();
     let twin = repo();
-    for script in [first.to_string(), plant(&m)] {
-        let out = std::process::Command::new("sh")
-            .args(["-c", &script])
-            .current_dir(twin.path())
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .output()
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(out.status.success(), "host: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    on_host(&twin, &[first.to_string(), plant(&m)]);
     four(&twin, &["status"]);
     assert!(m.take(), "control: the planted filter did not run on the host");
 
@@ -861,16 +868,7 @@ fn r0117_a_dangling_dot_git_link_with_dotdot_refuses_the_next_writable_run() {
     // run the planted filter.
     let m = Marker::new();
     let twin = repo();
-    for script in [first.to_string(), plant(&m)] {
-        let out = std::process::Command::new("sh")
-            .args(["-c", &script])
-            .current_dir(twin.path())
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .output()
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(out.status.success(), "host: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    on_host(&twin, &[first.to_string(), plant(&m)]);
     four(&twin, &["status"]);
     assert!(m.take(), "control: the planted filter did not run on the host");
 
