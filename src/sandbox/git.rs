@@ -1596,15 +1596,18 @@ mod tests {
         out
     }
 
+    /// Write `bytes` as the index `idx` and read its gitlinks.
+    fn read_raw(idx: &Path, bytes: Vec<u8>) -> (Result<(), Unreadable>, Found) {
+        fs::write(idx, bytes).unwrap_or_else(|e| panic!("{e}"));
+        let mut f = Found::default();
+        (gitlinks_into(idx, false, &mut f).map_err(|(_, why)| why), f)
+    }
+
     #[test]
     fn entries_git_never_writes_refuse_and_name_what_git_enters() {
         let d = tmp();
         let idx = d.path().join("index");
-        let read = |bytes: Vec<u8>| {
-            fs::write(&idx, bytes).unwrap_or_else(|e| panic!("{e}"));
-            let mut f = Found::default();
-            (gitlinks_into(&idx, false, &mut f).map_err(|(_, why)| why), f)
-        };
+        let read = |bytes: Vec<u8>| read_raw(&idx, bytes);
         // Canonical names of every kind, dots inside names included.
         let (r, f) = read(raw(&[(0o100644, b".a"), (0o160000, b"a/..b/c.d"), (0o120000, b"git~1")], b""));
         assert!(r.is_ok(), "{r:?}");
@@ -1674,11 +1677,7 @@ mod tests {
     fn names_are_read_by_their_length_field_as_git_does() {
         let d = tmp();
         let idx = d.path().join("index");
-        let read = |bytes: Vec<u8>| {
-            fs::write(&idx, bytes).unwrap_or_else(|e| panic!("{e}"));
-            let mut f = Found::default();
-            (gitlinks_into(&idx, false, &mut f).map_err(|(_, why)| why), f)
-        };
+        let read = |bytes: Vec<u8>| read_raw(&idx, bytes);
         let paths = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
         // Control: the field and the NUL agree (62 + 3 + 7 NULs).
         let (r, f) = read(index_of(2, &[entry(0o160000, 3, None, b"evi\0\0\0\0\0\0\0")]));

@@ -24,7 +24,7 @@ use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
 };
 
-use super::util::{available, cli, host_procs_containing, is_root, Ws};
+use super::util::{available, cli, is_root, survivors, Ws};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Profile {
@@ -245,14 +245,7 @@ fn r0071_container_profile_timeout_kills_the_tree() {
     let pid = ws.read("target/pid");
     assert!(pid.trim().parse::<u32>().is_ok(), "the command did not start its tree: {pid:?}");
     // Nothing of it survives: no sleeper with the marker anywhere on the host.
-    let mut left = host_procs_containing(&marker);
-    for _ in 0..50 {
-        if left.is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        left = host_procs_containing(&marker);
-    }
+    let left = survivors(&marker);
     assert!(left.is_empty(), "survivors of the timeout: {left:?}");
 }
 
@@ -387,13 +380,6 @@ fn r0074_without_clone3_the_full_sandbox_falls_back_to_clone() {
     let (out, v) = exec_json(Some(Profile::Clone3Only), &["--timeout", "2", "--workspace", &w], &["sh", "-c", &script]);
     assert_eq!(out.status.code(), Some(124), "{v}");
     assert!(v["stdout"].as_str().unwrap_or_default().trim().parse::<u32>().is_ok(), "the tree did not start: {v}");
-    let mut left = host_procs_containing(&marker);
-    for _ in 0..50 {
-        if left.is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        left = host_procs_containing(&marker);
-    }
+    let left = survivors(&marker);
     assert!(left.is_empty(), "survivors of the timeout: {left:?}");
 }

@@ -8,11 +8,12 @@
 use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use portcullis::sandbox::{ExecRequest, Mode};
 
+use super::util::probe_result as result;
 use super::util::*;
 
 /// Whether this test can run the mode here (and says why not).
@@ -45,22 +46,7 @@ fn in_mode(ws: &Ws, script: &str, tweak: impl FnOnce(&mut ExecRequest)) -> Strin
 
 /// Run the same `script` on the host, outside any sandbox (the control).
 fn on_host(cwd: &Path, script: &str) -> String {
-    let out = Command::new("/usr/bin/python3")
-        .arg("-c")
-        .arg(format!("{PRELUDE}{script}"))
-        .current_dir(cwd)
-        .output()
-        .unwrap_or_else(|e| panic!("python3: {e}"));
-    assert!(out.status.success(), "host script failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The result word of `name` in a script's output (`OK`, `EPERM`, ...).
-fn result<'a>(out: &'a str, name: &str) -> &'a str {
-    out.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
-        .map(|r| r.split_whitespace().next().unwrap_or(""))
-        .unwrap_or_else(|| panic!("no result for {name} in: {out}"))
+    python_on_host(cwd, &format!("{PRELUDE}{script}"))
 }
 
 /// The value printed after `name OK`.

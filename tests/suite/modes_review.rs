@@ -11,6 +11,7 @@ use std::process::Command;
 use portcullis::sandbox::{ExecRequest, Mode};
 use portcullis::SandboxError;
 
+use super::util::probe_result as result;
 use super::util::*;
 
 /// The prologue of every script: `t(name, f)` prints `name OK [value]` or
@@ -34,22 +35,7 @@ fn out_of(req: &ExecRequest) -> String {
 
 /// Run the same `script` on the host, outside any sandbox (the control).
 fn on_host(cwd: &Path, script: &str) -> String {
-    let out = Command::new("/usr/bin/python3")
-        .arg("-c")
-        .arg(format!("{PRELUDE}{script}"))
-        .current_dir(cwd)
-        .output()
-        .unwrap_or_else(|e| panic!("python3: {e}"));
-    assert!(out.status.success(), "host script failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The result word of `name` in a script's output (`OK`, `EPERM`, ...).
-fn result<'a>(out: &'a str, name: &str) -> &'a str {
-    out.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
-        .map(|r| r.split_whitespace().next().unwrap_or(""))
-        .unwrap_or_else(|| panic!("no result for {name} in: {out}"))
+    python_on_host(cwd, &format!("{PRELUDE}{script}"))
 }
 
 fn landlock_only_available(test: &str) -> bool {

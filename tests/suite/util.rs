@@ -281,6 +281,42 @@ pub fn host_cmdlines() -> Vec<Vec<u8>> {
 }
 
 /// Host command lines (NULs as spaces) that contain `needle`.
+/// Run the Python `code` on the host in `cwd`, outside any sandbox (a
+/// probe's control); it must succeed. Its stdout.
+pub fn python_on_host(cwd: &Path, code: &str) -> String {
+    let out = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(code)
+        .current_dir(cwd)
+        .output()
+        .unwrap_or_else(|e| panic!("python3: {e}"));
+    assert!(out.status.success(), "host script failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The result word of `name` in a probe script's output (`OK`, `EPERM`,
+/// ...): the first word after `name ` on its line.
+pub fn probe_result<'a>(out: &'a str, name: &str) -> &'a str {
+    out.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .map(|r| r.split_whitespace().next().unwrap_or(""))
+        .unwrap_or_else(|| panic!("no result for {name} in: {out}"))
+}
+
+/// The host processes still running with `needle` in their command line
+/// after up to a second for a torn-down tree to be reaped.
+pub fn survivors(needle: &str) -> Vec<String> {
+    let mut left = host_procs_containing(needle);
+    for _ in 0..50 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        left = host_procs_containing(needle);
+    }
+    left
+}
+
 pub fn host_procs_containing(needle: &str) -> Vec<String> {
     host_cmdlines()
         .into_iter()
