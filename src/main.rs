@@ -4,15 +4,15 @@ use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use portcullis::policy::{
-    quote_argv, quote_word, Interpreter, Plan, PlannedCommand, Refusal, Verdict, WorkspacePolicy,
-};
-use portcullis::sandbox::{describe_mount, ExecRequest, RunOptions, Sandbox, Stdin, Stream};
+use portcullis::policy::WorkspacePolicy;
+use portcullis::runner::{check_line, explain, ExecOptions, Exec, Line, Prepared, RunError, Runner};
+use portcullis::sandbox::{RunOptions, Stdin, Stream};
 use portcullis::{error_chain, Network};
 
 #[derive(Parser)]
@@ -146,9 +146,15 @@ struct ExecArgs {
     /// Print the result (with captured output) as JSON instead of streaming.
     #[arg(long)]
     json: bool,
-    /// Print the resolved plan and run nothing.
+    /// Print the resolved plan and run nothing (the gate is asked, nothing
+    /// is recorded).
     #[arg(long)]
     explain: bool,
+    /// Record the command in this audit log (JSON Lines, hash-chained;
+    /// overrides the policy's `audit`): an `allowed` record, synced before
+    /// it starts, or a `denied` one, then its outcome.
+    #[arg(long, value_name = "FILE")]
+    audit: Option<PathBuf>,
     /// Test builds only: leave the mounts writable (proves Landlock alone holds).
     #[arg(long, hide = true)]
     test_skip_readonly: bool,
@@ -163,52 +169,10 @@ struct ExecArgs {
     command: Vec<OsString>,
 }
 
-/// Exit statuses of `portcullis` itself, after GNU `env`, `timeout` and
-/// `chroot`; every other status is the command's own (128 + n for a
-/// command killed by signal n).
-mod status {
-    /// `--timeout` expired; the whole tree was killed.
-    pub const TIMED_OUT: u8 = 124;
-    /// Any failure of portcullis itself: bad input (clap's errors too), a
-    /// policy refusal, a sandbox that could not be set up.
-    pub const FAILED: u8 = 125;
-    // 126 (found but cannot be executed) and 127 (not found) come from
-    // `SandboxError::exit_code`.
-    /// Cancelled: portcullis got SIGINT or SIGTERM and killed the tree.
-    pub const CANCELLED: u8 = 130;
-}
-
-/// How `exec` ended, before it becomes an exit status.
-enum Outcome<'a> {
-    /// Bad flags, a bad policy file, a request the library refused.
-    BadInput,
-    /// The policy refused the command; nothing ran.
-    Refused,
-    /// The sandbox failed (before or while starting the command).
-    Failed(&'a portcullis::SandboxError),
-    /// The command ran.
-    Ran(&'a portcullis::ExecResult),
-}
-
-/// The one mapping from an outcome of `exec` to its exit status. A new
-/// typed error with its own status (waiting for another writable run that
-/// was cancelled: 130; that timed out: 124) gets its arm here.
-fn exit_status(o: Outcome) -> u8 {
-    match o {
-        Outcome::BadInput | Outcome::Refused => status::FAILED,
-        // The library's mapping (126/127 for a command that cannot run,
-        // 124/130 for a wait ended by the timeout or a cancellation, 125
-        // otherwise), so library callers and the CLI agree.
-        Outcome::Failed(e) => e.exit_code(),
-        Outcome::Ran(r) if r.timed_out => status::TIMED_OUT,
-        Outcome::Ran(r) if r.cancelled => status::CANCELLED,
-        Outcome::Ran(r) => match (r.exit_code, r.signal) {
-            (Some(c), _) => u8::try_from(c & 0xff).unwrap_or(status::FAILED),
-            (None, Some(s)) => u8::try_from((128 + s) & 0xff).unwrap_or(status::FAILED),
-            _ => status::FAILED,
-        },
-    }
-}
+/// The exit status of a failure of portcullis itself (bad input, a refusal,
+/// a sandbox that could not be set up); every other status is the
+/// command's own, or the library's mapping of a fault.
+const FAILED: u8 = portcullis::sandbox::status::FAILED;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -225,7 +189,7 @@ fn main() -> ExitCode {
                 {
                     ExitCode::SUCCESS
                 }
-                _ => ExitCode::from(status::FAILED),
+                _ => ExitCode::from(FAILED),
             };
         }
     };
@@ -233,7 +197,7 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("portcullis: cannot start the runtime: {e}");
-            return ExitCode::from(status::FAILED);
+            return ExitCode::from(FAILED);
         }
     };
     rt.block_on(async {
@@ -258,139 +222,12 @@ fn main() -> ExitCode {
     })
 }
 
-/// Why `exec` stops before running anything.
-enum Stop {
-    /// Bad flags, a bad policy file.
-    BadInput(String),
-    /// The policy refused the command.
-    Refused(Refusal),
-}
-
-fn bad(e: impl std::fmt::Display) -> Stop {
-    Stop::BadInput(e.to_string())
-}
-
-/// The request, and the policy's verdict when there is a policy.
-fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<Plan>), Stop> {
-    let (mut req, checked) = match &a.policy {
-        Some(file) => {
-            let (req, plan) = policy_request(a, file)?;
-            (req, Some(plan))
-        }
-        None => {
-            let ws = a.workspace.clone().ok_or_else(|| bad("--workspace DIR (or --policy FILE) is required"))?;
-            let mut req = ExecRequest::new(ws, a.command.clone());
-            req.writable = a.writable;
-            (req, None)
-        }
-    };
-    req.write.extend(a.write.iter().cloned());
-    req.read.extend(a.read.iter().cloned());
-    req.deny.extend(a.deny.iter().cloned());
-    req.protect.extend(a.protect.iter().cloned());
-    req.cwd = a.cwd.clone();
-    if let Some(n) = a.network {
-        req.network = match n {
-            NetArg::None => Network::None,
-            NetArg::Host => Network::Host,
-        };
-    }
-    for e in &a.env {
-        let (k, v) = e.split_once('=').ok_or_else(|| bad(format!("--env {e:?}: expected NAME=VALUE")))?;
-        if k.is_empty() {
-            return Err(bad(format!("--env {e:?}: empty name")));
-        }
-        if a.policy.is_some() && portcullis::policy::is_startup_var(k) {
-            return Err(bad(format!("--env {k}: a shell start-up or loader variable is never passed to a command")));
-        }
-        req.env.push((k.into(), v.into()));
-    }
-    for n in &a.inherit_env {
-        if a.policy.is_some() && portcullis::policy::is_startup_var(&n.to_string_lossy()) {
-            return Err(bad(format!(
-                "--inherit-env {}: a shell start-up or loader variable is never passed to a command",
-                n.to_string_lossy()
-            )));
-        }
-        req.inherit_env.push(n.clone());
-    }
-    if let Some(t) = a.timeout {
-        req.timeout = Some(t);
-    }
-    if a.pids.is_some() {
-        req.limits.pids = a.pids;
-    }
-    if a.memory.is_some() {
-        req.limits.memory = a.memory;
-    }
-    if let Some(m) = a.max_output {
-        req.max_output_bytes =
-            usize::try_from(m).map_err(|_| bad(format!("--max-output {m}: too large for this machine")))?;
-    }
-    req.test_switches.skip_readonly = a.test_skip_readonly;
-    req.test_switches.skip_landlock = a.test_skip_landlock;
-    req.test_switches.fail_git_guard = a.test_fail_git_guard;
-    if let Some(DegradedArg::LandlockOnly) = a.degraded {
-        req.degraded = Some(portcullis::sandbox::Mode::LandlockOnly);
-    }
-    // /bin/sh reads an sh-mode line in its locale's character set: only C,
-    // POSIX or UTF-8 ones read it as the checker did.
-    if checked.as_ref().is_some_and(|p| p.interpreter == Interpreter::Sh) {
-        let set = req.env.iter().map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()));
-        let inherited = req.inherit_env.iter().filter_map(|n| {
-            std::env::var_os(n).map(|v| (n.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
-        });
-        if let Some((k, v)) = portcullis::policy::unsafe_sh_locale(set.chain(inherited)) {
-            return Err(bad(format!("{k}={v}: sh mode needs a C, POSIX or UTF-8 locale (the line is read in it)")));
-        }
-    }
-    Ok((req, checked))
-}
-
-/// Read the policy, check the command against it, and build the request
-/// from both. `--writable` grants the policy's write list (the whole
-/// workspace if it has none); `--write` adds grants.
-fn policy_request(a: &ExecArgs, file: &std::path::Path) -> Result<(ExecRequest, Plan), Stop> {
-    let mut policy = WorkspacePolicy::from_file(file).map_err(|e| bad(error_chain(&e)))?;
-    if let Some(ws) = &a.workspace {
-        policy.workspace = Some(std::path::absolute(ws).map_err(|e| bad(format!("{}: {e}", ws.display())))?);
-    }
-    let mut checker = policy.checker().map_err(|e| bad(error_chain(&e)))?;
-    if a.sh {
-        checker = checker.with_interpreter(Interpreter::Sh);
-    }
-    if let Some(cwd) = &a.cwd {
-        checker = checker.with_cwd(cwd).map_err(|e| bad(format!("--cwd: {}", error_chain(&e))))?;
-    }
-    let words = a
-        .command
-        .iter()
-        .map(|w| {
-            w.to_str().map(str::to_string).ok_or_else(|| bad(format!("{w:?}: the policy checker reads UTF-8 text")))
-        })
-        .collect::<Result<Vec<String>, Stop>>()?;
-    let verdict = match checker.interpreter() {
-        Interpreter::Sh => match words.as_slice() {
-            [line] => checker.check(line),
-            _ => return Err(bad("with --sh, pass the line as one argument: -- 'LINE'")),
-        },
-        Interpreter::None => checker.check_argv(&words),
-    };
-    let plan = match verdict {
-        Verdict::Accepted(p) => p,
-        Verdict::Refused(r) => return Err(Stop::Refused(r)),
-    };
-    let mut req = policy.exec_request(&plan, a.writable).map_err(|e| bad(error_chain(&e)))?;
-    req.policy_file = Some(file.to_path_buf());
-    Ok((req, plan))
-}
-
 /// `check` exits 0 (accepted), 1 (refused) or, like every subcommand for
 /// bad input, 125.
 fn check(a: CheckArgs) -> ExitCode {
     let fail = |m: String| {
         eprintln!("portcullis: {m}");
-        ExitCode::from(status::FAILED)
+        ExitCode::from(FAILED)
     };
     let mut policy = match &a.policy {
         Some(f) => match WorkspacePolicy::from_file(f) {
@@ -408,312 +245,124 @@ fn check(a: CheckArgs) -> ExitCode {
             Err(e) => return fail(format!("no workspace and no current directory: {e}")),
         }
     }
-    let mut checker = match policy.checker() {
-        Ok(c) if a.sh => c.with_interpreter(Interpreter::Sh),
-        Ok(c) => c,
-        Err(e) => return fail(error_chain(&e)),
+    let line = match a.line.as_slice() {
+        [line] => Line::Text(line),
+        words => Line::Argv(words),
     };
-    if let Some(cwd) = &a.cwd {
-        checker = match checker.with_cwd(cwd) {
-            Ok(c) => c,
-            Err(e) => return fail(format!("--cwd: {}", error_chain(&e))),
-        };
-    }
-    let verdict = match (a.line.as_slice(), checker.interpreter()) {
-        ([line], _) => checker.check(line),
-        (words, Interpreter::None) => checker.check_argv(words),
-        (_, Interpreter::Sh) => return fail("in sh mode, pass the line as one argument: -- 'LINE'".into()),
+    let verdict = match check_line(&policy, line, a.sh, a.cwd.as_deref()) {
+        Ok(v) => v,
+        Err(e) => return fail(error_chain(&e)),
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&verdict).unwrap_or_default());
     } else {
-        print!("{}", render_verdict(&verdict));
+        print!("{}", explain::render_verdict(&verdict));
     }
     match verdict {
-        Verdict::Accepted(_) => ExitCode::SUCCESS,
-        Verdict::Refused(_) => ExitCode::from(1),
+        portcullis::policy::Verdict::Accepted(_) => ExitCode::SUCCESS,
+        portcullis::policy::Verdict::Refused(_) => ExitCode::from(1),
     }
 }
 
-fn render_verdict(v: &Verdict) -> String {
-    fn cmd(out: &mut String, c: &PlannedCommand, indent: usize, n: Option<usize>) {
-        let lead = match n {
-            Some(n) => format!("{:indent$}{n}. ", ""),
-            None => format!("{:indent$}runs: ", ""),
-        };
-        let mut line = quote_argv(&c.argv);
-        let mut last_op: Option<&str> = None;
-        for r in &c.redirects {
-            let path = quote_word(&r.path.to_string_lossy());
-            if last_op == Some(r.op.as_str()) {
-                line += &format!(" or {path}");
-            } else {
-                line += &format!(" {} {path}", r.op);
-            }
-            last_op = Some(r.op.as_str());
-        }
-        *out += &format!("{lead}{line}\n");
-        for inner in &c.runs {
-            cmd(out, inner, indent + 5, None);
-        }
+/// The flags as the library's options (the front end only splits `K=V`).
+fn options(a: &ExecArgs) -> Result<ExecOptions, String> {
+    let mut env = Vec::new();
+    for e in &a.env {
+        let (k, v) = e.split_once('=').ok_or_else(|| format!("--env {e:?}: expected NAME=VALUE"))?;
+        env.push((OsString::from(k), OsString::from(v)));
     }
-    match v {
-        Verdict::Accepted(p) => {
-            let mode = match p.interpreter {
-                Interpreter::None => "argv mode",
-                Interpreter::Sh => "sh mode",
-            };
-            let mut s = format!(
-                "accepted ({mode}): {} command{}\n",
-                p.commands.len(),
-                if p.commands.len() == 1 { "" } else { "s" }
-            );
-            for (i, c) in p.commands.iter().enumerate() {
-                cmd(&mut s, c, 2, Some(i + 1));
-            }
-            s
-        }
-        Verdict::Refused(r) => format!("refused: {}\n  command: {}\n  why: {}\n", r.reason, r.command, r.message),
-    }
+    Ok(ExecOptions {
+        sh: a.sh,
+        writable: a.writable,
+        write: a.write.clone(),
+        read: a.read.clone(),
+        deny: a.deny.clone(),
+        protect: a.protect.clone(),
+        cwd: a.cwd.clone(),
+        timeout: a.timeout,
+        network: a.network,
+        env,
+        inherit_env: a.inherit_env.clone(),
+        pids: a.pids,
+        memory: a.memory,
+        max_output: a.max_output,
+        degraded: a.degraded,
+        background: false,
+        test_switches: portcullis::sandbox::TestSwitches {
+            skip_readonly: a.test_skip_readonly,
+            skip_landlock: a.test_skip_landlock,
+            fail_git_guard: a.test_fail_git_guard,
+        },
+    })
 }
 
-fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Option<&Plan>) -> String {
-    let mut s = String::from("portcullis plan v1\n");
-    if let (Some(checked), Some(file)) = (checked, &req.policy_file) {
-        let mode = match checked.interpreter {
-            Interpreter::None => "argv mode",
-            Interpreter::Sh => "sh mode, run with /bin/sh -c",
-        };
-        s += &format!("policy: {} (accepted, {mode})\n", shown(file));
-        fn walk(s: &mut String, cmds: &[PlannedCommand], depth: usize) {
-            for c in cmds {
-                *s +=
-                    &format!("policy-command: {}{}\n", "  ".repeat(depth), shown_bytes(quote_argv(&c.argv).as_bytes()));
-                for r in &c.redirects {
-                    *s += &format!("policy-redirect: {}{} {}\n", "  ".repeat(depth + 1), r.op, shown(&r.path));
-                }
-                walk(s, &c.runs, depth + 1);
-            }
-        }
-        walk(&mut s, &checked.commands, 0);
+fn runner(a: &ExecArgs) -> Result<Runner, RunError> {
+    let mut b = Runner::builder();
+    if let Some(f) = &a.policy {
+        b = b.policy_file(f)?;
     }
-    if plan.spec.mode == portcullis::sandbox::Mode::LandlockOnly {
-        s += "mode: DEGRADED landlock-only (no namespaces, no mount plan: Landlock limits reads and writes)\n";
+    if let Some(ws) = &a.workspace {
+        b = b.workspace(ws);
     }
-    s += &format!("workspace: {} ({})\n", shown(&plan.workspace), if plan.writable { "writable" } else { "read-only" });
-    for g in &plan.write_grants {
-        let note = if plan.create_grants.contains(g) { " (missing: created before the run)" } else { "" };
-        s += &format!("write-grant: {}{note}\n", shown(g));
+    let log = a.audit.clone().or_else(|| b.policy_audit());
+    if let Some(log) = log {
+        let audit = portcullis::audit::JsonlAudit::open(&log, portcullis::audit::Sync::Every)
+            .map_err(RunError::Audit)?;
+        b = b.audit(Arc::new(audit));
     }
-    for r in &plan.read_roots {
-        s += &format!("read-root: {}\n", shown(r));
-    }
-    for p in &plan.protected {
-        s += &format!("protected: {}\n", shown(p));
-    }
-    for p in &plan.pinned {
-        s += &format!("pinned: {}\n", shown(p));
-    }
-    for m in &plan.masked {
-        s += &format!("masked: {}\n", shown(m));
-    }
-    for h in &plan.hard_linked {
-        s += &format!("hard-linked: {} (another name lies outside the writable areas; kept read-only)\n", shown(h));
-    }
-    for p in &plan.privileged {
-        s += &format!("privileged: {} (setuid, setgid or file capabilities; kept read-only)\n", shown(p));
-    }
-    for u in &plan.unlistable {
-        s += &format!("unlistable: {} (the caller cannot list it, the command could search it; masked)\n", shown(u));
-    }
-    if plan.spec.mode == portcullis::sandbox::Mode::Full {
-        s += &format!(
-            "namespaces: user mount pid ipc uts{}\n",
-            if plan.spec.network == Network::None { " net" } else { "" }
-        );
-    } else {
-        s += "namespaces: none\n";
-    }
-    let full = plan.spec.mode == portcullis::sandbox::Mode::Full;
-    s += &format!(
-        "network: {}\n",
-        match (plan.spec.network, full) {
-            (Network::None, true) => "none (a private namespace with loopback only)",
-            (Network::None, false) => "none (IPv4, IPv6 and unix sockets refused by seccomp)",
-            (Network::Host, true) => "host",
-            (Network::Host, false) => "host (unix sockets refused by seccomp)",
-        }
-    );
-    let id = plan.spec.identity;
-    s += &format!(
-        "ids: uid {} gid {} inside = host uid {} gid {}{}\n",
-        id.inside_uid,
-        id.inside_gid,
-        id.outside_uid,
-        id.outside_gid,
-        if !full {
-            " (no user namespace: the caller's own ids)"
-        } else if id.inside_uid != id.outside_uid {
-            " (root caller: runs as nobody; workspace, grants and readable roots idmapped)"
-        } else {
-            ""
-        }
-    );
-    for (i, op) in plan.spec.mounts.iter().enumerate() {
-        s += &format!("mount {i:02}: {}\n", shown_bytes(describe_mount(op).as_bytes()));
-    }
-    if full {
-        s += "mount: / (root tmpfs) read-only after setup\n";
-    } else {
-        s += "mount: none (the host's mount view; Landlock limits access)\n";
-    }
-    let abi = portcullis_abi();
-    let scope = if abi >= 6 { ", scope signal+abstract-unix" } else { ", no scoping (needs ABI 6)" };
-    let tcp = match (plan.spec.network, abi >= 4) {
-        (Network::None, true) => ", tcp bind/connect denied",
-        (Network::None, false) => ", no tcp rules (needs ABI 4)",
-        (Network::Host, _) => "",
-    };
-    let reads = if full { "" } else { ", and reads (no mount plan to hide anything)" };
-    s += &format!(
-        "landlock: abi {abi}, handles every write right but ioctl-dev (truncate included; make-sock only beneath landlock-sockets){reads}{scope}{tcp}\n"
-    );
-    for r in &plan.spec.landlock.readable {
-        s += &format!("landlock-readable: {}\n", shown_bytes(r));
-    }
-    for w in &plan.landlock_writable {
-        s += &format!("landlock-writable: {}\n", shown(w));
-    }
-    for sp in &plan.landlock_split {
-        s += &format!(
-            "landlock-split: {} (its rule left out {}: rules on its {} other entries instead; no new entry, \
-             removal or rename directly in {})\n",
-            shown(&sp.grant),
-            sp.holes.iter().map(|h| shown(h)).collect::<Vec<_>>().join(", "),
-            sp.entries.len(),
-            sp.closed.iter().map(|c| shown(c)).collect::<Vec<_>>().join(", ")
-        );
-        for e in &sp.entries {
-            s += &format!("landlock-writable: {}\n", shown(e));
-        }
-    }
-    for w in &plan.landlock_sockets {
-        s += &format!("landlock-sockets: {} (unix sockets may be made only here)\n", shown(w));
-    }
-    for g in &plan.landlock_gaps {
-        s +=
-            &format!("landlock-gap: {} lies beneath a writable path; only the read-only mount protects it\n", shown(g));
-    }
-    let profile =
-        portcullis_helper::filter::Profile { degraded: !full, network_none: plan.spec.network == Network::None };
-    s += &format!(
-        "seccomp: sha256 {} ({} rules, x32 refused, clone3 ENOSYS)\n",
-        plan.seccomp_sha256,
-        portcullis_helper::filter::entries_for(profile).len()
-    );
-    s += if full {
-        "capabilities: none (all five sets cleared), no_new_privs\n"
-    } else if id.outside_uid == 0 {
-        "capabilities: none (a root caller: uid 0 with all five sets cleared and the securebits noroot, no-setuid-fixup and no-ambient-raise locked), no_new_privs\n"
-    } else {
-        "capabilities: none held (an unprivileged caller), no_new_privs\n"
-    };
-    for g in &plan.git_guard {
-        s += &format!("git-guard: {} (removed after the run if the command creates it)\n", shown(g));
-    }
-    s += &format!(
-        "limits: pids={} memory={}\n",
-        req.limits.pids.map_or("none".into(), |n| n.to_string()),
-        req.limits.memory.map_or("none".into(), |n| n.to_string())
-    );
-    s += &format!("kill: {}\n", {
-        let fallback =
-            if full { "pid-namespace" } else { "subreaper sweep (kill(-1) in the sandbox's Landlock domain)" };
-        match sb.cgroup_host() {
-            Ok(h) if nix::unistd::access(&h.parent, nix::unistd::AccessFlags::W_OK).is_ok() => {
-                format!("cgroup.kill (a leaf under {}; {fallback} if none can be made)", shown(&h.parent))
-            }
-            Ok(h) => format!("{fallback} ({} is not writable: no delegated cgroup)", shown(&h.parent)),
-            Err(e) => format!("{fallback} ({e})"),
-        }
-    });
-    s += &format!("timeout: {}\n", req.timeout.map_or("none".into(), |t| format!("{}s", t.as_secs_f64())));
-    s += &format!("cwd: {}\n", shown_bytes(&plan.spec.cwd));
-    for e in &plan.spec.env {
-        s += &format!("env: {}\n", shown_bytes(e));
-    }
-    let argv: Vec<String> = plan.spec.argv.iter().map(|a| format!("{:?}", String::from_utf8_lossy(a))).collect();
-    s += &format!("argv: [{}]\n", argv.join(", "));
-    s
+    b.build()
 }
 
-/// A path for `--explain`: as it is when it is plain text, else quoted with
-/// its control characters and invalid bytes escaped, so a file name cannot
-/// forge a line of the plan.
-fn shown(p: &std::path::Path) -> String {
-    shown_bytes(p.as_os_str().as_encoded_bytes())
-}
-
-fn shown_bytes(b: &[u8]) -> String {
-    match std::str::from_utf8(b) {
-        Ok(t) if !t.chars().any(char::is_control) => t.to_string(),
-        _ => format!("{:?}", String::from_utf8_lossy(b)).replace('\u{fffd}', "\\x??"),
+/// A fault: its message, and with `--json` the error as data (with the
+/// command's result when it ran).
+fn fault(e: &RunError, json: bool) -> ExitCode {
+    let code = e.exit_code();
+    if json {
+        let mut obj = serde_json::json!({ "error": { "kind": "failed", "message": error_chain(e), "exit_code": code } });
+        if let (Some(r), Some(map)) = (e.result(), obj.as_object_mut()) {
+            map.insert("result".into(), serde_json::to_value(r).unwrap_or_default());
+        }
+        println!("{obj}");
+    } else if let Some(r) = e.result() {
+        for w in &r.warnings {
+            eprintln!("portcullis: warning: {w}");
+        }
     }
-}
-
-fn portcullis_abi() -> u32 {
-    // SAFETY-free: the doctor module already wraps the probe.
-    portcullis::doctor_landlock_abi()
+    eprintln!("portcullis: {}", error_chain(e));
+    ExitCode::from(code)
 }
 
 async fn exec(a: ExecArgs) -> ExitCode {
-    let (req, checked) = match request(&a) {
+    let opts = match options(&a) {
+        Ok(o) => o,
+        Err(m) => {
+            eprintln!("portcullis: {m}");
+            return ExitCode::from(FAILED);
+        }
+    };
+    let runner = match runner(&a) {
         Ok(r) => r,
-        Err(Stop::BadInput(e)) => {
-            eprintln!("portcullis: {e}");
-            return ExitCode::from(exit_status(Outcome::BadInput));
-        }
-        Err(Stop::Refused(r)) => {
-            if a.json {
-                println!("{}", serde_json::to_string(&Verdict::Refused(r.clone())).unwrap_or_default());
-            }
-            eprintln!("portcullis: {r}");
-            return ExitCode::from(exit_status(Outcome::Refused));
-        }
+        Err(e) => return fault(&e, a.json),
     };
-    let fail = |e: &portcullis::SandboxError, json: bool| {
-        let code = exit_status(Outcome::Failed(e));
-        if json {
-            // A failure after the run (the git guard) still carries the
-            // command's result: its output is not lost.
-            let mut obj = serde_json::json!({ "error": { "message": error_chain(e), "exit_code": code } });
-            if let (Some(r), Some(map)) = (e.result(), obj.as_object_mut()) {
-                map.insert("result".into(), serde_json::to_value(r).unwrap_or_default());
-            }
-            println!("{obj}");
-        } else if let Some(r) = e.result() {
-            for w in &r.warnings {
-                eprintln!("portcullis: warning: {w}");
-            }
-        }
-        eprintln!("portcullis: {}", error_chain(e));
-        ExitCode::from(code)
-    };
-    let sb = match Sandbox::new() {
-        Ok(s) => s,
-        Err(e) => return fail(&e, a.json),
+    let prepared = match runner.prepare(&a.command, &opts).await {
+        Ok(p) => p,
+        Err(e) => return fault(&e, a.json),
     };
     if a.explain {
-        let plan = match sb.plan(&req) {
-            Ok(p) => p,
-            Err(e) => return fail(&e, a.json),
+        return match &prepared {
+            Prepared::Refused { refused, .. } => refusal(&Exec::Refused(refused.clone()), a.json),
+            Prepared::Ready(ready) => match runner.sandbox().plan(&ready.request) {
+                Ok(plan) if a.json => {
+                    println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
+                Ok(plan) => {
+                    print!("{}", explain::explain(runner.sandbox(), &plan, ready));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fault(&RunError::Sandbox(e), a.json),
+            },
         };
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());
-        } else {
-            print!("{}", explain(&sb, &plan, &req, checked.as_ref()));
-        }
-        return ExitCode::SUCCESS;
     }
     let cancel = CancellationToken::new();
     let c2 = cancel.clone();
@@ -731,39 +380,41 @@ async fn exec(a: ExecArgs) -> ExitCode {
     // A terminal is never handed on (no keystroke games, no fchmod of the
     // caller's tty); piped or redirected input is copied through a pipe.
     let stdin = if std::io::stdin().is_terminal() { Stdin::Null } else { Stdin::Copy };
-    let mut opts = RunOptions { stdin, cancel: Some(cancel), ..RunOptions::default() };
+    let mut run = RunOptions { stdin, cancel: Some(cancel), ..RunOptions::default() };
     if !a.json {
-        opts.on_output = Some(Box::new(|stream, data| {
+        run.on_output = Some(Box::new(|stream, data| {
             let _ = match stream {
                 Stream::Stdout => std::io::stdout().lock().write_all(data).and_then(|_| std::io::stdout().flush()),
                 Stream::Stderr => std::io::stderr().lock().write_all(data),
             };
         }));
     }
-    // Planned inside: a run that writes is planned once, under the
-    // workspace's lock (its hard-link walk is the costly part of a plan).
-    match sb.run(&req, opts).await {
-        Ok(r) => {
+    let max_output = opts.max_output;
+    match runner.run_prepared(prepared, run).await {
+        Ok(e @ Exec::Refused(_)) => refusal(&e, a.json),
+        Ok(Exec::Ran(r)) => {
             if a.json {
                 println!("{}", serde_json::to_string(&r).unwrap_or_default());
             } else {
-                if r.truncated {
-                    eprintln!("portcullis: output truncated at {} bytes", req.max_output_bytes);
-                }
-                if r.timed_out {
-                    eprintln!(
-                        "portcullis: timed out after {:.1}s; the whole command tree was killed",
-                        req.timeout.map_or(0.0, |t| t.as_secs_f64())
-                    );
-                }
-                for w in &r.warnings {
-                    eprintln!("portcullis: warning: {w}");
+                for line in r.result.notes(max_output) {
+                    eprintln!("portcullis: {line}");
                 }
             }
-            ExitCode::from(exit_status(Outcome::Ran(&r)))
+            ExitCode::from(Exec::Ran(r).exit_status())
         }
-        Err(e) => fail(&e, a.json),
+        Err(e) => fault(&e, a.json),
     }
+}
+
+/// A refusal: data for `--json`, a line on stderr; exit 125.
+fn refusal(e: &Exec, json: bool) -> ExitCode {
+    if json {
+        println!("{}", e.to_json());
+    }
+    if let Exec::Refused(r) = e {
+        eprintln!("portcullis: {r}");
+    }
+    ExitCode::from(e.exit_status())
 }
 
 /// The static musl build's allocator (see Cargo.toml).

@@ -316,3 +316,35 @@ pub fn xattr_size_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr, xattr: &std::ff
     };
     cvt(r)
 }
+
+/// Fill `buf` from the kernel's random pool (`getrandom(2)`, blocking only
+/// until the pool is first initialised). Falls back to the clock and pid,
+/// mixed through SHA-256, where the call is refused (an old seccomp
+/// profile): ids stay unique, the genesis of an audit log stays unguessable
+/// only with the real call.
+pub fn random(buf: &mut [u8]) {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let rest = &mut buf[filled..];
+        // SAFETY: the pointer and length describe `rest`, which we own.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n > 0 {
+            filled += n as usize;
+            continue;
+        }
+        if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        use sha2::{Digest, Sha256};
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let mut h = Sha256::new();
+        h.update(now.as_nanos().to_le_bytes());
+        h.update(std::process::id().to_le_bytes());
+        h.update((buf.as_ptr() as usize).to_le_bytes());
+        let d = h.finalize();
+        for (i, b) in buf[filled..].iter_mut().enumerate() {
+            *b = d[i % d.len()];
+        }
+        return;
+    }
+}

@@ -94,6 +94,12 @@ impl PathJail {
         &self.root
     }
 
+    /// Where writes may land: the workspace, then the write grants outside
+    /// it (real paths).
+    pub fn write_roots(&self) -> impl Iterator<Item = &Path> {
+        std::iter::once(self.root.as_path()).chain(self.grants.iter().map(PathBuf::as_path))
+    }
+
     /// Resolve `path` (relative to the workspace, or absolute) and judge it.
     pub fn resolve(&self, path: &Path, access: Access) -> Result<PathBuf, PolicyError> {
         self.resolve_in(&self.root, path, access)

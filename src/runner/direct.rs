@@ -1,0 +1,312 @@
+//! Direct file operations through the library: the same jail, gate and
+//! audit as a command, so a refused command cannot be replaced by a write.
+//!
+//! A path is judged by the policy's jail (resolved as the kernel would),
+//! then by the protected-path rule, then by the gate; the operation itself
+//! runs from a descriptor of the root that holds the path, one plain
+//! component at a time with `O_NOFOLLOW`, so a link swapped in after the
+//! judgement fails the operation instead of redirecting it. A whole-file
+//! write goes to a new file in the same directory and is renamed over the
+//! old one (readers see the old or the new content, never half of it; the
+//! file's other hard-linked names, if any, keep the old content).
+
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, AtFlags, OFlag};
+use nix::sys::stat::{fchmod, fstatat, mkdirat, Mode as FileMode, SFlag};
+use nix::unistd::{unlinkat, UnlinkatFlags};
+use serde::Serialize;
+
+use crate::audit::{Event, RefusalKind, Status};
+use crate::gate::{Access, Action, Backend, FsAction};
+use crate::policy::{Access as JailAccess, PathJail, PolicyError, WorkspacePolicy};
+use crate::sandbox::DEFAULT_PROTECTED;
+
+use super::{millis, new_id, Refused, RunError, Runner};
+
+/// A direct file operation that was carried out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FsDone {
+    /// The action's id (as in the audit log).
+    pub id: String,
+    /// The path written, as the jail resolved it.
+    pub path: PathBuf,
+    /// Bytes written (`fs.write`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
+/// What became of a direct file operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fs {
+    /// It was done.
+    Done(FsDone),
+    /// It was refused; nothing was touched.
+    Refused(Refused),
+}
+
+/// What to do at the resolved path.
+enum Op<'a> {
+    Write(&'a [u8]),
+    Remove,
+    Mkdir,
+}
+
+impl Op<'_> {
+    fn kind(&self) -> &'static str {
+        match self {
+            Op::Write(_) => "fs.write",
+            Op::Remove => "fs.remove",
+            Op::Mkdir => "fs.mkdir",
+        }
+    }
+}
+
+impl Runner {
+    /// Write a whole file (created, with missing parent directories, or
+    /// replaced), through the jail, the gate and the audit.
+    pub async fn write_file(&self, path: &Path, data: &[u8]) -> Result<Fs, RunError> {
+        self.fs_op(path, Op::Write(data)).await
+    }
+
+    /// Remove a file, a link, or an empty directory.
+    pub async fn remove(&self, path: &Path) -> Result<Fs, RunError> {
+        self.fs_op(path, Op::Remove).await
+    }
+
+    /// Make a directory and any missing parents.
+    pub async fn mkdir(&self, path: &Path) -> Result<Fs, RunError> {
+        self.fs_op(path, Op::Mkdir).await
+    }
+
+    fn jail(&self) -> Result<PathJail, PolicyError> {
+        match &self.policy {
+            Some(p) => PathJail::new(p),
+            None => PathJail::new(&WorkspacePolicy { workspace: Some(self.workspace.clone()), ..Default::default() }),
+        }
+    }
+
+    async fn fs_op(&self, path: &Path, op: Op<'_>) -> Result<Fs, RunError> {
+        let kind = op.kind();
+        let jail = self.jail()?;
+        let policy_refusal = |reason: String| Refused {
+            kind: RefusalKind::RefusedByPolicy,
+            reason,
+            command: None,
+            code: None,
+            rule: None,
+        };
+        let (resolved, refused) = match jail.resolve(path, JailAccess::Write) {
+            Ok(real) => {
+                let why = self.protected(jail.root(), &real);
+                (real, why.map(policy_refusal))
+            }
+            Err(e @ PolicyError::PathEscape { .. }) => (path.to_path_buf(), Some(policy_refusal(e.to_string()))),
+            Err(e) => return Err(e.into()),
+        };
+        let fs = FsAction { path: path.to_path_buf(), resolved: resolved.clone(), backend: Backend::Direct };
+        let action = match op {
+            Op::Write(_) => Action::FsWrite(fs),
+            Op::Remove => Action::FsRemove(fs),
+            Op::Mkdir => Action::FsMkdir(fs),
+        };
+        let id = new_id();
+        let refused = match refused {
+            Some(r) => Some(r),
+            None => {
+                let asked = action.asked();
+                match self.decide(jail.root(), &action, &asked).await? {
+                    Err(r) => Some(r),
+                    Ok((access, rule, _)) if !covers(&access, &resolved) => Some(Refused {
+                        kind: RefusalKind::RefusedByGate,
+                        reason: format!("the gate allows {kind} no write access to {}", resolved.display()),
+                        command: None,
+                        code: None,
+                        rule,
+                    }),
+                    Ok((access, rule, _)) => {
+                        self.record(&Event::Allowed { id: id.clone(), action: action.clone(), effective: access, rule })
+                            .await
+                            .map_err(RunError::Audit)?;
+                        None
+                    }
+                }
+            }
+        };
+        if let Some(r) = refused {
+            self.record(&Event::Denied {
+                id,
+                action,
+                refusal: r.kind,
+                reason: r.reason.clone(),
+                rule: r.rule.clone(),
+            })
+            .await
+            .map_err(RunError::Audit)?;
+            return Ok(Fs::Refused(r));
+        }
+        let started = std::time::Instant::now();
+        let base = base_of(&jail, &resolved);
+        let done = carry_out(&base, &resolved, &op);
+        let effective = action.asked();
+        let event = Event::Outcome {
+            id: id.clone(),
+            status: if done.is_ok() { Status::Completed } else { Status::Failed },
+            exit_code: None,
+            signal: None,
+            duration_ms: millis(started.elapsed()),
+            effective,
+            refused_writes: None,
+            removed: Vec::new(),
+            error: done.as_ref().err().map(|e| format!("{kind} {}: {e}", path.display())),
+        };
+        let recorded = self.record(&event).await;
+        let bytes = done.map_err(|source| RunError::Fs { op: kind, path: path.to_path_buf(), source })?;
+        recorded.map_err(RunError::Audit)?;
+        Ok(Fs::Done(FsDone { id, path: resolved, bytes }))
+    }
+
+    /// Why a direct write to `real` is refused although the jail accepts
+    /// it: git's own files (a command's sandbox protects its hooks and
+    /// config; a direct write has no reason to touch any of it), the
+    /// protected paths, the policy file.
+    fn protected(&self, root: &Path, real: &Path) -> Option<String> {
+        if let Ok(rel) = real.strip_prefix(root) {
+            if rel.components().any(|c| c.as_os_str() == ".git") {
+                return Some(format!(
+                    "{} is inside a .git directory: git's files are changed by git (a command), not written directly",
+                    real.display()
+                ));
+            }
+        }
+        let listed = self.policy.as_ref().map(|p| p.protect.clone()).unwrap_or_default();
+        let all = DEFAULT_PROTECTED.iter().map(PathBuf::from).chain(listed);
+        for p in all {
+            let abs = if p.is_absolute() { p.clone() } else { root.join(&p) };
+            let abs = super::request::resolve_grant(root, &abs);
+            if real.starts_with(&abs) {
+                return Some(format!("{} is protected ({}): it stays read-only", real.display(), p.display()));
+            }
+        }
+        if let Some(f) = &self.policy_file {
+            if std::fs::canonicalize(f).is_ok_and(|f| f == real) {
+                return Some(format!("{} is the policy file: it stays read-only", real.display()));
+            }
+        }
+        None
+    }
+}
+
+/// Whether `access` lets `path` be written.
+fn covers(access: &Access, path: &Path) -> bool {
+    access.write_grants.iter().any(|g| path.starts_with(g))
+}
+
+/// The root that holds `real`: the deepest of the workspace and the jail's
+/// grants outside it.
+fn base_of(jail: &PathJail, real: &Path) -> PathBuf {
+    jail.write_roots().filter(|r| real.starts_with(r)).max_by_key(|r| r.components().count()).unwrap_or(jail.root()).to_path_buf()
+}
+
+fn io(e: Errno) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e as i32)
+}
+
+/// Open `dir` relative to `from`, one plain component at a time, never
+/// following a link; with `create`, make missing components.
+fn walk(from: OwnedFd, rel: &Path, create: bool) -> std::io::Result<OwnedFd> {
+    let mut cur = from;
+    for c in rel.components() {
+        let Component::Normal(name) = c else {
+            return Err(std::io::Error::other(format!("{}: not a plain path", rel.display())));
+        };
+        let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        cur = match openat(cur.as_fd(), name, flags, FileMode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) if create => {
+                match mkdirat(cur.as_fd(), name, FileMode::from_bits_truncate(0o777)) {
+                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Err(e) => return Err(io(e)),
+                }
+                openat(cur.as_fd(), name, flags, FileMode::empty()).map_err(io)?
+            }
+            Err(e) => return Err(io(e)),
+        };
+    }
+    Ok(cur)
+}
+
+/// Do it: returns the bytes written for a write.
+fn carry_out(base: &Path, real: &Path, op: &Op<'_>) -> std::io::Result<Option<u64>> {
+    let rel = real.strip_prefix(base).map_err(|_| std::io::Error::other("outside its root"))?;
+    let root = nix::fcntl::open(base, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, FileMode::empty())
+        .map_err(io)?;
+    let (parent, name) = match (rel.parent(), rel.file_name()) {
+        (Some(p), Some(n)) => (p, n),
+        _ => {
+            // The root itself: it exists; only mkdir of it is meaningful.
+            return match op {
+                Op::Mkdir => Ok(None),
+                _ => Err(io(Errno::EISDIR)),
+            };
+        }
+    };
+    match op {
+        Op::Mkdir => {
+            walk(root, rel, true)?;
+            Ok(None)
+        }
+        Op::Remove => {
+            let dir = walk(root, parent, false)?;
+            let st = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io)?;
+            let flag = if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR {
+                UnlinkatFlags::RemoveDir
+            } else {
+                UnlinkatFlags::NoRemoveDir
+            };
+            unlinkat(dir.as_fd(), name, flag).map_err(io)?;
+            Ok(None)
+        }
+        Op::Write(data) => {
+            let dir = walk(root, parent, true)?;
+            write_replace(&dir, name, data)?;
+            Ok(Some(data.len() as u64))
+        }
+    }
+}
+
+/// Write `data` to a fresh file beside `name` and rename it over `name`,
+/// keeping an existing file's mode; an existing non-file refuses.
+fn write_replace(dir: &OwnedFd, name: &OsStr, data: &[u8]) -> std::io::Result<()> {
+    let mode = match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG => {
+            Some(FileMode::from_bits_truncate(st.st_mode & 0o7777 & !0o6000))
+        }
+        Ok(st) if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR => return Err(io(Errno::EISDIR)),
+        Ok(_) => return Err(std::io::Error::other("not a regular file (a link, a device or a socket): not replaced")),
+        Err(Errno::ENOENT) => None,
+        Err(e) => return Err(io(e)),
+    };
+    let mut tmp = OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(".portcullis-{}", &new_id()[..12]));
+    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(dir.as_fd(), tmp.as_os_str(), flags, FileMode::from_bits_truncate(0o666)).map_err(io)?;
+    let result = (|| {
+        if let Some(m) = mode {
+            fchmod(fd.as_fd(), m).map_err(io)?;
+        }
+        let mut f = std::fs::File::from(fd);
+        f.write_all(data)?;
+        f.sync_all()?;
+        renameat(dir.as_fd(), tmp.as_os_str(), dir.as_fd(), name).map_err(io)
+    })();
+    if result.is_err() {
+        let _ = unlinkat(dir.as_fd(), tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+    }
+    result
+}

@@ -1,0 +1,262 @@
+//! Rendering for people: `check`'s verdict and `exec --explain`'s plan.
+//! Every path goes through [`shown`], so a file name cannot forge a line.
+
+use crate::policy::{quote_argv, quote_word, Interpreter, PlannedCommand, Verdict};
+use crate::sandbox::{describe_mount, Mode, Sandbox};
+use crate::Network;
+
+use super::Ready;
+
+/// `portcullis check`'s text: the verdict, each command on its line.
+pub fn render_verdict(v: &Verdict) -> String {
+    fn cmd(out: &mut String, c: &PlannedCommand, indent: usize, n: Option<usize>) {
+        let lead = match n {
+            Some(n) => format!("{:indent$}{n}. ", ""),
+            None => format!("{:indent$}runs: ", ""),
+        };
+        let mut line = quote_argv(&c.argv);
+        let mut last_op: Option<&str> = None;
+        for r in &c.redirects {
+            let path = quote_word(&r.path.to_string_lossy());
+            if last_op == Some(r.op.as_str()) {
+                line += &format!(" or {path}");
+            } else {
+                line += &format!(" {} {path}", r.op);
+            }
+            last_op = Some(r.op.as_str());
+        }
+        *out += &format!("{lead}{line}\n");
+        for inner in &c.runs {
+            cmd(out, inner, indent + 5, None);
+        }
+    }
+    match v {
+        Verdict::Accepted(p) => {
+            let mode = match p.interpreter {
+                Interpreter::None => "argv mode",
+                Interpreter::Sh => "sh mode",
+            };
+            let mut s = format!(
+                "accepted ({mode}): {} command{}\n",
+                p.commands.len(),
+                if p.commands.len() == 1 { "" } else { "s" }
+            );
+            for (i, c) in p.commands.iter().enumerate() {
+                cmd(&mut s, c, 2, Some(i + 1));
+            }
+            s
+        }
+        Verdict::Refused(r) => format!("refused: {}\n  command: {}\n  why: {}\n", r.reason, r.command, r.message),
+    }
+}
+
+/// `--explain`'s text: exactly what will run, from the plan the sandbox
+/// made (and the access the gate left the command).
+pub fn explain(sb: &Sandbox, plan: &crate::sandbox::Plan, ready: &Ready) -> String {
+    let req = &ready.request;
+    let checked = ready.checked.as_ref();
+    let mut s = String::from("portcullis plan v1\n");
+    if let (Some(checked), Some(file)) = (checked, &req.policy_file) {
+        let mode = match checked.interpreter {
+            Interpreter::None => "argv mode",
+            Interpreter::Sh => "sh mode, run with /bin/sh -c",
+        };
+        s += &format!("policy: {} (accepted, {mode})\n", shown(file));
+        fn walk(s: &mut String, cmds: &[PlannedCommand], depth: usize) {
+            for c in cmds {
+                *s +=
+                    &format!("policy-command: {}{}\n", "  ".repeat(depth), shown_bytes(quote_argv(&c.argv).as_bytes()));
+                for r in &c.redirects {
+                    *s += &format!("policy-redirect: {}{} {}\n", "  ".repeat(depth + 1), r.op, shown(&r.path));
+                }
+                walk(s, &c.runs, depth + 1);
+            }
+        }
+        walk(&mut s, &checked.commands, 0);
+    }
+    let asked = ready.action.asked();
+    let access = |a: &crate::gate::Access| {
+        let mut parts = Vec::new();
+        if a.writable {
+            parts.push("the workspace".to_string());
+        }
+        parts.extend(a.write_grants.iter().map(|g| shown(g)));
+        if parts.is_empty() {
+            "no write access".to_string()
+        } else {
+            format!("write access to {}", parts.join(", "))
+        }
+    };
+    if let Some(rule) = &ready.rule {
+        s += &format!("gate: rule {} answered\n", shown_bytes(rule.as_bytes()));
+    }
+    if asked != ready.effective {
+        s += &format!("gate: asked for {}; runs with {}\n", access(&asked), access(&ready.effective));
+    }
+    for d in &ready.dropped {
+        s += &format!("gate-dropped: {} (named by the gate but not asked for: never added)\n", shown(d));
+    }
+    if plan.spec.mode == Mode::LandlockOnly {
+        s += "mode: DEGRADED landlock-only (no namespaces, no mount plan: Landlock limits reads and writes)\n";
+    }
+    s += &format!("workspace: {} ({})\n", shown(&plan.workspace), if plan.writable { "writable" } else { "read-only" });
+    for g in &plan.write_grants {
+        let note = if plan.create_grants.contains(g) { " (missing: created before the run)" } else { "" };
+        s += &format!("write-grant: {}{note}\n", shown(g));
+    }
+    for r in &plan.read_roots {
+        s += &format!("read-root: {}\n", shown(r));
+    }
+    for p in &plan.protected {
+        s += &format!("protected: {}\n", shown(p));
+    }
+    for p in &plan.pinned {
+        s += &format!("pinned: {}\n", shown(p));
+    }
+    for m in &plan.masked {
+        s += &format!("masked: {}\n", shown(m));
+    }
+    for h in &plan.hard_linked {
+        s += &format!("hard-linked: {} (another name lies outside the writable areas; kept read-only)\n", shown(h));
+    }
+    for p in &plan.privileged {
+        s += &format!("privileged: {} (setuid, setgid or file capabilities; kept read-only)\n", shown(p));
+    }
+    for u in &plan.unlistable {
+        s += &format!("unlistable: {} (the caller cannot list it, the command could search it; masked)\n", shown(u));
+    }
+    if plan.spec.mode == Mode::Full {
+        s += &format!(
+            "namespaces: user mount pid ipc uts{}\n",
+            if plan.spec.network == Network::None { " net" } else { "" }
+        );
+    } else {
+        s += "namespaces: none\n";
+    }
+    let full = plan.spec.mode == Mode::Full;
+    s += &format!(
+        "network: {}\n",
+        match (plan.spec.network, full) {
+            (Network::None, true) => "none (a private namespace with loopback only)",
+            (Network::None, false) => "none (IPv4, IPv6 and unix sockets refused by seccomp)",
+            (Network::Host, true) => "host",
+            (Network::Host, false) => "host (unix sockets refused by seccomp)",
+        }
+    );
+    let id = plan.spec.identity;
+    s += &format!(
+        "ids: uid {} gid {} inside = host uid {} gid {}{}\n",
+        id.inside_uid,
+        id.inside_gid,
+        id.outside_uid,
+        id.outside_gid,
+        if !full {
+            " (no user namespace: the caller's own ids)"
+        } else if id.inside_uid != id.outside_uid {
+            " (root caller: runs as nobody; workspace, grants and readable roots idmapped)"
+        } else {
+            ""
+        }
+    );
+    for (i, op) in plan.spec.mounts.iter().enumerate() {
+        s += &format!("mount {i:02}: {}\n", shown_bytes(describe_mount(op).as_bytes()));
+    }
+    if full {
+        s += "mount: / (root tmpfs) read-only after setup\n";
+    } else {
+        s += "mount: none (the host's mount view; Landlock limits access)\n";
+    }
+    let abi = crate::sys::landlock_abi();
+    let scope = if abi >= 6 { ", scope signal+abstract-unix" } else { ", no scoping (needs ABI 6)" };
+    let tcp = match (plan.spec.network, abi >= 4) {
+        (Network::None, true) => ", tcp bind/connect denied",
+        (Network::None, false) => ", no tcp rules (needs ABI 4)",
+        (Network::Host, _) => "",
+    };
+    let reads = if full { "" } else { ", and reads (no mount plan to hide anything)" };
+    s += &format!(
+        "landlock: abi {abi}, handles every write right but ioctl-dev (truncate included; make-sock only beneath landlock-sockets){reads}{scope}{tcp}\n"
+    );
+    for r in &plan.spec.landlock.readable {
+        s += &format!("landlock-readable: {}\n", shown_bytes(r));
+    }
+    for w in &plan.landlock_writable {
+        s += &format!("landlock-writable: {}\n", shown(w));
+    }
+    for sp in &plan.landlock_split {
+        s += &format!(
+            "landlock-split: {} (its rule left out {}: rules on its {} other entries instead; no new entry, \
+             removal or rename directly in {})\n",
+            shown(&sp.grant),
+            sp.holes.iter().map(|h| shown(h)).collect::<Vec<_>>().join(", "),
+            sp.entries.len(),
+            sp.closed.iter().map(|c| shown(c)).collect::<Vec<_>>().join(", ")
+        );
+        for e in &sp.entries {
+            s += &format!("landlock-writable: {}\n", shown(e));
+        }
+    }
+    for w in &plan.landlock_sockets {
+        s += &format!("landlock-sockets: {} (unix sockets may be made only here)\n", shown(w));
+    }
+    for g in &plan.landlock_gaps {
+        s +=
+            &format!("landlock-gap: {} lies beneath a writable path; only the read-only mount protects it\n", shown(g));
+    }
+    let profile =
+        portcullis_helper::filter::Profile { degraded: !full, network_none: plan.spec.network == Network::None };
+    s += &format!(
+        "seccomp: sha256 {} ({} rules, x32 refused, clone3 ENOSYS)\n",
+        plan.seccomp_sha256,
+        portcullis_helper::filter::entries_for(profile).len()
+    );
+    s += if full {
+        "capabilities: none (all five sets cleared), no_new_privs\n"
+    } else if id.outside_uid == 0 {
+        "capabilities: none (a root caller: uid 0 with all five sets cleared and the securebits noroot, no-setuid-fixup and no-ambient-raise locked), no_new_privs\n"
+    } else {
+        "capabilities: none held (an unprivileged caller), no_new_privs\n"
+    };
+    for g in &plan.git_guard {
+        s += &format!("git-guard: {} (removed after the run if the command creates it)\n", shown(g));
+    }
+    s += &format!(
+        "limits: pids={} memory={}\n",
+        req.limits.pids.map_or("none".into(), |n| n.to_string()),
+        req.limits.memory.map_or("none".into(), |n| n.to_string())
+    );
+    s += &format!("kill: {}\n", {
+        let fallback =
+            if full { "pid-namespace" } else { "subreaper sweep (kill(-1) in the sandbox's Landlock domain)" };
+        match sb.cgroup_host() {
+            Ok(h) if nix::unistd::access(&h.parent, nix::unistd::AccessFlags::W_OK).is_ok() => {
+                format!("cgroup.kill (a leaf under {}; {fallback} if none can be made)", shown(&h.parent))
+            }
+            Ok(h) => format!("{fallback} ({} is not writable: no delegated cgroup)", shown(&h.parent)),
+            Err(e) => format!("{fallback} ({e})"),
+        }
+    });
+    s += &format!("timeout: {}\n", req.timeout.map_or("none".into(), |t| format!("{}s", t.as_secs_f64())));
+    s += &format!("cwd: {}\n", shown_bytes(&plan.spec.cwd));
+    for e in &plan.spec.env {
+        s += &format!("env: {}\n", shown_bytes(e));
+    }
+    let argv: Vec<String> = plan.spec.argv.iter().map(|a| format!("{:?}", String::from_utf8_lossy(a))).collect();
+    s += &format!("argv: [{}]\n", argv.join(", "));
+    s
+}
+
+/// A path for `--explain`: as it is when it is plain text, else quoted with
+/// its control characters and invalid bytes escaped, so a file name cannot
+/// forge a line of the plan.
+pub fn shown(p: &std::path::Path) -> String {
+    shown_bytes(p.as_os_str().as_encoded_bytes())
+}
+
+pub fn shown_bytes(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(t) if !t.chars().any(char::is_control) => t.to_string(),
+        _ => format!("{:?}", String::from_utf8_lossy(b)).replace('\u{fffd}', "\\x??"),
+    }
+}
+

@@ -1,0 +1,666 @@
+//! One library for every caller: policy check, gate, audit, sandbox.
+//!
+//! A [`Runner`] holds what every call shares — the policy (if any), the
+//! gate, the audit sink and the sandbox — and runs one action at a time
+//! through the same steps, whoever asks (the command line, the server, a
+//! Rust host):
+//!
+//! 1. the policy judges the line (a refusal: nothing runs);
+//! 2. the request is built from the policy and the caller's [`ExecOptions`];
+//! 3. the gate sees the [`Action`] and answers; the action gets the meet of
+//!    what it asked and what the gate allowed (a refusal: nothing runs);
+//! 4. the audit records `allowed`, durably, before anything starts (or
+//!    `denied`);
+//! 5. the sandbox runs the command with exactly that access;
+//! 6. the audit records the outcome.
+//!
+//! Refusals are values ([`Exec::Refused`], [`Refused`]); only faults are
+//! errors ([`RunError`]). Direct file writes take the same path (see
+//! [`Runner::write_file`]), so a refused command cannot be replaced by a
+//! write through the library.
+
+mod direct;
+pub mod explain;
+mod request;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::audit::{Audit, AuditError, Event, RefusalKind, RefusedWritesRecord, Status};
+use crate::gate::{Access, Action, Backend, Decision, Gate, GateError, ShellExec};
+use crate::policy::{quote_argv, Interpreter, LinePlan, PlannedCommand, PolicyError, Verdict, WorkspacePolicy};
+use crate::sandbox::{ExecRequest, ExecResult, Mode, Outcome, RunOptions, Sandbox, SandboxError, TestSwitches};
+use crate::Network;
+
+pub use direct::FsDone;
+
+/// A line for the policy checker.
+#[derive(Clone, Copy, Debug)]
+pub enum Line<'a> {
+    /// One line of text: split as the shell would (argv mode), or parsed as
+    /// `sh` (sh mode).
+    Text(&'a str),
+    /// Words already split (argv mode only).
+    Argv(&'a [String]),
+}
+
+/// The policy's verdict on a line, run in `cwd` (default: the workspace);
+/// `sh` reads it as `sh` whatever the policy says. Runs nothing.
+pub fn check_line(policy: &WorkspacePolicy, line: Line<'_>, sh: bool, cwd: Option<&Path>) -> Result<Verdict, RunError> {
+    let mut checker = policy.checker()?;
+    if sh {
+        checker = checker.with_interpreter(Interpreter::Sh);
+    }
+    if let Some(cwd) = cwd {
+        checker = checker.with_cwd(cwd).map_err(|e| RunError::input("cwd", crate::error_chain(&e)))?;
+    }
+    Ok(match (line, checker.interpreter()) {
+        (Line::Text(l), _) => checker.check(l),
+        (Line::Argv(words), Interpreter::None) => checker.check_argv(words),
+        (Line::Argv([one]), Interpreter::Sh) => checker.check(one),
+        (Line::Argv(_), Interpreter::Sh) => {
+            return Err(RunError::input("sh", "in sh mode, pass the line as one argument: -- 'LINE'"))
+        }
+    })
+}
+
+/// What a caller may set for one command, on top of the policy: the command
+/// line's flags, as plain data.
+#[derive(Clone, Debug, Default)]
+pub struct ExecOptions {
+    /// Read the command as one `sh` line (needs a policy).
+    pub sh: bool,
+    /// Ask for write access: the whole workspace, or with a policy what its
+    /// `write` list names (the whole workspace if it names nothing).
+    pub writable: bool,
+    /// Ask for write access to these paths too.
+    pub write: Vec<PathBuf>,
+    /// Extra read-only roots.
+    pub read: Vec<PathBuf>,
+    /// Extra deny globs.
+    pub deny: Vec<String>,
+    /// Extra protected paths.
+    pub protect: Vec<PathBuf>,
+    /// The working directory (default: the workspace).
+    pub cwd: Option<PathBuf>,
+    /// Kill the tree after this long.
+    pub timeout: Option<Duration>,
+    /// Network access (default: the policy's, else none).
+    pub network: Option<Network>,
+    /// Variables to set.
+    pub env: Vec<(OsString, OsString)>,
+    /// Variables to copy from the caller's environment.
+    pub inherit_env: Vec<OsString>,
+    /// Most processes.
+    pub pids: Option<u64>,
+    /// Most memory, bytes.
+    pub memory: Option<u64>,
+    /// Cap on output kept, bytes.
+    pub max_output: Option<u64>,
+    /// A named degraded mode.
+    pub degraded: Option<Mode>,
+    /// The command runs as a background job (shown to the gate).
+    pub background: bool,
+    /// Test builds only: break one layer on purpose.
+    pub test_switches: TestSwitches,
+}
+
+/// A fault: something could not be done or decided. Never a refusal.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The caller's input cannot be used as it is.
+    #[error("{what}: {why}")]
+    Input {
+        /// Which input (a flag's or a field's name).
+        what: String,
+        /// What is wrong, and what to do.
+        why: String,
+    },
+    /// The policy file could not be read or used.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// The gate could not decide.
+    #[error(transparent)]
+    Gate(#[from] GateError),
+    /// The audit could not record the action before it started: nothing ran.
+    #[error("nothing ran: {0}")]
+    Audit(#[source] AuditError),
+    /// The action ran but its outcome could not be recorded.
+    #[error("the action ran but its outcome was not recorded: {source}")]
+    AuditAfter {
+        /// What the action did.
+        report: Box<Ran>,
+        /// Why the record failed.
+        #[source]
+        source: AuditError,
+    },
+    /// The sandbox failed.
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    /// The sandbox failed, and the outcome record of that failure could not
+    /// be written either.
+    #[error("{error}; and its outcome was not recorded: {source}")]
+    SandboxUnrecorded {
+        /// What the sandbox reported.
+        error: SandboxError,
+        /// Why the record failed.
+        #[source]
+        source: AuditError,
+    },
+    /// A direct file operation failed.
+    #[error("{op} {path}: {source}")]
+    Fs {
+        /// The operation (`fs.write`, …).
+        op: &'static str,
+        /// The path as given.
+        path: PathBuf,
+        /// The kernel's answer.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RunError {
+    pub(crate) fn input(what: impl Into<String>, why: impl Into<String>) -> RunError {
+        RunError::Input { what: what.into(), why: why.into() }
+    }
+
+    /// The exit status a command line reports for this fault: the sandbox's
+    /// own mapping (126/127 for a command that cannot run, 124/130 for a
+    /// wait ended by the timeout or a cancellation), 125 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Sandbox(e) | RunError::SandboxUnrecorded { error: e, .. } => e.exit_code(),
+            _ => crate::sandbox::status::FAILED,
+        }
+    }
+
+    /// The command's result, when the fault came after it ran.
+    pub fn result(&self) -> Option<&ExecResult> {
+        match self {
+            RunError::Sandbox(e) | RunError::SandboxUnrecorded { error: e, .. } => e.result(),
+            RunError::AuditAfter { report, .. } => Some(&report.result),
+            _ => None,
+        }
+    }
+}
+
+/// An action that was not allowed: nothing ran, nothing was touched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Refused {
+    /// Who refused it.
+    pub kind: RefusalKind,
+    /// Why, in words a model can act on.
+    pub reason: String,
+    /// The command refused (policy refusals), or the line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// The policy checker's reason code (policy refusals).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<crate::policy::RefusalReason>,
+    /// The gate rule that refused it (gate refusals, when the gate has rules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let who = match self.kind {
+            RefusalKind::RefusedByPolicy => "the policy",
+            RefusalKind::RefusedByGate => "the gate",
+        };
+        write!(f, "refused by {who}")?;
+        if let Some(r) = &self.rule {
+            write!(f, " (rule {r})")?;
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
+/// A command ready to run: checked, gated, with its effective access.
+#[derive(Debug)]
+pub struct Ready {
+    /// The sandbox request, with the effective access applied.
+    pub request: ExecRequest,
+    /// What the gate saw.
+    pub action: Action,
+    /// The access the command runs with.
+    pub effective: Access,
+    /// The gate's rule that answered, if any.
+    pub rule: Option<String>,
+    /// Grants the gate named that were not asked for: dropped, never added.
+    pub dropped: Vec<PathBuf>,
+    /// The policy's reading of the line, when there is a policy.
+    pub checked: Option<LinePlan>,
+}
+
+/// A command after the policy and the gate: ready, or refused.
+#[derive(Debug)]
+pub enum Prepared {
+    /// It may run.
+    Ready(Box<Ready>),
+    /// It may not; nothing ran.
+    Refused {
+        /// What was refused.
+        action: Box<Action>,
+        /// Why.
+        refused: Refused,
+    },
+}
+
+/// A command that ran.
+#[derive(Debug, Serialize)]
+pub struct Ran {
+    /// The action's id (as in the audit log).
+    pub id: String,
+    /// What the sandbox reports (its `writable` and `write_grants` are the
+    /// effective access).
+    #[serde(flatten)]
+    pub result: ExecResult,
+    /// The gate's rule that answered, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// Grants the gate named that were not asked for (dropped).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dropped_grants: Vec<PathBuf>,
+}
+
+/// What became of a command: it ran, or it was refused.
+#[derive(Debug)]
+pub enum Exec {
+    /// It ran (whatever its exit status).
+    Ran(Box<Ran>),
+    /// It was refused; nothing ran.
+    Refused(Refused),
+}
+
+impl Exec {
+    /// The exit status a command line reports: the command's own (128 + n
+    /// for a signal, 124 timed out, 130 cancelled), 125 for a refusal.
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            Exec::Ran(r) => r.result.outcome.exit_status(),
+            Exec::Refused(_) => crate::sandbox::status::FAILED,
+        }
+    }
+
+    /// As JSON for a model or a tool: the result, or `{"error": {...}}` with
+    /// the refusal's kind and reason, and the access it had (none).
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Exec::Ran(r) => serde_json::to_value(r).unwrap_or_default(),
+            Exec::Refused(r) => serde_json::json!({
+                "error": r,
+                "writable": false,
+                "write_grants": [],
+            }),
+        }
+    }
+}
+
+/// Builds a [`Runner`]: plain settings, then one [`RunnerBuilder::build`].
+#[derive(Default)]
+pub struct RunnerBuilder {
+    policy: Option<WorkspacePolicy>,
+    policy_file: Option<PathBuf>,
+    workspace: Option<PathBuf>,
+    gate: Option<Arc<dyn Gate>>,
+    audit: Option<Arc<dyn Audit>>,
+    sandbox: Option<Sandbox>,
+}
+
+impl RunnerBuilder {
+    /// Judge every command against this policy (its `[[gate]]` rules become
+    /// the gate unless [`RunnerBuilder::gate`] sets one).
+    pub fn policy(mut self, policy: WorkspacePolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Read the policy from this file (and protect the file in the sandbox).
+    pub fn policy_file(mut self, file: &Path) -> Result<Self, RunError> {
+        self.policy = Some(WorkspacePolicy::from_file(file)?);
+        self.policy_file = Some(file.to_path_buf());
+        Ok(self)
+    }
+
+    /// The workspace (overrides the policy's).
+    pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(dir.into());
+        self
+    }
+
+    /// The host's own gate (replaces the policy's rules).
+    pub fn gate(mut self, gate: Arc<dyn Gate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Record every action here.
+    pub fn audit(mut self, audit: Arc<dyn Audit>) -> Self {
+        self.audit = Some(audit);
+        self
+    }
+
+    /// Use this sandbox (default: [`Sandbox::new`]).
+    pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
+        self.sandbox = Some(sandbox);
+        self
+    }
+
+    /// Check the settings and compile what every call reuses.
+    pub fn build(self) -> Result<Runner, RunError> {
+        let mut policy = self.policy;
+        if let Some(ws) = &self.workspace {
+            let abs = std::path::absolute(ws).map_err(|e| RunError::input("workspace", format!("{}: {e}", ws.display())))?;
+            match &mut policy {
+                Some(p) => p.workspace = Some(abs),
+                None => {}
+            }
+        }
+        let workspace = match (&policy, &self.workspace) {
+            (Some(p), _) => p.workspace_root()?.to_path_buf(),
+            (None, Some(ws)) => ws.clone(),
+            (None, None) => {
+                return Err(RunError::input("workspace", "a workspace directory (or a policy naming one) is required"))
+            }
+        };
+        let gate: Option<Arc<dyn Gate>> = match (self.gate, &policy) {
+            (Some(g), _) => Some(g),
+            (None, Some(p)) => p.gate_rules(&workspace)?.map(|r| Arc::new(r) as Arc<dyn Gate>),
+            (None, None) => None,
+        };
+        let sandbox = match self.sandbox {
+            Some(s) => s,
+            None => Sandbox::new()?,
+        };
+        Ok(Runner { policy, policy_file: self.policy_file, workspace, gate, audit: self.audit, sandbox })
+    }
+}
+
+/// The shared state of every call: policy, gate, audit, sandbox.
+pub struct Runner {
+    policy: Option<WorkspacePolicy>,
+    policy_file: Option<PathBuf>,
+    workspace: PathBuf,
+    gate: Option<Arc<dyn Gate>>,
+    audit: Option<Arc<dyn Audit>>,
+    sandbox: Sandbox,
+}
+
+impl Runner {
+    /// Start building one.
+    pub fn builder() -> RunnerBuilder {
+        RunnerBuilder::default()
+    }
+
+    /// The sandbox every command runs in.
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
+    }
+
+    /// The policy, if there is one.
+    pub fn policy(&self) -> Option<&WorkspacePolicy> {
+        self.policy.as_ref()
+    }
+
+    /// The workspace as configured (not yet resolved).
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// Judge a command and decide its access, running nothing and
+    /// recording nothing. `words` is the argv, or with `opts.sh` one line.
+    pub async fn prepare(&self, words: &[OsString], opts: &ExecOptions) -> Result<Prepared, RunError> {
+        let backend = if opts.degraded.is_some() || self.policy.as_ref().is_some_and(|p| p.degraded.is_some()) {
+            Backend::LandlockOnly
+        } else {
+            Backend::Sandbox
+        };
+        let shown_line = match words {
+            [one] if opts.sh => one.to_string_lossy().into_owned(),
+            _ => quote_argv(&words.iter().map(|w| w.to_string_lossy().into_owned()).collect::<Vec<_>>()),
+        };
+        let (mut req, checked) = match &self.policy {
+            Some(policy) => {
+                let plan = match self.check(policy, words, opts)? {
+                    Ok(plan) => plan,
+                    Err(r) => {
+                        let action = Action::ShellExec(ShellExec {
+                            line: shown_line,
+                            interpreter: if opts.sh { Interpreter::Sh } else { Interpreter::None },
+                            commands: Vec::new(),
+                            cwd: opts.cwd.clone().unwrap_or_else(|| self.workspace.clone()),
+                            asked: Access { writable: opts.writable, write_grants: opts.write.clone() },
+                            background: opts.background,
+                            backend,
+                        });
+                        let refused = Refused {
+                            kind: RefusalKind::RefusedByPolicy,
+                            reason: r.message.clone(),
+                            command: Some(r.command.clone()),
+                            code: Some(r.reason),
+                            rule: None,
+                        };
+                        return Ok(Prepared::Refused { action: Box::new(action), refused });
+                    }
+                };
+                let mut req = request::from_policy(policy, &plan, opts.writable)?;
+                req.policy_file = self.policy_file.clone();
+                request::merge(&mut req, opts, true)?;
+                if plan.interpreter == Interpreter::Sh {
+                    request::check_sh_locale(&req)?;
+                }
+                (req, Some(plan))
+            }
+            None => {
+                if opts.sh {
+                    return Err(RunError::input("sh", "sh mode needs a policy (its checker reads the line)"));
+                }
+                let mut req = ExecRequest::new(self.workspace.clone(), words.to_vec());
+                req.writable = opts.writable;
+                request::merge(&mut req, opts, false)?;
+                (req, None)
+            }
+        };
+        let ws_real = std::fs::canonicalize(&req.workspace).unwrap_or_else(|_| crate::path::lexical(&req.workspace));
+        let asked = Access {
+            writable: req.writable,
+            write_grants: req.write.iter().map(|g| request::resolve_grant(&ws_real, g)).collect(),
+        };
+        let commands: Vec<PlannedCommand> = match &checked {
+            Some(p) => p.commands.clone(),
+            None => vec![PlannedCommand {
+                argv: req.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+                dynamic: Vec::new(),
+                runs: Vec::new(),
+                redirects: Vec::new(),
+            }],
+        };
+        let cwd = match &req.cwd {
+            Some(c) if c.is_absolute() => c.clone(),
+            Some(c) => ws_real.join(c),
+            None => ws_real.clone(),
+        };
+        let action = Action::ShellExec(ShellExec {
+            line: checked.as_ref().map_or(shown_line, |p| p.line.clone()),
+            interpreter: checked.as_ref().map_or(Interpreter::None, |p| p.interpreter),
+            commands,
+            cwd,
+            asked: asked.clone(),
+            background: opts.background,
+            backend,
+        });
+        let (effective, rule, dropped) = match self.decide(&ws_real, &action, &asked).await? {
+            Ok(d) => d,
+            Err(refused) => return Ok(Prepared::Refused { action: Box::new(action), refused }),
+        };
+        req.writable = effective.writable;
+        req.write = effective.write_grants.clone();
+        Ok(Prepared::Ready(Box::new(Ready { request: req, action, effective, rule, dropped, checked })))
+    }
+
+    /// The policy's verdict on the words: the checked line, or its refusal.
+    fn check(
+        &self,
+        policy: &WorkspacePolicy,
+        words: &[OsString],
+        opts: &ExecOptions,
+    ) -> Result<Result<LinePlan, crate::policy::Refusal>, RunError> {
+        let words = words
+            .iter()
+            .map(|w| {
+                w.to_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| RunError::input(format!("{w:?}"), "the policy checker reads UTF-8 text"))
+            })
+            .collect::<Result<Vec<String>, RunError>>()?;
+        Ok(match check_line(policy, Line::Argv(&words), opts.sh, opts.cwd.as_deref())? {
+            Verdict::Accepted(p) => Ok(p),
+            Verdict::Refused(r) => Err(r),
+        })
+    }
+
+    /// Ask the gate (if any) and meet its answer with what was asked.
+    #[allow(clippy::type_complexity)]
+    async fn decide(
+        &self,
+        ws_real: &Path,
+        action: &Action,
+        asked: &Access,
+    ) -> Result<Result<(Access, Option<String>, Vec<PathBuf>), Refused>, RunError> {
+        let Some(gate) = &self.gate else {
+            return Ok(Ok((asked.clone(), None, Vec::new())));
+        };
+        let decision = gate.check(action).await?;
+        Ok(match crate::gate::meet(ws_real, asked, &decision) {
+            crate::gate::Met::Allowed { access, dropped, rule } => Ok((access, rule, dropped)),
+            crate::gate::Met::Refused { reason, rule } => {
+                Err(Refused { kind: RefusalKind::RefusedByGate, reason, command: None, code: None, rule })
+            }
+        })
+    }
+
+    /// Judge, gate, record and run one command.
+    pub async fn exec(&self, words: &[OsString], opts: &ExecOptions, run: RunOptions) -> Result<Exec, RunError> {
+        let prepared = self.prepare(words, opts).await?;
+        self.run_prepared(prepared, run).await
+    }
+
+    /// Record and run a prepared command (a refused one is recorded as
+    /// denied and returned).
+    pub async fn run_prepared(&self, prepared: Prepared, run: RunOptions) -> Result<Exec, RunError> {
+        let id = new_id();
+        let ready = match prepared {
+            Prepared::Refused { action, refused } => {
+                self.record(&Event::Denied {
+                    id,
+                    action: *action,
+                    refusal: refused.kind,
+                    reason: refused.reason.clone(),
+                    rule: refused.rule.clone(),
+                })
+                .await
+                .map_err(RunError::Audit)?;
+                return Ok(Exec::Refused(refused));
+            }
+            Prepared::Ready(r) => r,
+        };
+        let Ready { request, action, effective, rule, dropped, .. } = *ready;
+        self.record(&Event::Allowed { id: id.clone(), action, effective: effective.clone(), rule: rule.clone() })
+            .await
+            .map_err(RunError::Audit)?;
+        let started = std::time::Instant::now();
+        let result = self.sandbox.run(&request, run).await;
+        match result {
+            Ok(result) => {
+                let event = outcome_event(&id, &effective, &result);
+                let ran = Ran { id, result, rule, dropped_grants: dropped };
+                if let Err(source) = self.record(&event).await {
+                    return Err(RunError::AuditAfter { report: Box::new(ran), source });
+                }
+                Ok(Exec::Ran(Box::new(ran)))
+            }
+            Err(e) => {
+                let event = match e.result() {
+                    Some(r) => {
+                        let mut ev = outcome_event(&id, &effective, r);
+                        if let Event::Outcome { status, error, .. } = &mut ev {
+                            *status = Status::Failed;
+                            *error = Some(crate::error_chain(&e));
+                        }
+                        ev
+                    }
+                    None => Event::Outcome {
+                        id,
+                        status: match e.exit_code() {
+                            124 => Status::TimedOut,
+                            130 => Status::Cancelled,
+                            _ => Status::Failed,
+                        },
+                        exit_code: None,
+                        signal: None,
+                        duration_ms: millis(started.elapsed()),
+                        effective,
+                        refused_writes: None,
+                        removed: Vec::new(),
+                        error: Some(crate::error_chain(&e)),
+                    },
+                };
+                // The sandbox's fault is the one the caller must see; a
+                // record that also fails is named in it.
+                match self.record(&event).await {
+                    Ok(()) => Err(RunError::Sandbox(e)),
+                    Err(source) => Err(RunError::SandboxUnrecorded { error: e, source }),
+                }
+            }
+        }
+    }
+
+    async fn record(&self, event: &Event) -> Result<(), AuditError> {
+        match &self.audit {
+            Some(a) => a.record(event).await,
+            None => Ok(()),
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The outcome record of a command that ran.
+fn outcome_event(id: &str, effective: &Access, r: &ExecResult) -> Event {
+    let (status, exit_code, signal) = match r.outcome {
+        Outcome::Exited { code } => (Status::Completed, Some(code), None),
+        Outcome::Signaled { signal } => (Status::Completed, None, Some(signal)),
+        Outcome::TimedOut => (Status::TimedOut, None, None),
+        Outcome::Cancelled => (Status::Cancelled, None, None),
+    };
+    Event::Outcome {
+        id: id.to_string(),
+        status,
+        exit_code,
+        signal,
+        duration_ms: millis(r.duration),
+        effective: effective.clone(),
+        refused_writes: r
+            .refused_writes
+            .as_ref()
+            .map(|w| RefusedWritesRecord { count: w.count, sample: w.sample.clone() }),
+        removed: r.removed_paths(),
+        error: None,
+    }
+}
+
+/// A fresh action id: 16 random bytes, hex.
+pub(crate) fn new_id() -> String {
+    let mut b = [0u8; 16];
+    crate::sys::random(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
