@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 pub mod doctor;
+pub mod path;
 pub mod policy;
 pub mod sandbox;
 mod sys;

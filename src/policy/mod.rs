@@ -15,7 +15,6 @@
 //! - [`WorkspacePolicy::exec_request`]: the sandbox request for an accepted
 //!   command (readable roots, deny globs, write grants, environment, limits).
 
-mod deny;
 mod jail;
 pub mod shell;
 
@@ -29,8 +28,7 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-pub use deny::{link_on_the_way, normalize_glob, DenyGlobs};
-pub(crate) use jail::{links_met, links_on_the_way};
+use crate::path::DenyGlobs;
 pub use jail::{Access, PathJail};
 pub use shell::{
     check_shell_command, quote_argv, quote_word, tokenize_command, CommandCtx, Decision, Plan, PlannedCommand,

@@ -446,7 +446,7 @@ impl<'p> ShellChecker<'p> {
                 continue;
             }
             // `..` removed by spelling alone, as a shell's logical `cd` does.
-            let logical = crate::sandbox::lexical(&cwd.logical.join(dir));
+            let logical = crate::path::lexical(&cwd.logical.join(dir));
             if !logical.starts_with(self.jail.root()) {
                 return Err(escape(format!(
                     "read as `cd` reads it, it leads to {}, outside the workspace",
