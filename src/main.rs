@@ -6,13 +6,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use portcullis::policy::{
-    quote_argv, quote_word, Interpreter, Plan, PlannedCommand, Refusal, Verdict, WorkspacePolicy,
+    quote_argv, quote_word, Interpreter, LinePlan, PlannedCommand, Refusal, Verdict, WorkspacePolicy,
 };
-use portcullis::sandbox::{describe_mount, ExecRequest, RunOptions, Sandbox, Stdin, Stream};
+use portcullis::sandbox::{describe_mount, ExecRequest, Mode, RunOptions, Sandbox, Stdin, Stream};
 use portcullis::{error_chain, Network};
 
 #[derive(Parser)]
@@ -40,17 +41,18 @@ enum Cmd {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum DegradedArg {
-    /// No namespaces (hosts that block user namespaces): Landlock limits
-    /// reads and writes, seccomp applies, the tree is swept at the end.
-    LandlockOnly,
+/// `--network`: a [`Network`] by name, the accepted names listed in the
+/// help and in the error.
+fn network_parser() -> impl TypedValueParser<Value = Network> {
+    PossibleValuesParser::new(Network::ALL.iter().map(|n| PossibleValue::new(n.name())))
+        .try_map(|s| s.parse::<Network>())
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum NetArg {
-    None,
-    Host,
+/// `--degraded`: a degraded [`Mode`] by name, each listed with what it
+/// keeps.
+fn degraded_parser() -> impl TypedValueParser<Value = Mode> {
+    PossibleValuesParser::new(Mode::DEGRADED.iter().map(|m| PossibleValue::new(m.name()).help(m.summary())))
+        .try_map(|s| Mode::degraded(&s))
 }
 
 #[derive(Args)]
@@ -121,8 +123,8 @@ struct ExecArgs {
     #[arg(long, value_name = "DURATION", value_parser = portcullis::units::parse_duration)]
     timeout: Option<Duration>,
     /// Network access (default: none, or the policy's).
-    #[arg(long, value_enum)]
-    network: Option<NetArg>,
+    #[arg(long, value_parser = network_parser())]
+    network: Option<Network>,
     /// Set an environment variable.
     #[arg(long = "env", value_name = "K=V")]
     env: Vec<String>,
@@ -141,8 +143,8 @@ struct ExecArgs {
     max_output: Option<u64>,
     /// Run in a named degraded mode (weaker isolation; the result and
     /// --explain say so), e.g. where user namespaces are unavailable.
-    #[arg(long, value_enum, value_name = "MODE")]
-    degraded: Option<DegradedArg>,
+    #[arg(long, value_name = "MODE", value_parser = degraded_parser())]
+    degraded: Option<Mode>,
     /// Print the result (with captured output) as JSON instead of streaming.
     #[arg(long)]
     json: bool,
@@ -271,7 +273,7 @@ fn bad(e: impl std::fmt::Display) -> Stop {
 }
 
 /// The request, and the policy's verdict when there is a policy.
-fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<Plan>), Stop> {
+fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<LinePlan>), Stop> {
     let (mut req, checked) = match &a.policy {
         Some(file) => {
             let (req, plan) = policy_request(a, file)?;
@@ -290,10 +292,7 @@ fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<Plan>), Stop> {
     req.protect.extend(a.protect.iter().cloned());
     req.cwd = a.cwd.clone();
     if let Some(n) = a.network {
-        req.network = match n {
-            NetArg::None => Network::None,
-            NetArg::Host => Network::Host,
-        };
+        req.network = n;
     }
     for e in &a.env {
         let (k, v) = e.split_once('=').ok_or_else(|| bad(format!("--env {e:?}: expected NAME=VALUE")))?;
@@ -330,8 +329,8 @@ fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<Plan>), Stop> {
     req.test_switches.skip_readonly = a.test_skip_readonly;
     req.test_switches.skip_landlock = a.test_skip_landlock;
     req.test_switches.fail_git_guard = a.test_fail_git_guard;
-    if let Some(DegradedArg::LandlockOnly) = a.degraded {
-        req.degraded = Some(portcullis::sandbox::Mode::LandlockOnly);
+    if let Some(m) = a.degraded {
+        req.degraded = Some(m);
     }
     // /bin/sh reads an sh-mode line in its locale's character set: only C,
     // POSIX or UTF-8 ones read it as the checker did.
@@ -350,7 +349,7 @@ fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<Plan>), Stop> {
 /// Read the policy, check the command against it, and build the request
 /// from both. `--writable` grants the policy's write list (the whole
 /// workspace if it has none); `--write` adds grants.
-fn policy_request(a: &ExecArgs, file: &std::path::Path) -> Result<(ExecRequest, Plan), Stop> {
+fn policy_request(a: &ExecArgs, file: &std::path::Path) -> Result<(ExecRequest, LinePlan), Stop> {
     let mut policy = WorkspacePolicy::from_file(file).map_err(|e| bad(error_chain(&e)))?;
     if let Some(ws) = &a.workspace {
         policy.workspace = Some(std::path::absolute(ws).map_err(|e| bad(format!("{}: {e}", ws.display())))?);
@@ -477,7 +476,7 @@ fn render_verdict(v: &Verdict) -> String {
     }
 }
 
-fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Option<&Plan>) -> String {
+fn explain(sb: &Sandbox, plan: &portcullis::Plan, req: &ExecRequest, checked: Option<&LinePlan>) -> String {
     let mut s = String::from("portcullis plan v1\n");
     if let (Some(checked), Some(file)) = (checked, &req.policy_file) {
         let mode = match checked.interpreter {
