@@ -7,12 +7,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use portcullis::policy::WorkspacePolicy;
-use portcullis::runner::{check_line, explain, ExecOptions, Exec, Line, Prepared, RunError, Runner};
-use portcullis::sandbox::{RunOptions, Stdin, Stream};
+use portcullis::runner::{check_line, explain, Exec, ExecOptions, Line, Prepared, RunError, Runner};
+use portcullis::sandbox::{Mode, RunOptions, Stdin, Stream};
 use portcullis::{error_chain, Network};
 
 #[derive(Parser)]
@@ -40,17 +41,18 @@ enum Cmd {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum DegradedArg {
-    /// No namespaces (hosts that block user namespaces): Landlock limits
-    /// reads and writes, seccomp applies, the tree is swept at the end.
-    LandlockOnly,
+/// `--network`: a [`Network`] by name, the accepted names listed in the
+/// help and in the error.
+fn network_parser() -> impl TypedValueParser<Value = Network> {
+    PossibleValuesParser::new(Network::ALL.iter().map(|n| PossibleValue::new(n.name())))
+        .try_map(|s| s.parse::<Network>())
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum NetArg {
-    None,
-    Host,
+/// `--degraded`: a degraded [`Mode`] by name, each listed with what it
+/// keeps.
+fn degraded_parser() -> impl TypedValueParser<Value = Mode> {
+    PossibleValuesParser::new(Mode::DEGRADED.iter().map(|m| PossibleValue::new(m.name()).help(m.summary())))
+        .try_map(|s| Mode::degraded(&s))
 }
 
 #[derive(Args)]
@@ -121,8 +123,8 @@ struct ExecArgs {
     #[arg(long, value_name = "DURATION", value_parser = portcullis::units::parse_duration)]
     timeout: Option<Duration>,
     /// Network access (default: none, or the policy's).
-    #[arg(long, value_enum)]
-    network: Option<NetArg>,
+    #[arg(long, value_parser = network_parser())]
+    network: Option<Network>,
     /// Set an environment variable.
     #[arg(long = "env", value_name = "K=V")]
     env: Vec<String>,
@@ -141,8 +143,8 @@ struct ExecArgs {
     max_output: Option<u64>,
     /// Run in a named degraded mode (weaker isolation; the result and
     /// --explain say so), e.g. where user namespaces are unavailable.
-    #[arg(long, value_enum, value_name = "MODE")]
-    degraded: Option<DegradedArg>,
+    #[arg(long, value_name = "MODE", value_parser = degraded_parser())]
+    degraded: Option<Mode>,
     /// Print the result (with captured output) as JSON instead of streaming.
     #[arg(long)]
     json: bool,

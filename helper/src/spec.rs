@@ -6,6 +6,9 @@
 //! path swapped for a link between planning and spawning fails instead of
 //! being followed.
 
+use std::fmt;
+use std::str::FromStr;
+
 use serde::{Deserialize, Serialize};
 
 /// Raw bytes of a path, an argument or an environment entry.
@@ -49,7 +52,8 @@ pub struct SpawnSpec {
     pub mode: Mode,
 }
 
-/// The isolation mode.
+/// The isolation mode. Spelled `full` and `landlock-only` (in the spec, a
+/// policy file's `degraded` and the command line's `--degraded`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
@@ -64,6 +68,110 @@ pub enum Mode {
     /// callers, and only with Landlock ABI 6 (signal scoping protects the
     /// sweeping process).
     LandlockOnly,
+}
+
+impl Mode {
+    /// Every mode.
+    pub const ALL: &'static [Mode] = &[Mode::Full, Mode::LandlockOnly];
+    /// The modes a caller may opt into by name (`--degraded`, a policy's
+    /// `degraded`): every mode but [`Mode::Full`].
+    pub const DEGRADED: &'static [Mode] = &[Mode::LandlockOnly];
+
+    /// The mode's name, as serde spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Full => "full",
+            Mode::LandlockOnly => "landlock-only",
+        }
+    }
+
+    /// One line on what the mode keeps, for help texts.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Mode::Full => "namespaces, the mount plan, Landlock and seccomp",
+            Mode::LandlockOnly => {
+                "No namespaces (hosts that block user namespaces): Landlock limits reads and writes, seccomp \
+                 applies, the tree is swept at the end"
+            }
+        }
+    }
+
+    /// The degraded mode called `name` (one of [`Mode::DEGRADED`]); the
+    /// error lists the accepted names.
+    pub fn degraded(name: &str) -> Result<Mode, UnknownName> {
+        lookup(name, "degraded mode", Mode::DEGRADED, |m| m.name())
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = UnknownName;
+
+    /// Any mode by name (`full`, `landlock-only`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        lookup(s, "mode", Mode::ALL, |m| m.name())
+    }
+}
+
+impl Network {
+    /// Every network setting.
+    pub const ALL: &'static [Network] = &[Network::None, Network::Host];
+
+    /// The setting's name, as serde spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Host => "host",
+        }
+    }
+}
+
+impl fmt::Display for Network {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Network {
+    type Err = UnknownName;
+
+    /// `none` or `host`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        lookup(s, "network setting", Network::ALL, |n| n.name())
+    }
+}
+
+/// A name that is none of the accepted ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownName {
+    /// What was being named (`network setting`, `degraded mode`).
+    pub what: &'static str,
+    /// The name given.
+    pub given: String,
+    /// The accepted names.
+    pub accepted: Vec<&'static str>,
+}
+
+impl fmt::Display for UnknownName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let accepted: Vec<String> = self.accepted.iter().map(|a| format!("`{a}`")).collect();
+        write!(f, "unknown {} `{}`, expected {}", self.what, self.given, accepted.join(" or "))
+    }
+}
+
+impl std::error::Error for UnknownName {}
+
+fn lookup<T: Copy>(s: &str, what: &'static str, all: &[T], name: fn(T) -> &'static str) -> Result<T, UnknownName> {
+    all.iter().copied().find(|v| name(*v) == s).ok_or_else(|| UnknownName {
+        what,
+        given: s.to_string(),
+        accepted: all.iter().map(|v| name(*v)).collect(),
+    })
 }
 
 /// The sandbox's single-id user namespace mapping.
@@ -86,11 +194,14 @@ pub struct Identity {
     pub outside_gid: u32,
 }
 
-/// Network isolation of the sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Network isolation of the sandbox. Spelled `none` and `host` (in the
+/// spec, a policy file's `network` and the command line's `--network`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Network {
-    /// A private network namespace holding only a loopback interface.
+    /// A private network namespace holding only a loopback interface (the
+    /// default).
+    #[default]
     None,
     /// The host's network namespace.
     Host,
@@ -228,5 +339,35 @@ impl TestSwitches {
     /// Whether any switch is set.
     pub fn any(&self) -> bool {
         self.skip_readonly || self.skip_landlock || self.fail_git_guard
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json<T: Serialize>(v: T) -> String {
+        serde_json::to_string(&v).unwrap_or_default()
+    }
+
+    #[test]
+    fn names_are_the_serde_spellings_and_parse_back() {
+        for m in Mode::ALL {
+            assert_eq!(json(m), format!("\"{}\"", m.name()));
+            assert_eq!(m.name().parse::<Mode>(), Ok(*m));
+        }
+        for n in Network::ALL {
+            assert_eq!(json(n), format!("\"{}\"", n.name()));
+            assert_eq!(n.name().parse::<Network>(), Ok(*n));
+        }
+        assert_eq!(Mode::degraded("landlock-only"), Ok(Mode::LandlockOnly));
+    }
+
+    #[test]
+    fn unknown_names_list_the_accepted_ones() {
+        let e = Mode::degraded("full").err().map(|e| e.to_string());
+        assert_eq!(e.as_deref(), Some("unknown degraded mode `full`, expected `landlock-only`"));
+        let e = "bogus".parse::<Network>().err().map(|e| e.to_string());
+        assert_eq!(e.as_deref(), Some("unknown network setting `bogus`, expected `none` or `host`"));
     }
 }

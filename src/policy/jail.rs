@@ -1,12 +1,11 @@
 //! The path jail: resolve a path the way the kernel would, then decide.
 
-use std::collections::VecDeque;
-use std::ffi::OsString;
 use std::fs;
-use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
-use super::{DenyGlobs, PolicyError, WorkspacePolicy};
+use super::{PolicyError, WorkspacePolicy};
+use crate::path::walk::{physical, WalkError};
+use crate::path::{link_in_glob_prefix, normalize_glob, touches_system_root, DenyGlobs};
 
 /// What the path is wanted for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,10 +16,6 @@ pub enum Access {
     /// yet is accepted if its deepest existing ancestor is.
     Write,
 }
-
-/// Most symbolic links followed while resolving one path (the kernel's own
-/// limit).
-const MAX_LINKS: usize = 40;
 
 /// The jail of one policy: the workspace's real path, the extra readable
 /// roots, the write grants outside the workspace and the deny globs.
@@ -64,17 +59,15 @@ impl PathJail {
                 continue;
             }
             let Ok(real) = fs::canonicalize(g) else { continue };
-            let system =
-                crate::sandbox::SYSTEM_ROOTS.iter().any(|r| real.starts_with(r) || Path::new(r).starts_with(&real));
-            if real.starts_with(&root) || system {
+            if real.starts_with(&root) || touches_system_root(&real) {
                 continue;
             }
             grants.push(real);
         }
         let mut globs = Vec::new();
         for (i, g) in policy.deny_paths.iter().enumerate() {
-            let g = super::normalize_glob(g);
-            if let Some(link) = super::deny::link_on_the_way(&root, &g) {
+            let g = normalize_glob(g);
+            if let Some(link) = link_in_glob_prefix(&root, &g) {
                 return Err(PolicyError::invalid(
                     format!("deny_paths[{i}]"),
                     format!(
@@ -113,8 +106,8 @@ impl PathJail {
             return Err(escape("an empty path".into()));
         }
         let (real, links) = physical(base, path).map_err(|e| match e {
-            Walk::Escape(why) => escape(why),
-            Walk::Io(source) => PolicyError::Resolve { path: path.to_path_buf(), source },
+            WalkError::Escape(why) => escape(why),
+            WalkError::Io(source) => PolicyError::Resolve { path: path.to_path_buf(), source },
         })?;
         // A link whose own name is denied (`.env.local -> config/dotenv`) is
         // masked by the sandbox through its target: refuse it here too.
@@ -154,96 +147,5 @@ impl PathJail {
             };
         }
         Err(format!("resolves to {}, outside the workspace {}", real.display(), self.root.display()))
-    }
-}
-
-/// The symbolic links met while resolving the absolute `path` as the kernel
-/// would (`..` after a link included), in order; `None` when it cannot be
-/// resolved (a loop, `/proc`, an unreadable link).
-pub(crate) fn links_on_the_way(path: &Path) -> Option<Vec<PathBuf>> {
-    physical(Path::new("/"), path).ok().map(|(_, links)| links)
-}
-
-/// The symbolic links met while resolving the absolute `path`, as far as
-/// the walk got: also when it cannot finish (a `..` after a missing
-/// component, a loop), so that a caller judging the links it did meet
-/// fails closed rather than reading "unresolvable" as "no link".
-pub(crate) fn links_met(path: &Path) -> Vec<PathBuf> {
-    let mut links = Vec::new();
-    let _ = physical_into(Path::new("/"), path, &mut links);
-    links
-}
-
-enum Walk {
-    Escape(String),
-    Io(io::Error),
-}
-
-/// Resolve `path` against `base` as the kernel would, following links;
-/// components below the deepest existing one are appended as spelled (a
-/// `..` there is refused, since its meaning depends on what gets created).
-fn physical(base: &Path, path: &Path) -> Result<(PathBuf, Vec<PathBuf>), Walk> {
-    let mut links = Vec::new();
-    let real = physical_into(base, path, &mut links)?;
-    Ok((real, links))
-}
-
-/// [`physical`], collecting the links met into `links` as it goes (they are
-/// there also when it fails).
-fn physical_into(base: &Path, path: &Path, links: &mut Vec<PathBuf>) -> Result<PathBuf, Walk> {
-    let mut cur = if path.is_absolute() { PathBuf::from("/") } else { base.to_path_buf() };
-    let mut pending: VecDeque<OsString> = VecDeque::new();
-    push_front(&mut pending, path);
-    let mut missing = false;
-    while let Some(c) = pending.pop_front() {
-        if c == ".." {
-            if missing {
-                return Err(Walk::Escape(format!("`..` after {}, which does not exist", cur.display())));
-            }
-            cur.pop();
-            continue;
-        }
-        cur.push(&c);
-        if missing {
-            continue;
-        }
-        if cur.starts_with("/proc") {
-            return Err(Walk::Escape("goes through /proc, whose links lead anywhere".into()));
-        }
-        match fs::symlink_metadata(&cur) {
-            Ok(m) if m.file_type().is_symlink() => {
-                links.push(cur.clone());
-                if links.len() > MAX_LINKS {
-                    return Err(Walk::Escape("too many levels of symbolic links".into()));
-                }
-                let target = fs::read_link(&cur).map_err(Walk::Io)?;
-                cur.pop();
-                if target.is_absolute() {
-                    cur = PathBuf::from("/");
-                }
-                push_front(&mut pending, &target);
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => {
-                missing = true;
-            }
-            Err(e) => return Err(Walk::Io(e)),
-        }
-    }
-    Ok(cur)
-}
-
-/// Put the components of `p` (not `.` or `/`) at the front of `q`.
-fn push_front(q: &mut VecDeque<OsString>, p: &Path) {
-    let comps: Vec<OsString> = p
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n.to_os_string()),
-            Component::ParentDir => Some("..".into()),
-            _ => None,
-        })
-        .collect();
-    for c in comps.into_iter().rev() {
-        q.push_front(c);
     }
 }

@@ -15,7 +15,6 @@
 //! - [`WorkspacePolicy::exec_request`]: the sandbox request for an accepted
 //!   command (readable roots, deny globs, write grants, environment, limits).
 
-mod deny;
 mod jail;
 pub mod shell;
 
@@ -29,18 +28,16 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-pub use deny::{link_on_the_way, normalize_glob, DenyGlobs};
-pub(crate) use jail::{links_met, links_on_the_way};
+use crate::path::DenyGlobs;
 pub use jail::{Access, PathJail};
 pub use shell::{
-    check_shell_command, quote_argv, quote_word, tokenize_command, CommandCtx, Decision, Plan, PlannedCommand,
+    check_shell_command, quote_argv, quote_word, tokenize_command, CommandCtx, Decision, LinePlan, PlannedCommand,
     PlannedRedirect, Refusal, RefusalReason, ShellChecker, Verdict,
 };
 
 use crate::sandbox::{ExecRequest, Limits as SandboxLimits, DEFAULT_MAX_OUTPUT};
 pub use crate::units::{parse_duration, parse_size};
-use crate::Network;
-use portcullis_helper::spec::Mode;
+use portcullis_helper::spec::{Mode, Network};
 
 /// Everything that can be wrong with a policy, or with a path it is asked
 /// to judge.
@@ -127,14 +124,14 @@ pub struct WorkspacePolicy {
     pub protect: Vec<PathBuf>,
     /// Network access of commands.
     #[serde(default)]
-    pub network: NetworkPolicy,
+    pub network: Network,
     /// Resource limits of each command.
     #[serde(default)]
     pub limits: LimitsPolicy,
     /// Opt into a named degraded sandbox where the host lacks user
     /// namespaces. Absent: the full sandbox, or a refusal.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub degraded: Option<DegradedMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "degraded_opt::deserialize")]
+    pub degraded: Option<Mode>,
     /// What may run. Absent: nothing may run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<ShellPolicy>,
@@ -144,25 +141,6 @@ pub struct WorkspacePolicy {
     /// Bounds of directory listings.
     #[serde(default)]
     pub list: ListPolicy,
-}
-
-/// Network access of commands.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum NetworkPolicy {
-    /// A network namespace with only loopback (the default).
-    #[default]
-    None,
-    /// The host's network.
-    Host,
-}
-
-/// A named degraded sandbox.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DegradedMode {
-    /// No namespaces: Landlock, seccomp and the kill sweep only.
-    LandlockOnly,
 }
 
 /// Resource limits of each command.
@@ -647,7 +625,7 @@ impl WorkspacePolicy {
     /// paths, network, limits, environment and timeout from the policy;
     /// `writable` grants the policy's `write` list (or the whole workspace
     /// when the list is empty).
-    pub fn exec_request(&self, plan: &Plan, writable: bool) -> Result<ExecRequest, PolicyError> {
+    pub fn exec_request(&self, plan: &LinePlan, writable: bool) -> Result<ExecRequest, PolicyError> {
         let ws = self.workspace_root()?;
         let argv: Vec<OsString> = match plan.interpreter {
             Interpreter::Sh => vec!["/bin/sh".into(), "-c".into(), plan.line.clone().into()],
@@ -660,12 +638,9 @@ impl WorkspacePolicy {
         req.read = self.allow_paths.clone();
         req.deny = self.deny_paths.clone();
         req.protect = self.protect.clone();
-        req.network = match self.network {
-            NetworkPolicy::None => Network::None,
-            NetworkPolicy::Host => Network::Host,
-        };
+        req.network = self.network;
         req.limits = SandboxLimits { pids: self.limits.pids, memory: self.limits.memory };
-        req.degraded = self.degraded.map(|DegradedMode::LandlockOnly| Mode::LandlockOnly);
+        req.degraded = self.degraded;
         if writable {
             if self.write.is_empty() {
                 req.writable = true;
@@ -880,6 +855,17 @@ mod size_opt {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
         size::deserialize(d).map(Some)
+    }
+}
+
+/// `degraded`: only a degraded mode by name (`landlock-only`); the full
+/// sandbox is asked for by leaving the key out.
+mod degraded_opt {
+    use super::*;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Mode>, D::Error> {
+        let name = String::deserialize(d)?;
+        Mode::degraded(&name).map(Some).map_err(de::Error::custom)
     }
 }
 

@@ -19,8 +19,8 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
-use super::plan::lexical;
 use super::SandboxError;
+use crate::path::{in_areas, lexical, links_on_the_way, replaceable_link};
 
 /// Files in a git dir that make git read config and hooks elsewhere.
 /// A missing `hooks` directory is guarded the same way.
@@ -195,12 +195,8 @@ impl Layout {
                 let entry = e.path();
                 // The entry itself sits in the hooks directory (read-only
                 // where it matters); any further link on the way is judged.
-                let links = crate::policy::links_on_the_way(&entry).unwrap_or_default();
-                if let Some(link) = links
-                    .iter()
-                    .filter(|l| **l != entry)
-                    .find(|l| l.parent().is_some_and(|d| areas.iter().any(|a| d.starts_with(a))))
-                {
+                let links = links_on_the_way(&entry).unwrap_or_default();
+                if let Some(link) = links.iter().filter(|l| **l != entry).find(|l| in_areas(l, areas)) {
                     return Err(SandboxError::BadRequest(format!(
                         "the hook {} leads through the symbolic link {} in a writable area, which the command \
                          could point elsewhere; link the hook to the real file, or run read-only",
@@ -247,21 +243,6 @@ impl Layout {
             })
             .collect()
     }
-}
-
-/// The first symbolic link met while resolving `path` (as the kernel does,
-/// `..` after a link included) that lies in one of `areas`: a command
-/// allowed to write there could point it elsewhere before the next run.
-pub(super) fn replaceable_link(path: &Path, areas: &[PathBuf]) -> Option<PathBuf> {
-    if areas.is_empty() {
-        return None;
-    }
-    // Every link met counts, also on a way that cannot be resolved to the
-    // end (a `..` after a missing directory): a dangling link in a writable
-    // area is as replaceable as any (fifth git review).
-    crate::policy::links_met(path)
-        .into_iter()
-        .find(|l| l.parent().is_some_and(|d| areas.iter().any(|a| d.starts_with(a))))
 }
 
 /// Where the link `entry` finally leads: its real path, or for a missing
@@ -499,7 +480,7 @@ impl Discovery<'_> {
             match fs::symlink_metadata(&cur) {
                 Ok(m) if m.is_dir() => {}
                 Ok(m) if m.file_type().is_symlink() => {
-                    if cur.parent().is_some_and(|d| self.areas.iter().any(|a| d.starts_with(a))) {
+                    if in_areas(&cur, self.areas) {
                         return Err(SandboxError::BadRequest(format!(
                             "the submodule {} (a gitlink or .gitmodules path of the working tree {}) goes through \
                              the symbolic link {}, which git follows when it enters submodules (git ls-files and git \

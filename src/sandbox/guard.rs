@@ -132,7 +132,7 @@ pub(super) fn remove(roots: &[&Path], path: &Path, fail_rename: bool) -> Result<
     let Some(root) = roots.iter().filter(|r| path.starts_with(r)).max_by_key(|r| r.components().count()) else {
         // Spelled from outside every writable root (`/elsewhere/../ws/x`):
         // what lies outside them the command could not change.
-        let lex = super::lexical(path);
+        let lex = crate::path::lexical(path);
         if lex != path && roots.iter().any(|r| lex.starts_with(r)) {
             return remove(roots, &lex, fail_rename);
         }
@@ -207,7 +207,7 @@ pub(super) fn remove(roots: &[&Path], path: &Path, fail_rename: bool) -> Result<
     }
     let Some(last) = last else {
         drop(restore);
-        return remove(roots, &super::lexical(path), fail_rename);
+        return remove(roots, &crate::path::lexical(path), fail_rename);
     };
     let Some((dir, shown)) = stack.last() else { return Ok(Removed::Nothing) };
     let here = shown.join(&last);

@@ -5,7 +5,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::{Plan, SYSTEM_ROOTS};
+use super::Plan;
+use crate::path::SYSTEM_ROOTS;
 
 /// The hint for a command that was not found (`ENOENT` at exec), worded
 /// for the CLI's flags: `" (…)"`, or empty when there is nothing to add.

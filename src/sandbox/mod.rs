@@ -35,10 +35,10 @@ use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind, TestSwitches
 pub use blocked::{seccomp_filtered, Blocked};
 pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
 pub use git::GitIndex;
-pub(crate) use plan::lexical;
-pub use plan::{Plan, DEFAULT_PROTECTED, SYSTEM_ROOTS};
+pub use plan::{Plan, DEFAULT_PROTECTED};
 pub use split::{Split, SPLIT_LIMIT};
 
+use crate::path::lexical;
 use crate::sys;
 
 /// Errors of the sandbox layer. Each names the path, step or command.

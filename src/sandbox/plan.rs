@@ -13,23 +13,20 @@ use std::fs;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use globset::{GlobBuilder, GlobSetBuilder};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use portcullis_helper::spec::{Identity, LandlockSpec, Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
 
-use super::git::{self, replaceable_link};
+use super::git;
 use super::{grants, ExecRequest, SandboxError};
+use crate::path::glob::{self as deny_glob, MaskError};
+use crate::path::{in_areas, lexical, normalize_glob, replaceable_link, touches_system_root, SYSTEM_ROOTS};
 
-/// System directories made visible read-only when they exist.
-pub const SYSTEM_ROOTS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"];
 /// Device nodes bound from the host into the sandbox's `/dev`.
 pub const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 /// Carve-outs that stay read-only inside a writable workspace.
 pub const DEFAULT_PROTECTED: &[&str] = &[".git/hooks", ".git/config"];
-/// The most entries the deny-glob walk visits before it refuses.
-pub const DENY_WALK_LIMIT: usize = 500_000;
 /// The host uid and gid (`nobody`) a root caller's command runs as.
 pub const ROOT_RUNS_AS: u32 = 65534;
 /// Default size of the private `/tmp`.
@@ -287,8 +284,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
                 real.display()
             )));
         }
-        if SYSTEM_ROOTS.iter().any(|r| real.starts_with(r) || Path::new(r).starts_with(&real)) && !is_within(&real, &ws)
-        {
+        if touches_system_root(&real) && !is_within(&real, &ws) {
             return Err(SandboxError::BadRequest(format!("write grant {} touches a system directory", real.display())));
         }
         if !grants.contains(&real) {
@@ -422,14 +418,12 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     let git_trees = git.trees.clone();
     // Masks: the deny list.
     // `a//b`, `a/./b` and `./a/` name what `a/b` and `a` name.
-    let deny: Vec<String> = req.deny.iter().map(|g| crate::policy::normalize_glob(g)).collect();
-    let mut denied_links = Vec::new();
-    let mut masked = deny_paths(&deny, &ws, &mut denied_links)?;
-    masked.extend(deny_paths_absolute(&deny, &mut denied_links)?);
+    let deny: Vec<String> = req.deny.iter().map(|g| normalize_glob(g)).collect();
+    let deny_glob::Masks { paths: mut masked, links: denied_links } = deny_masks(&deny, &ws)?;
     // A denied link's target is masked, but the link itself could be pointed
     // elsewhere by a writable run, and the next run would mask that instead.
     for l in &denied_links {
-        if l.parent().is_some_and(|d| protect_areas.iter().any(|a| d.starts_with(a))) {
+        if in_areas(l, &protect_areas) {
             return Err(SandboxError::BadRequest(format!(
                 "a deny glob matches the symbolic link {} in a writable area, which the command could point \
                  elsewhere before the next run; deny its target by its real path and remove the link, or run \
@@ -870,21 +864,6 @@ fn protected_paths(
     Ok(out.into_iter().collect())
 }
 
-/// `p` with `.` dropped and `..` applied, without touching the filesystem.
-pub(crate) fn lexical(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            std::path::Component::CurDir => {}
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
-}
-
 /// Directories strictly between a writable root and each protected path.
 fn pinned_ancestors(protected: &[PathBuf], writable_areas: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = BTreeSet::new();
@@ -907,134 +886,16 @@ fn pinned_ancestors(protected: &[PathBuf], writable_areas: &[PathBuf]) -> Vec<Pa
     out.into_iter().collect()
 }
 
-/// Refuse a deny glob whose literal directories go through a symbolic link
-/// (the same reading as the policy's path jail): the walk never follows
-/// links, so its matches would silently stay unmasked (fail closed instead).
-fn check_glob_prefix(glob: &str, root: &Path) -> Result<(), SandboxError> {
-    match crate::policy::link_on_the_way(root, glob) {
-        Some(link) => Err(SandboxError::Glob {
-            glob: glob.to_string(),
-            reason: format!("{} is a symbolic link; spell the glob with the real path", link.display()),
-        }),
-        None => Ok(()),
-    }
-}
-
-fn deny_paths(globs: &[String], root: &Path, links: &mut Vec<PathBuf>) -> Result<Vec<PathBuf>, SandboxError> {
-    let rel: Vec<String> = globs.iter().filter(|g| !g.starts_with('/')).cloned().collect();
-    for g in &rel {
-        check_glob_prefix(g, root)?;
-    }
-    let mut out = Vec::new();
-    if !rel.is_empty() {
-        // The same reading of the globs as the policy's path jail.
-        let deny =
-            crate::policy::DenyGlobs::new(&rel).map_err(|reason| SandboxError::Glob { glob: rel.join(" "), reason })?;
-        let hit = |p: &Path, _: &std::ffi::OsStr| deny.matching(root, p).is_some();
-        walk(root, root, &hit, None, &mut out, links, &mut 0)?;
-    }
-    Ok(out)
-}
-
-/// Absolute deny globs (`/etc/ssh/*_key`): each is walked from its literal
-/// prefix, which must name a directory below `/`.
-fn deny_paths_absolute(globs: &[String], links: &mut Vec<PathBuf>) -> Result<Vec<PathBuf>, SandboxError> {
-    let mut out = Vec::new();
-    for g in globs.iter().filter(|g| g.starts_with('/')) {
-        let prefix = glob_prefix(g);
-        check_glob_prefix(g, Path::new("/"))?;
-        if prefix.components().count() < 2 {
-            return Err(SandboxError::Glob {
-                glob: g.clone(),
-                reason: "an absolute deny glob must start with a literal directory (not /)".into(),
-            });
+/// The deny masks below `ws` (and the links whose names matched), read as
+/// the policy's path jail reads the globs.
+fn deny_masks(globs: &[String], ws: &Path) -> Result<deny_glob::Masks, SandboxError> {
+    deny_glob::masks(globs, ws).map_err(|e| match e {
+        MaskError::Glob { glob, reason } => SandboxError::Glob { glob, reason },
+        MaskError::Unlistable { path, source } => {
+            SandboxError::Path { what: "directory to apply deny globs in", path, source }
         }
-        let glob = GlobBuilder::new(g)
-            .literal_separator(true)
-            .build()
-            .map_err(|e| SandboxError::Glob { glob: g.clone(), reason: e.kind().to_string() })?;
-        let set = GlobSetBuilder::new()
-            .add(glob)
-            .build()
-            .map_err(|e| SandboxError::Glob { glob: g.clone(), reason: e.to_string() })?;
-        if set.is_match(&prefix) {
-            out.push(prefix);
-        } else if prefix.is_dir() {
-            // A glob without `**` matches only as deep as it has components.
-            let depth = (!g.contains("**"))
-                .then(|| Path::new(g).components().count().saturating_sub(prefix.components().count()).max(1));
-            let hit = |p: &Path, _: &std::ffi::OsStr| set.is_match(p);
-            walk(&prefix, &prefix, &hit, depth, &mut out, links, &mut 0)?;
-        }
-    }
-    Ok(out)
-}
-
-fn glob_prefix(g: &str) -> PathBuf {
-    let mut p = PathBuf::new();
-    for c in Path::new(g).components() {
-        let s = c.as_os_str().to_string_lossy();
-        if s.contains(['*', '?', '[', '{']) {
-            break;
-        }
-        p.push(c);
-    }
-    p
-}
-
-/// Walk `dir` (never following links), collecting every entry `hit`
-/// matches; a matched directory is not descended into (its mask hides it
-/// all). `seen` bounds the walk.
-fn walk(
-    root: &Path,
-    dir: &Path,
-    hit: &dyn Fn(&Path, &std::ffi::OsStr) -> bool,
-    depth_left: Option<usize>,
-    out: &mut Vec<PathBuf>,
-    links: &mut Vec<PathBuf>,
-    seen: &mut usize,
-) -> Result<(), SandboxError> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        // A directory we cannot list may still be entered by the command:
-        // fail closed rather than leave its matches unmasked.
-        Err(source) => {
-            return Err(SandboxError::Path {
-                what: "directory to apply deny globs in",
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
-    };
-    for e in rd.flatten() {
-        *seen += 1;
-        if *seen > DENY_WALK_LIMIT {
-            return Err(SandboxError::BadRequest(format!(
-                "the deny list walk of {} passed {DENY_WALK_LIMIT} entries",
-                root.display()
-            )));
-        }
-        let Ok(ft) = e.file_type() else { continue };
-        let p = e.path();
-        if ft.is_symlink() {
-            // A mount cannot cover a link: when the link's name matches, its
-            // target is masked instead (where the sandbox can see it).
-            if hit(&p, &e.file_name()) {
-                if let Ok(t) = fs::canonicalize(&p) {
-                    out.push(t);
-                }
-                links.push(p);
-            }
-            continue;
-        }
-        if hit(&p, &e.file_name()) {
-            out.push(p);
-        } else if ft.is_dir() && depth_left != Some(1) {
-            walk(root, &p, hit, depth_left.map(|d| d.saturating_sub(1)), out, links, seen)?;
-        }
-    }
-    Ok(())
+        e @ MaskError::TooMany { .. } => SandboxError::BadRequest(e.to_string()),
+    })
 }
 
 #[cfg(test)]

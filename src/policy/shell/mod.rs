@@ -153,7 +153,7 @@ pub struct PlannedRedirect {
 
 /// An accepted line: every command it may run, in order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Plan {
+pub struct LinePlan {
     /// How the line is run.
     pub interpreter: Interpreter,
     /// The line as given.
@@ -167,14 +167,14 @@ pub struct Plan {
 #[serde(tag = "verdict", rename_all = "kebab-case")]
 pub enum Verdict {
     /// Every command passed.
-    Accepted(Plan),
+    Accepted(LinePlan),
     /// Something did not.
     Refused(Refusal),
 }
 
 impl Verdict {
     /// The plan, if accepted.
-    pub fn plan(&self) -> Option<&Plan> {
+    pub fn plan(&self) -> Option<&LinePlan> {
         match self {
             Verdict::Accepted(p) => Some(p),
             Verdict::Refused(_) => None,
@@ -257,7 +257,7 @@ impl<'p> ShellChecker<'p> {
         let ctx = rules::LineCtx { line: &line, workspace: self.jail.root(), sh: false };
         let args: Vec<rules::Arg> = argv.iter().cloned().map(rules::Arg::literal).collect();
         match rules.check(&ctx, &args, &[]) {
-            Ok(c) => Verdict::Accepted(Plan { interpreter: Interpreter::None, line, commands: vec![c] }),
+            Ok(c) => Verdict::Accepted(LinePlan { interpreter: Interpreter::None, line, commands: vec![c] }),
             Err(r) => Verdict::Refused(r),
         }
     }
@@ -275,7 +275,7 @@ impl<'p> ShellChecker<'p> {
         }
     }
 
-    fn check_inner(&self, line: &str) -> Result<Plan, Refusal> {
+    fn check_inner(&self, line: &str) -> Result<LinePlan, Refusal> {
         let syntax = |m: &str| Refusal {
             reason: RefusalReason::UnsupportedSyntax,
             command: line.chars().take(200).collect(),
@@ -306,7 +306,7 @@ impl<'p> ShellChecker<'p> {
             }
             Interpreter::Sh => self.check_sh(rules, &ctx)?,
         };
-        Ok(Plan { interpreter: self.interpreter, line: line.to_string(), commands })
+        Ok(LinePlan { interpreter: self.interpreter, line: line.to_string(), commands })
     }
 
     fn check_sh(&self, rules: &Rules<'_>, ctx: &rules::LineCtx<'_>) -> Result<Vec<PlannedCommand>, Refusal> {
@@ -446,7 +446,7 @@ impl<'p> ShellChecker<'p> {
                 continue;
             }
             // `..` removed by spelling alone, as a shell's logical `cd` does.
-            let logical = crate::sandbox::lexical(&cwd.logical.join(dir));
+            let logical = crate::path::lexical(&cwd.logical.join(dir));
             if !logical.starts_with(self.jail.root()) {
                 return Err(escape(format!(
                     "read as `cd` reads it, it leads to {}, outside the workspace",
