@@ -35,7 +35,7 @@ pub use shell::{
     PlannedRedirect, Refusal, RefusalReason, ShellChecker, Verdict,
 };
 
-use crate::sandbox::{ExecRequest, Limits as SandboxLimits, DEFAULT_MAX_OUTPUT};
+use crate::sandbox::DEFAULT_MAX_OUTPUT;
 pub use crate::units::{parse_duration, parse_size};
 use portcullis_helper::spec::{Mode, Network};
 
@@ -618,59 +618,6 @@ impl WorkspacePolicy {
     /// A checker for command lines (compiles everything once).
     pub fn checker(&self) -> Result<ShellChecker<'_>, PolicyError> {
         ShellChecker::new(self)
-    }
-
-    /// The sandbox request that runs an accepted plan: `sh -c LINE` in `sh`
-    /// mode, the argv otherwise; readable roots, deny globs, protected
-    /// paths, network, limits, environment and timeout from the policy;
-    /// `writable` grants the policy's `write` list (or the whole workspace
-    /// when the list is empty).
-    pub fn exec_request(&self, plan: &LinePlan, writable: bool) -> Result<ExecRequest, PolicyError> {
-        let ws = self.workspace_root()?;
-        let argv: Vec<OsString> = match plan.interpreter {
-            Interpreter::Sh => vec!["/bin/sh".into(), "-c".into(), plan.line.clone().into()],
-            Interpreter::None => match plan.commands.first() {
-                Some(c) => c.argv.iter().map(OsString::from).collect(),
-                None => return Err(PolicyError::invalid("shell", "the plan has no command")),
-            },
-        };
-        let mut req = ExecRequest::new(ws, argv);
-        req.read = self.allow_paths.clone();
-        req.deny = self.deny_paths.clone();
-        req.protect = self.protect.clone();
-        req.network = self.network;
-        req.limits = SandboxLimits { pids: self.limits.pids, memory: self.limits.memory };
-        req.degraded = self.degraded;
-        if writable {
-            if self.write.is_empty() {
-                req.writable = true;
-            } else {
-                req.write = self.write.clone();
-            }
-        }
-        if let Some(sh) = &self.shell {
-            if plan.interpreter == Interpreter::Sh {
-                // /bin/sh reads the line in its locale's character set.
-                let set = sh.env.iter().map(|(k, v)| (k.clone(), v.clone()));
-                let inherited = sh.inherit_env.iter().map(|n| (n.clone(), std::env::var(n).unwrap_or_default()));
-                if let Some((name, v)) = unsafe_sh_locale(set.chain(inherited)) {
-                    return Err(PolicyError::invalid(
-                        format!("shell.env/inherit_env {name}"),
-                        format!("{v:?}: sh mode needs a C, POSIX or UTF-8 locale (the line is read in it)"),
-                    ));
-                }
-            }
-            req.inherit_env = sh.inherit_env.iter().filter(|n| !is_startup_var(n)).map(OsString::from).collect();
-            req.env = sh
-                .env
-                .iter()
-                .filter(|(k, _)| !is_startup_var(k))
-                .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-                .collect();
-            req.timeout = Some(sh.timeout);
-            req.max_output_bytes = usize::try_from(sh.max_output_bytes).unwrap_or(usize::MAX);
-        }
-        Ok(req)
     }
 }
 
