@@ -16,6 +16,7 @@
 //!   command (readable roots, deny globs, write grants, environment, limits).
 
 mod deny;
+pub mod gate;
 mod jail;
 pub mod shell;
 
@@ -30,6 +31,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 pub use deny::{link_on_the_way, normalize_glob, DenyGlobs};
+pub use gate::{GateAnswer, GateKind, GateRule};
 pub(crate) use jail::{links_met, links_on_the_way};
 pub use jail::{Access, PathJail};
 pub use shell::{
@@ -144,6 +146,10 @@ pub struct WorkspacePolicy {
     /// Bounds of directory listings.
     #[serde(default)]
     pub list: ListPolicy,
+    /// The gate's rules (`[[gate]]`), in order. Empty: no gate (a request
+    /// passes as asked). Compiled by `WorkspacePolicy::gate` (`gate::rules`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gate: Vec<GateRule>,
 }
 
 /// Network access of commands.
@@ -622,6 +628,7 @@ impl WorkspacePolicy {
         if self.read.default_lines == 0 {
             return Err(PolicyError::invalid("read.default_lines", "must be at least 1"));
         }
+        gate::validate(&self.gate)?;
         Ok(())
     }
 
