@@ -4,6 +4,7 @@ mod cli;
 mod concurrent;
 mod container;
 mod escapes;
+mod gate;
 mod git_guard;
 mod git_protect;
 mod git_review;
