@@ -14,6 +14,12 @@
 //! The built-in gate is the policy file's ordered `[[gate]]` rules
 //! ([`rules`]); a Rust host may pass its own `impl Gate`.
 
+mod meet;
+pub mod rules;
+
+pub use meet::{Met, Refused};
+pub use rules::Rules;
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;

@@ -15,6 +15,7 @@
 //! - [`WorkspacePolicy::exec_request`]: the sandbox request for an accepted
 //!   command (readable roots, deny globs, write grants, environment, limits).
 
+pub mod gate;
 mod jail;
 pub mod shell;
 
@@ -29,6 +30,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::path::DenyGlobs;
+pub use gate::{GateAnswer, GateKind, GateRule};
 pub use jail::{Access, PathJail};
 pub use shell::{
     check_shell_command, quote_argv, quote_word, tokenize_command, CommandCtx, Decision, LinePlan, PlannedCommand,
@@ -141,6 +143,10 @@ pub struct WorkspacePolicy {
     /// Bounds of directory listings.
     #[serde(default)]
     pub list: ListPolicy,
+    /// The gate's rules (`[[gate]]`), in order. Empty: no gate (a request
+    /// passes as asked). Compiled by `WorkspacePolicy::gate` (`gate::rules`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gate: Vec<GateRule>,
 }
 
 /// Resource limits of each command.
@@ -600,6 +606,7 @@ impl WorkspacePolicy {
         if self.read.default_lines == 0 {
             return Err(PolicyError::invalid("read.default_lines", "must be at least 1"));
         }
+        gate::validate(&self.gate)?;
         Ok(())
     }
 

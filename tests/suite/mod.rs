@@ -7,6 +7,7 @@ mod container;
 mod degraded;
 mod deny;
 mod escapes;
+mod gate;
 mod git_carveouts;
 mod git_guard;
 mod git_protect;
