@@ -4,7 +4,6 @@ use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
@@ -306,11 +305,8 @@ fn runner(a: &ExecArgs) -> Result<Runner, RunError> {
     if let Some(ws) = &a.workspace {
         b = b.workspace(ws);
     }
-    let log = a.audit.clone().or_else(|| b.policy_audit());
-    if let Some(log) = log {
-        let audit = portcullis::audit::JsonlAudit::open(&log, portcullis::audit::Sync::Every)
-            .map_err(RunError::Audit)?;
-        b = b.audit(Arc::new(audit));
+    if let Some(log) = &a.audit {
+        b = b.audit_log(log);
     }
     b.build()
 }

@@ -147,6 +147,11 @@ pub struct WorkspacePolicy {
     /// passes as asked). Compiled by `WorkspacePolicy::gate` (`gate::rules`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gate: Vec<GateRule>,
+    /// The audit log every action is recorded in (JSON Lines, hash-chained;
+    /// see docs/audit.md): absolute, or relative to the policy file's
+    /// directory. It must lie outside the workspace and every write grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<PathBuf>,
 }
 
 /// Resource limits of each command.

@@ -311,6 +311,7 @@ pub struct RunnerBuilder {
     workspace: Option<PathBuf>,
     gate: Option<Arc<dyn Gate>>,
     audit: Option<Arc<dyn Audit>>,
+    audit_log: Option<PathBuf>,
     sandbox: Option<Sandbox>,
 }
 
@@ -347,6 +348,14 @@ impl RunnerBuilder {
         self
     }
 
+    /// Record every action in this JSON Lines log (overrides the policy's
+    /// `audit`; replaced by [`RunnerBuilder::audit`]). It is opened by
+    /// [`RunnerBuilder::build`], which refuses a log inside the workspace.
+    pub fn audit_log(mut self, file: impl Into<PathBuf>) -> Self {
+        self.audit_log = Some(file.into());
+        self
+    }
+
     /// Use this sandbox (default: [`Sandbox::new`]).
     pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
         self.sandbox = Some(sandbox);
@@ -372,14 +381,34 @@ impl RunnerBuilder {
         };
         let gate: Option<Arc<dyn Gate>> = match (self.gate, &policy) {
             (Some(g), _) => Some(g),
-            (None, Some(p)) => p.gate_rules(&workspace)?.map(|r| Arc::new(r) as Arc<dyn Gate>),
+            (None, Some(p)) => {
+                let real = std::fs::canonicalize(&workspace).map_err(|source| PolicyError::Resolve { path: workspace.clone(), source })?;
+                p.gate(&real)?.map(|r| Arc::new(r) as Arc<dyn Gate>)
+            }
             (None, None) => None,
+        };
+        let log = match (&self.audit_log, policy.as_ref().and_then(|p| p.audit.as_ref())) {
+            (Some(f), _) => Some(f.clone()),
+            (None, Some(f)) if f.is_relative() => {
+                let dir = self.policy_file.as_deref().and_then(Path::parent).unwrap_or(Path::new("."));
+                Some(dir.join(f))
+            }
+            (None, f) => f.cloned(),
+        };
+        let (audit, audit_log) = match (self.audit, log) {
+            (Some(a), _) => (Some(a), None),
+            (None, Some(f)) => {
+                let real = audit_log_path(&f, &workspace)?;
+                let log = crate::audit::JsonlAudit::open(&f).map_err(RunError::Audit)?;
+                (Some(Arc::new(log) as Arc<dyn Audit>), Some(real))
+            }
+            (None, None) => (None, None),
         };
         let sandbox = match self.sandbox {
             Some(s) => s,
             None => Sandbox::new()?,
         };
-        Ok(Runner { policy, policy_file: self.policy_file, workspace, gate, audit: self.audit, sandbox })
+        Ok(Runner { policy, policy_file: self.policy_file, workspace, gate, audit, audit_log, sandbox })
     }
 }
 
@@ -390,6 +419,9 @@ pub struct Runner {
     workspace: PathBuf,
     gate: Option<Arc<dyn Gate>>,
     audit: Option<Arc<dyn Audit>>,
+    /// The JSON Lines log's real path, when the runner opened one: no
+    /// command may get write access to it.
+    audit_log: Option<PathBuf>,
     sandbox: Sandbox,
 }
 
@@ -500,6 +532,17 @@ impl Runner {
             Ok(d) => d,
             Err(refused) => return Ok(Prepared::Refused { action: Box::new(action), refused }),
         };
+        if let Some(log) = &self.audit_log {
+            if effective.permits(log, &ws_real) {
+                return Err(RunError::input(
+                    "audit",
+                    format!(
+                        "{}: the command would get write access to its own audit log; keep the log outside the workspace and the write grants",
+                        log.display()
+                    ),
+                ));
+            }
+        }
         req.writable = effective.writable;
         req.write = effective.write_grants.clone();
         Ok(Prepared::Ready(Box::new(Ready { request: req, action, effective, rule, dropped, checked })))
@@ -538,11 +581,9 @@ impl Runner {
             return Ok(Ok((asked.clone(), None, Vec::new())));
         };
         let decision = gate.check(action).await?;
-        Ok(match crate::gate::meet(ws_real, asked, &decision) {
-            crate::gate::Met::Allowed { access, dropped, rule } => Ok((access, rule, dropped)),
-            crate::gate::Met::Refused { reason, rule } => {
-                Err(Refused { kind: RefusalKind::RefusedByGate, reason, command: None, code: None, rule })
-            }
+        Ok(match asked.meet(&decision, ws_real) {
+            Ok(met) => Ok((met.effective, met.rule, met.dropped)),
+            Err(r) => Err(Refused { kind: RefusalKind::RefusedByGate, reason: r.reason, command: None, code: None, rule: r.rule }),
         })
     }
 
@@ -628,6 +669,32 @@ impl Runner {
             None => Ok(()),
         }
     }
+}
+
+/// The audit log's real path (its directory resolved, its name kept),
+/// refused inside the workspace: a command with write access there could
+/// rewrite the record of what it did.
+fn audit_log_path(f: &Path, workspace: &Path) -> Result<PathBuf, RunError> {
+    let abs = std::path::absolute(f).map_err(|e| RunError::input("audit", format!("{}: {e}", f.display())))?;
+    let real = match (abs.parent(), abs.file_name()) {
+        (Some(dir), Some(name)) => match std::fs::canonicalize(dir) {
+            Ok(d) => d.join(name),
+            Err(e) => return Err(RunError::input("audit", format!("{}: its directory: {e}", f.display()))),
+        },
+        _ => return Err(RunError::input("audit", format!("{}: not a file name", f.display()))),
+    };
+    let ws = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    if real.starts_with(&ws) {
+        return Err(RunError::input(
+            "audit",
+            format!(
+                "{} lies inside the workspace {}: a command with write access could rewrite it; keep the log outside",
+                real.display(),
+                ws.display()
+            ),
+        ));
+    }
+    Ok(real)
 }
 
 fn millis(d: Duration) -> u64 {

@@ -25,5 +25,6 @@ mod policy_corpus;
 mod policy_diff;
 mod policy_fuzz;
 mod readonly;
+mod runner;
 mod roots;
 mod stdin;
