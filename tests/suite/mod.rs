@@ -1,5 +1,6 @@
 mod util;
 
+mod audit;
 mod cli;
 mod concurrent;
 mod container;
