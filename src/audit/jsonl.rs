@@ -393,3 +393,64 @@ fn sync_parent(path: &Path) -> io::Result<()> {
     };
     File::open(dir)?.sync_all()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::Status;
+    use crate::gate::Access;
+
+    fn outcome(id: String) -> Event {
+        Event::Outcome {
+            id,
+            status: Status::Completed,
+            exit_code: Some(0),
+            signal: None,
+            duration_ms: 1,
+            effective: Access::read_only(),
+            refused_writes: None,
+            removed: Vec::new(),
+            error: None,
+        }
+    }
+
+    fn dir() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"))
+    }
+
+    #[test]
+    fn records_longer_than_a_read_chunk_chain() {
+        let d = dir();
+        let path = d.path().join("log");
+        let log = JsonlAudit::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        // 10 KB and 300 KB ids: the read-back grows past its first 4 KiB
+        // and its second 64 KiB; the first record (the whole file) too.
+        for (i, len) in [10_000, 10, 300_000, 5].into_iter().enumerate() {
+            let head = log.append(&outcome("x".repeat(len))).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(head.seq, u64::try_from(i).unwrap_or(0));
+        }
+        let r = crate::audit::verify(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(r.intact, "{}", r.render());
+        assert_eq!(r.records, 4);
+    }
+
+    #[test]
+    fn a_record_over_the_limit_is_refused_and_nothing_is_written() {
+        let d = dir();
+        let path = d.path().join("log");
+        let log = JsonlAudit::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let e = log.append(&outcome("x".repeat(MAX_LINE))).err().unwrap_or_else(|| panic!("a huge record was written"));
+        assert_eq!(e.source.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(std::fs::metadata(&path).map(|m| m.len()).unwrap_or(1), 0);
+    }
+
+    #[test]
+    fn a_last_line_that_is_not_a_record_is_named() {
+        let d = dir();
+        let path = d.path().join("log");
+        std::fs::write(&path, "one\ntwo\n").unwrap_or_else(|e| panic!("{e}"));
+        let log = JsonlAudit::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let e = log.append(&outcome("a".into())).err().unwrap_or_else(|| panic!("chained over a non-record"));
+        assert!(e.to_string().contains("line 2 is not an audit record"), "{e}");
+    }
+}
