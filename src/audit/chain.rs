@@ -100,6 +100,18 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// 64 hex digits as 32 bytes.
+pub(crate) fn unhex32(s: &str) -> Option<[u8; 32]> {
+    if !is_hash(s) {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
 /// The SHA-256 of `bytes`, raw.
 pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
@@ -164,6 +176,9 @@ mod tests {
     #[test]
     fn hashes_are_lowercase_hex_sha256() {
         // echo -n abc | sha256sum
-        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        let h = sha256_hex(b"abc");
+        assert_eq!(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(unhex32(&h), Some(sha256(b"abc")));
+        assert_eq!(unhex32("00"), None);
     }
 }

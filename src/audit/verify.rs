@@ -282,7 +282,7 @@ pub fn verify_against(path: &Path, expected: Option<&Head>) -> Result<VerifyRepo
         first_bad: None,
     };
     // Every intact line's hash, to tell an insertion from an edit.
-    let mut by_hash: HashMap<String, u64> = HashMap::new();
+    let mut by_hash: HashMap<[u8; 32], u64> = HashMap::new();
     // The last two intact lines.
     let mut last: Option<Seen> = None;
     let mut before_last: Option<Head> = None;
@@ -351,7 +351,7 @@ pub fn verify_against(path: &Path, expected: Option<&Head>) -> Result<VerifyRepo
                     return Ok(broken(report, n, Problem::SeqEdited { found: h.seq, expected: expected_seq }, here));
                 }
                 if !chains {
-                    if let Some(&j) = by_hash.get(&prev) {
+                    if let Some(&j) = chain::unhex32(&prev).and_then(|p| by_hash.get(&p)) {
                         // Line n chains from line j: j+1 ..= n-1 were put in.
                         let head = Head { seq: j - 1, hash: prev };
                         return Ok(broken(report, j + 1, Problem::Inserted { through: n - 1 }, Some(head)));
@@ -369,11 +369,10 @@ pub fn verify_against(path: &Path, expected: Option<&Head>) -> Result<VerifyRepo
                 }
             }
         }
-        let hex = chain::hex(&hash);
         if expected.is_some_and(|e| e.seq == h.seq) {
-            at_head = Some(hex.clone());
+            at_head = Some(chain::hex(&hash));
         }
-        by_hash.insert(hex, n);
+        by_hash.insert(hash, n);
         before_last = here;
         last = Some(Seen { line: n, seq: h.seq, hash });
     }
