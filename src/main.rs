@@ -1,4 +1,4 @@
-//! The `portcullis` command line: `exec`, `check`, `doctor`.
+//! The `portcullis` command line: `exec`, `check`, `doctor`, `audit`.
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -39,6 +39,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Check an audit log's chain, or report who could write where.
+    #[command(subcommand)]
+    Audit(portcullis::audit::cli::AuditCmd),
 }
 
 /// `--network`: a [`Network`] by name, the accepted names listed in the
@@ -242,6 +245,7 @@ fn main() -> ExitCode {
         match cli.cmd {
             Cmd::Exec(a) => exec(*a).await,
             Cmd::Check(a) => check(a),
+            Cmd::Audit(a) => ExitCode::from(a.run(&mut std::io::stdout().lock(), &mut std::io::stderr().lock())),
             Cmd::Doctor { json } => {
                 let r = portcullis::doctor::run().await;
                 if json {

@@ -126,3 +126,14 @@ pub trait Audit: Send + Sync {
     /// Record one event, durably before returning (as configured).
     fn record<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<(), AuditError>>;
 }
+
+mod chain;
+pub mod cli;
+pub mod grants;
+pub mod jsonl;
+pub mod verify;
+
+pub use chain::{BadHead, Head, MAX_LINE};
+pub use grants::{grants, GrantsReport};
+pub use jsonl::JsonlAudit;
+pub use verify::{verify, verify_against, VerifyError, VerifyReport};

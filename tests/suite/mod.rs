@@ -1,5 +1,6 @@
 mod util;
 
+mod audit;
 mod basics;
 mod cli;
 mod concurrent;
