@@ -48,8 +48,8 @@ use portcullis_helper::report::{
     CloneCall, Record, Step, CLONE_DETAIL_CGROUP_PROCS, CLONE_DETAIL_CLONE, CLONE_DETAIL_CLONE3, NO_DETAIL,
 };
 use portcullis_helper::spec::{Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
-use portcullis_helper::{filter, observe, LIFELINE_FD, OBSERVE_FD, REPORT_FD, SPEC_FD};
 use portcullis_helper::CGROUP_FD;
+use portcullis_helper::{filter, observe, LIFELINE_FD, OBSERVE_FD, REPORT_FD, SPEC_FD};
 
 /// Exit code when the wrapper itself fails (GNU convention, as `env`/`timeout`).
 const EXIT_SETUP: i32 = 125;

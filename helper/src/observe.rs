@@ -211,8 +211,7 @@ mod tests {
             match x.op {
                 Op::Open { flags: Some(f), .. } => {
                     let mut args = [0u64; 6];
-                    for flags in [libc::O_RDONLY, libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECTORY, libc::O_PATH]
-                    {
+                    for flags in [libc::O_RDONLY, libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECTORY, libc::O_PATH] {
                         args[usize::from(f)] = flags as u64;
                         assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_ALLOW, "{} {flags:#o}", x.name);
                     }

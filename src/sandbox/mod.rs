@@ -36,8 +36,8 @@ use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind, TestSwitches
 pub use blocked::{seccomp_filtered, Blocked};
 pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
 pub use git::GitIndex;
-pub(crate) use plan::lexical;
 pub use observe::{RefusedWrites, ReportState, SAMPLE_CAP};
+pub(crate) use plan::lexical;
 pub use plan::{Plan, DEFAULT_PROTECTED, SYSTEM_ROOTS};
 pub use split::{Split, SPLIT_LIMIT};
 

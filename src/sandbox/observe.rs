@@ -256,12 +256,8 @@ fn handle(listener: &OwnedFd, rules: &Rules, root: &mut Option<OwnedFd>, report:
     }
     let verdict = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decide(&n, listener, rules, root)))
         .unwrap_or(Verdict::Unresolved);
-    let resp = libc::seccomp_notif_resp {
-        id: n.id,
-        val: 0,
-        error: 0,
-        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
-    };
+    let resp =
+        libc::seccomp_notif_resp { id: n.id, val: 0, error: 0, flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32 };
     // SAFETY: SEND reads `resp`; ENOENT (the caller is gone) is fine.
     unsafe { libc::ioctl(listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &resp) };
     match verdict {
@@ -353,7 +349,11 @@ fn id_valid(listener: &OwnedFd, id: u64) -> bool {
 
 fn open_proc(pid: libc::pid_t, what: &str) -> io::Result<OwnedFd> {
     let p = format!("/proc/{pid}/{what}");
-    let fd = nix::fcntl::open(p.as_str(), nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())?;
+    let fd = nix::fcntl::open(
+        p.as_str(),
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
     Ok(fd)
 }
 
@@ -431,7 +431,13 @@ fn openat2(dir: BorrowedFd<'_>, path: &[u8], flags: i32, resolve: u64) -> io::Re
     let how = OpenHow { flags: (flags | libc::O_PATH | libc::O_CLOEXEC) as u64, mode: 0, resolve };
     // SAFETY: `c` and `how` outlive the call; the kernel returns a new fd or -1.
     let r = unsafe {
-        libc::syscall(libc::SYS_openat2, dir.as_raw_fd(), c.as_ptr(), &how as *const OpenHow, std::mem::size_of::<OpenHow>())
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
     };
     if r < 0 {
         return Err(io::Error::last_os_error());
@@ -662,8 +668,7 @@ impl Ctx<'_> {
     fn judge_open(&self, f: &Named, flags: i32) -> io::Result<Verdict> {
         let landlock = matches!(self.rules, Rules::Landlock { .. });
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let (creat, excl, trunc) =
-            (flags & libc::O_CREAT != 0, flags & libc::O_EXCL != 0, flags & libc::O_TRUNC != 0);
+        let (creat, excl, trunc) = (flags & libc::O_CREAT != 0, flags & libc::O_EXCL != 0, flags & libc::O_TRUNC != 0);
         let refused = |v: bool| if v { Verdict::Refused(vec![self.shown(f)]) } else { Verdict::NotRefused };
         if flags & libc::O_TMPFILE == libc::O_TMPFILE {
             // An unnamed file in the directory the path names.

@@ -17,6 +17,7 @@ mod policy;
 mod policy_corpus;
 mod policy_diff;
 mod policy_fuzz;
+mod refused_writes;
 mod roots;
 mod sandbox;
 mod stdin;
