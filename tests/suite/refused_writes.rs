@@ -193,3 +193,61 @@ fn r0127_relative_paths_dirfds_and_dotdot_resolve_as_the_command_sees_them() {
     assert_eq!(stdout(&r).lines().collect::<Vec<_>>(), vec!["30", "30"], "EROFS twice: {}", stdout(&r));
     assert!(!ws.join("up.txt").exists() && !ws.join("src/at.txt").exists());
 }
+
+/// The CLI's `--json` result for `touch x` in a read-only workspace, run
+/// under a supervising runtime's seccomp listener (`listener`) or not.
+fn touch_under(ws: &Ws, listener: bool) -> (serde_json::Value, std::process::Output) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = cli();
+    cmd.args(["exec", "--json", "--workspace"]).arg(ws.path()).args(["--", "/bin/sh", "-c", "touch x"]);
+    // One instruction, `ret ALLOW`, installed with a listener that stays
+    // open across exec (moved to fd 100): as a runtime that supervises its
+    // processes through seccomp user notification would.
+    let allow = [libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x7fff_0000 }];
+    let nnp = !is_root();
+    if listener {
+        // SAFETY: between fork and exec only async-signal-safe syscalls run
+        // (prctl, seccomp, dup2, close) on memory prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                if nnp && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let fprog = libc::sock_fprog { len: 1, filter: allow.as_ptr() as *mut libc::sock_filter };
+                let fd = libc::syscall(
+                    libc::SYS_seccomp,
+                    1,
+                    libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                    &fprog as *const libc::sock_fprog,
+                );
+                if fd < 0 || libc::dup2(fd as i32, 100) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd as i32);
+                Ok(())
+            });
+        }
+    }
+    let out = cmd.output().unwrap_or_else(|e| panic!("running the CLI: {e}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("json: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+    (v, out)
+}
+
+#[test]
+fn r0128_under_another_seccomp_listener_the_report_is_unavailable_and_the_run_goes_on() {
+    let ws = Ws::new();
+    let (v, _) = touch_under(&ws, true);
+    let w = &v["refused_writes"];
+    assert_eq!(w["state"], "unavailable", "{v}");
+    assert!(w["reason"].as_str().is_some_and(|r| r.contains("already installed")), "{w}");
+    // The command ran, and the kernel still refused its write.
+    assert_eq!(v["exit_code"], 1, "{v}");
+    assert!(v["stderr"].as_str().is_some_and(|s| s.contains("Read-only file system")), "{v}");
+    assert!(!ws.join("x").exists());
+    // Control: without the other listener the same run is observed.
+    let (v, _) = touch_under(&ws, false);
+    assert_eq!(v["refused_writes"]["state"], "observed", "{v}");
+    assert_eq!(v["refused_writes"]["sample"][0], real(&ws).join("x").display().to_string(), "{v}");
+    assert!(!ws.join("x").exists());
+}
