@@ -1,6 +1,6 @@
 //! `portcullis-helper`: builds one sandbox and runs one command in it.
 //!
-//! The library starts this binary with an empty environment and four fds:
+//! The library starts this binary with an empty environment and up to five fds:
 //! the spec on fd 3 (a memfd), the report pipe on fd 4, the lifeline on fd 5,
 //! when a per-command cgroup exists, its directory on fd 6 and, when the
 //! refused-write observer is on, its hand-over socket on fd 7. Three

@@ -158,10 +158,8 @@ fn serve(sock: &OwnedFd, stop: &OwnedFd, rules: &Rules) -> RefusedWrites {
     let mut report = RefusedWrites::observed();
     let mut root: Option<OwnedFd> = None;
     loop {
-        let (notified, hup, stopped) = match wait(listener.as_fd(), stop.as_fd(), PollTimeout::NONE) {
-            Ok(r) => r,
-            Err(_) => (false, false, true),
-        };
+        let (notified, hup, stopped) =
+            wait(listener.as_fd(), stop.as_fd(), PollTimeout::NONE).unwrap_or((false, false, true));
         if notified {
             handle(&listener, rules, &mut root, &mut report);
             continue;
@@ -732,36 +730,6 @@ fn tidy(p: &Path) -> PathBuf {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn last_component() {
-        assert_eq!(split_last(b"a/b/c"), (&b"a/b"[..], &b"c"[..]));
-        assert_eq!(split_last(b"/c"), (&b"/"[..], &b"c"[..]));
-        assert_eq!(split_last(b"c"), (&b""[..], &b"c"[..]));
-        assert_eq!(split_last(b"a/dir//"), (&b"a"[..], &b"dir"[..]));
-        assert_eq!(split_last(b"/"), (&b"/"[..], &b""[..]));
-    }
-
-    #[test]
-    fn sample_is_capped_and_distinct_but_count_is_exact() {
-        let mut r = RefusedWrites::observed();
-        for i in 0..50 {
-            r.record(vec![PathBuf::from(format!("/w/{}", i % 30))]);
-        }
-        assert_eq!(r.count, 50);
-        assert_eq!(r.sample.len(), SAMPLE_CAP);
-        assert_eq!(r.sample[0], PathBuf::from("/w/0"));
-    }
-
-    #[test]
-    fn tidy_keeps_dotdot() {
-        assert_eq!(tidy(Path::new("/a/./b//c/../d")), PathBuf::from("/a/b/c/../d"));
-    }
-}
-
 /// The observer of one run, from the spec to the report.
 pub(crate) enum Setup {
     /// Switched off, or could not be started (the command runs unobserved).
@@ -836,5 +804,35 @@ impl Setup {
             Setup::Without(r) => r,
             Setup::With { observer, .. } => observer.finish().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_component() {
+        assert_eq!(split_last(b"a/b/c"), (&b"a/b"[..], &b"c"[..]));
+        assert_eq!(split_last(b"/c"), (&b"/"[..], &b"c"[..]));
+        assert_eq!(split_last(b"c"), (&b""[..], &b"c"[..]));
+        assert_eq!(split_last(b"a/dir//"), (&b"a"[..], &b"dir"[..]));
+        assert_eq!(split_last(b"/"), (&b"/"[..], &b""[..]));
+    }
+
+    #[test]
+    fn sample_is_capped_and_distinct_but_count_is_exact() {
+        let mut r = RefusedWrites::observed();
+        for i in 0..50 {
+            r.record(vec![PathBuf::from(format!("/w/{}", i % 30))]);
+        }
+        assert_eq!(r.count, 50);
+        assert_eq!(r.sample.len(), SAMPLE_CAP);
+        assert_eq!(r.sample[0], PathBuf::from("/w/0"));
+    }
+
+    #[test]
+    fn tidy_keeps_dotdot() {
+        assert_eq!(tidy(Path::new("/a/./b//c/../d")), PathBuf::from("/a/b/c/../d"));
     }
 }
