@@ -148,6 +148,11 @@ struct ExecArgs {
     /// --explain say so), e.g. where user namespaces are unavailable.
     #[arg(long, value_name = "MODE", value_parser = degraded_parser())]
     degraded: Option<Mode>,
+    /// Do not watch for refused writes (no observer filter; the result's
+    /// `refused_writes` says "off"). Overrides the policy's
+    /// `report_refused_writes`.
+    #[arg(long)]
+    no_refused_writes: bool,
     /// Print the result (with captured output) as JSON instead of streaming.
     #[arg(long)]
     json: bool,
@@ -335,6 +340,9 @@ fn request(a: &ExecArgs) -> Result<(ExecRequest, Option<LinePlan>), Stop> {
     req.test_switches.fail_git_guard = a.test_fail_git_guard;
     if let Some(m) = a.degraded {
         req.degraded = Some(m);
+    }
+    if a.no_refused_writes {
+        req.report_refused_writes = false;
     }
     // /bin/sh reads an sh-mode line in its locale's character set: only C,
     // POSIX or UTF-8 ones read it as the checker did.

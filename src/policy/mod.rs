@@ -134,6 +134,10 @@ pub struct WorkspacePolicy {
     /// namespaces. Absent: the full sandbox, or a refusal.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "degraded_opt::deserialize")]
     pub degraded: Option<Mode>,
+    /// Report the writes the kernel refused during each command
+    /// (`refused_writes` of the result). Absent: on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_refused_writes: Option<bool>,
     /// What may run. Absent: nothing may run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<ShellPolicy>,
@@ -648,6 +652,7 @@ impl WorkspacePolicy {
         req.network = self.network;
         req.limits = SandboxLimits { pids: self.limits.pids, memory: self.limits.memory };
         req.degraded = self.degraded;
+        req.report_refused_writes = self.report_refused_writes.unwrap_or(true);
         if writable {
             if self.write.is_empty() {
                 req.writable = true;

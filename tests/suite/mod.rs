@@ -26,5 +26,6 @@ mod policy_corpus;
 mod policy_diff;
 mod policy_fuzz;
 mod readonly;
+mod refused_writes;
 mod roots;
 mod stdin;
