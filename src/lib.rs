@@ -26,6 +26,7 @@ pub mod doctor;
 pub mod gate;
 pub mod path;
 pub mod policy;
+pub mod runner;
 pub mod sandbox;
 mod sys;
 pub mod units;

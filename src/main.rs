@@ -1,4 +1,4 @@
-//! The `portcullis` command line: `exec`, `check`, `doctor`.
+//! The `portcullis` command line: `exec`, `check`, `doctor`, `audit`.
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -38,6 +38,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Check an audit log's chain, or report who could write where.
+    #[command(subcommand)]
+    Audit(portcullis::audit::cli::AuditCmd),
 }
 
 /// `--network`: a [`Network`] by name, the accepted names listed in the
@@ -144,6 +147,11 @@ struct ExecArgs {
     /// --explain say so), e.g. where user namespaces are unavailable.
     #[arg(long, value_name = "MODE", value_parser = degraded_parser())]
     degraded: Option<Mode>,
+    /// Do not watch for refused writes (no observer filter; the result's
+    /// `refused_writes` says "off"). Overrides the policy's
+    /// `report_refused_writes`.
+    #[arg(long)]
+    no_refused_writes: bool,
     /// Print the result (with captured output) as JSON instead of streaming.
     #[arg(long)]
     json: bool,
@@ -205,6 +213,7 @@ fn main() -> ExitCode {
         match cli.cmd {
             Cmd::Exec(a) => exec(*a).await,
             Cmd::Check(a) => check(a),
+            Cmd::Audit(a) => ExitCode::from(a.run(&mut std::io::stdout().lock(), &mut std::io::stderr().lock())),
             Cmd::Doctor { json } => {
                 let r = portcullis::doctor::run().await;
                 if json {
@@ -289,6 +298,7 @@ fn options(a: &ExecArgs) -> Result<ExecOptions, String> {
         max_output: a.max_output,
         degraded: a.degraded,
         background: false,
+        report_refused_writes: if a.no_refused_writes { Some(false) } else { None },
         test_switches: portcullis::sandbox::TestSwitches {
             skip_readonly: a.test_skip_readonly,
             skip_landlock: a.test_skip_landlock,

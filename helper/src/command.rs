@@ -81,6 +81,7 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) ->
     }
 
     crate::sys::close_range_from(3, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::CloseFds, e))?;
+    crate::notify::start(prep.observer.as_ref())?;
     applied.seccomp = true;
     seccomp(&prep.filter)?;
     crate::report(report, Record::Applied(applied));

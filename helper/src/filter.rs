@@ -664,21 +664,21 @@ pub enum FilterError {
 }
 
 #[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000; // AUDIT_ARCH_X86_64, <linux/audit.h>
+pub(crate) const AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000; // AUDIT_ARCH_X86_64, <linux/audit.h>
 #[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000; // AUDIT_ARCH_AARCH64, <linux/audit.h>
+pub(crate) const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000; // AUDIT_ARCH_AARCH64, <linux/audit.h>
 
 // Classic BPF opcodes (<linux/bpf_common.h>) and seccomp_data offsets
 // (<linux/seccomp.h>: nr at 0, arch at 4, args[i] at 16 + 8 i; the low 32
 // bits of an argument come first on these little-endian targets).
-const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-const BPF_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
-const BPF_JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
-const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
-const OFF_NR: u32 = 0;
-const OFF_ARCH: u32 = 4;
-const OFF_ARGS: u32 = 16;
+pub(crate) const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+pub(crate) const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+pub(crate) const BPF_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+pub(crate) const BPF_JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+pub(crate) const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+pub(crate) const OFF_NR: u32 = 0;
+pub(crate) const OFF_ARCH: u32 = 4;
+pub(crate) const OFF_ARGS: u32 = 16;
 /// `SECCOMP_RET_KILL_PROCESS`, `SECCOMP_RET_ERRNO`, `SECCOMP_RET_ALLOW`.
 pub const RET_KILL_PROCESS: u32 = 0x8000_0000;
 /// `SECCOMP_RET_ERRNO` (the errno goes in the low 16 bits).
@@ -688,30 +688,30 @@ pub const RET_ALLOW: u32 = 0x7fff_0000;
 
 /// A program under construction, with symbolic jump targets.
 #[derive(Default)]
-struct Asm {
+pub(crate) struct Asm {
     code: Vec<(sock_filter, Option<Label>, Option<Label>)>,
     labels: Vec<Option<usize>>,
 }
 
 #[derive(Clone, Copy)]
-struct Label(usize);
+pub(crate) struct Label(usize);
 
 impl Asm {
-    fn label(&mut self) -> Label {
+    pub(crate) fn label(&mut self) -> Label {
         self.labels.push(None);
         Label(self.labels.len() - 1)
     }
-    fn bind(&mut self, l: Label) {
+    pub(crate) fn bind(&mut self, l: Label) {
         self.labels[l.0] = Some(self.code.len());
     }
-    fn stmt(&mut self, code: u16, k: u32) {
+    pub(crate) fn stmt(&mut self, code: u16, k: u32) {
         self.code.push((sock_filter { code, jt: 0, jf: 0, k }, None, None));
     }
     /// Jump to `t` when the condition holds, else fall through.
-    fn jump_if(&mut self, code: u16, k: u32, t: Label) {
+    pub(crate) fn jump_if(&mut self, code: u16, k: u32, t: Label) {
         self.code.push((sock_filter { code, jt: 0, jf: 0, k }, Some(t), None));
     }
-    fn finish(self) -> Result<BpfProgram, FilterError> {
+    pub(crate) fn finish(self) -> Result<BpfProgram, FilterError> {
         let mut out = Vec::with_capacity(self.code.len());
         for (i, (mut ins, jt, jf)) in self.code.into_iter().enumerate() {
             for (slot, label) in [(&mut ins.jt, jt), (&mut ins.jf, jf)] {
@@ -855,11 +855,11 @@ pub fn program_bytes(p: &[sock_filter]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A classic-BPF interpreter for the opcodes the generator emits.
-    fn run(p: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+    pub(crate) fn run(p: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
         let mut data = Vec::new();
         data.extend_from_slice(&nr.to_le_bytes());
         data.extend_from_slice(&arch.to_le_bytes());

@@ -12,6 +12,7 @@
 //! a multithreaded process.
 
 pub mod filter;
+pub mod observe;
 pub mod report;
 pub mod spec;
 
@@ -24,3 +25,7 @@ pub const REPORT_FD: i32 = 4;
 pub const LIFELINE_FD: i32 = 5;
 /// An open directory fd of the per-command cgroup, when one was created.
 pub const CGROUP_FD: i32 = 6;
+/// One end of a seqpacket socket pair, when the spec asks for the
+/// refused-write observer: the command sends the observer's seccomp
+/// listener over it (or why it could not install one) just before exec.
+pub const OBSERVE_FD: i32 = 7;

@@ -1,8 +1,9 @@
 //! `portcullis-helper`: builds one sandbox and runs one command in it.
 //!
-//! The library starts this binary with an empty environment and four fds:
-//! the spec on fd 3 (a memfd), the report pipe on fd 4, the lifeline on fd 5
-//! and, when a per-command cgroup exists, its directory on fd 6. Three
+//! The library starts this binary with an empty environment and up to five fds:
+//! the spec on fd 3 (a memfd), the report pipe on fd 4, the lifeline on fd 5,
+//! when a per-command cgroup exists, its directory on fd 6 and, when the
+//! refused-write observer is on, its hand-over socket on fd 7. Three
 //! processes take part:
 //!
 //! * the **outer helper** (this process, in the caller's namespaces) reads and
@@ -30,6 +31,7 @@
 mod chan;
 mod command;
 mod mounts;
+mod notify;
 mod sys;
 
 use std::ffi::CString;
@@ -46,7 +48,8 @@ use portcullis_helper::report::{
     CloneCall, Record, Step, CLONE_DETAIL_CGROUP_PROCS, CLONE_DETAIL_CLONE, CLONE_DETAIL_CLONE3, NO_DETAIL,
 };
 use portcullis_helper::spec::{Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
-use portcullis_helper::{filter, CGROUP_FD, LIFELINE_FD, REPORT_FD, SPEC_FD};
+use portcullis_helper::CGROUP_FD;
+use portcullis_helper::{filter, observe, LIFELINE_FD, OBSERVE_FD, REPORT_FD, SPEC_FD};
 
 /// Exit code when the wrapper itself fails (GNU convention, as `env`/`timeout`).
 const EXIT_SETUP: i32 = 125;
@@ -96,6 +99,8 @@ pub struct Prepared {
     /// Absolute candidates for argv[0] (a PATH search done up front).
     candidates: Vec<CString>,
     filter: seccompiler::BpfProgram,
+    /// The refused-write observer's program, when the spec asks for it.
+    observer: Option<seccompiler::BpfProgram>,
 }
 
 /// The signals forwarded to the command. SIGCHLD is handled, not forwarded.
@@ -180,13 +185,17 @@ fn prepare(spec: &SpawnSpec) -> Result<Prepared, Fail> {
     let profile =
         filter::Profile { degraded: spec.mode == Mode::LandlockOnly, network_none: spec.network == Network::None };
     let filter = filter::compile_for(profile).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?;
-    Ok(Prepared { argv, envp, candidates, filter })
+    let observer = match spec.observe {
+        true => Some(observe::compile().map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
+        false => None,
+    };
+    Ok(Prepared { argv, envp, candidates, filter, observer })
 }
 
 fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
     // Keep 0-2 and the protocol fds; anything else inherited is closed, and
     // the protocol fds become close-on-exec so the command never sees them.
-    sys::close_range_from(CGROUP_FD as u32 + 1, 0).map_err(|e| Fail::io(Step::Sanitize, e))?;
+    sys::close_range_from(OBSERVE_FD as u32 + 1, 0).map_err(|e| Fail::io(Step::Sanitize, e))?;
     sys::close_range_from(SPEC_FD as u32, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::Sanitize, e))?;
     let spec = read_spec()?;
     let prep = prepare(&spec)?;

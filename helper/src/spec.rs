@@ -50,6 +50,10 @@ pub struct SpawnSpec {
     /// How much isolation: the full sandbox, or a named degraded mode.
     #[serde(default)]
     pub mode: Mode,
+    /// Install the refused-write observer (`crate::observe`) and hand its
+    /// listener over on [`crate::OBSERVE_FD`].
+    #[serde(default)]
+    pub observe: bool,
 }
 
 /// The isolation mode. Spelled `full` and `landlock-only` (in the spec, a

@@ -47,6 +47,26 @@ pub struct RefusedWritesRecord {
     pub count: u64,
     /// Some of the paths, as the command named them.
     pub sample: Vec<PathBuf>,
+    /// Watched writes whose target could not be resolved (let through to
+    /// the kernel, which may have refused them too).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unresolved: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl RefusedWritesRecord {
+    /// The record of a run's report: `None` when the report was off or
+    /// unavailable (the outcome then says nothing about refused writes).
+    pub fn of(r: &crate::sandbox::RefusedWrites) -> Option<RefusedWritesRecord> {
+        (r.state == crate::sandbox::ReportState::Observed).then(|| RefusedWritesRecord {
+            count: r.count,
+            sample: r.sample.clone(),
+            unresolved: r.unresolved,
+        })
+    }
 }
 
 /// One event of one action. Records of one action share its `id`.
@@ -126,3 +146,14 @@ pub trait Audit: Send + Sync {
     /// Record one event, durably before returning (as configured).
     fn record<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<(), AuditError>>;
 }
+
+mod chain;
+pub mod cli;
+pub mod grants;
+pub mod jsonl;
+pub mod verify;
+
+pub use chain::{BadHead, Head, MAX_LINE};
+pub use grants::{grants, GrantsReport};
+pub use jsonl::JsonlAudit;
+pub use verify::{verify, verify_against, VerifyError, VerifyReport};

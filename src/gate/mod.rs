@@ -78,6 +78,10 @@ pub struct ShellExec {
     pub commands: Vec<PlannedCommand>,
     /// The directory the line runs in (inside the workspace).
     pub cwd: PathBuf,
+    /// The workspace's root (resolved), so that an audit record says which
+    /// workspace `asked.writable` opens. `None` when the caller did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<PathBuf>,
     /// The write access the caller asked for.
     pub asked: Access,
     /// Whether it runs as a background job.

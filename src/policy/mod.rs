@@ -134,6 +134,10 @@ pub struct WorkspacePolicy {
     /// namespaces. Absent: the full sandbox, or a refusal.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "degraded_opt::deserialize")]
     pub degraded: Option<Mode>,
+    /// Report the writes the kernel refused during each command
+    /// (`refused_writes` of the result). Absent: on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_refused_writes: Option<bool>,
     /// What may run. Absent: nothing may run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<ShellPolicy>,

@@ -105,6 +105,8 @@ pub struct ExecOptions {
     pub degraded: Option<Mode>,
     /// The command runs as a background job (shown to the gate).
     pub background: bool,
+    /// Report the writes the kernel refused (default: the policy's, else on).
+    pub report_refused_writes: Option<bool>,
     /// Test builds only: break one layer on purpose.
     pub test_switches: TestSwitches,
 }
@@ -468,6 +470,7 @@ impl Runner {
                             interpreter: if opts.sh { Interpreter::Sh } else { Interpreter::None },
                             commands: Vec::new(),
                             cwd: opts.cwd.clone().unwrap_or_else(|| self.workspace.clone()),
+                            workspace: std::fs::canonicalize(&self.workspace).ok(),
                             asked: Access { writable: opts.writable, write_grants: opts.write.clone() },
                             background: opts.background,
                             backend,
@@ -524,6 +527,7 @@ impl Runner {
             interpreter: checked.as_ref().map_or(Interpreter::None, |p| p.interpreter),
             commands,
             cwd,
+            workspace: Some(ws_real.clone()),
             asked: asked.clone(),
             background: opts.background,
             backend,
@@ -716,10 +720,7 @@ fn outcome_event(id: &str, effective: &Access, r: &ExecResult) -> Event {
         signal,
         duration_ms: millis(r.duration),
         effective: effective.clone(),
-        refused_writes: r
-            .refused_writes
-            .as_ref()
-            .map(|w| RefusedWritesRecord { count: w.count, sample: w.sample.clone() }),
+        refused_writes: RefusedWritesRecord::of(&r.refused_writes),
         removed: r.removed_paths(),
         error: None,
     }

@@ -34,6 +34,7 @@ pub(crate) fn from_policy(
     req.network = policy.network;
     req.limits = Limits { pids: policy.limits.pids, memory: policy.limits.memory };
     req.degraded = policy.degraded;
+    req.report_refused_writes = policy.report_refused_writes.unwrap_or(true);
     if writable {
         if policy.write.is_empty() {
             req.writable = true;
@@ -103,6 +104,9 @@ pub(crate) fn merge(req: &mut ExecRequest, o: &ExecOptions, policy: bool) -> Res
             .map_err(|_| RunError::input("max-output", format!("{m}: too large for this machine")))?;
     }
     req.test_switches = o.test_switches.clone();
+    if let Some(on) = o.report_refused_writes {
+        req.report_refused_writes = on;
+    }
     if o.degraded.is_some() {
         req.degraded = o.degraded;
     }

@@ -10,6 +10,7 @@ mod hint;
 mod launch;
 mod links;
 mod lock;
+mod observe;
 mod plan;
 mod roots;
 mod split;
@@ -35,6 +36,7 @@ use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind, TestSwitches
 pub use blocked::{seccomp_filtered, Blocked};
 pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
 pub use git::GitIndex;
+pub use observe::{RefusedWrites, ReportState, SAMPLE_CAP};
 pub use plan::{Plan, DEFAULT_PROTECTED};
 pub use split::{Split, SPLIT_LIMIT};
 
@@ -376,6 +378,9 @@ pub struct ExecRequest {
     /// Opt into a named degraded mode (`Mode::LandlockOnly`) where user
     /// namespaces are unavailable. `None`: the full sandbox or a refusal.
     pub degraded: Option<Mode>,
+    /// Report the writes the kernel refused ([`ExecResult::refused_writes`]);
+    /// on by default. The report never changes what the kernel allows.
+    pub report_refused_writes: bool,
 }
 
 /// Default output cap: 1 MiB.
@@ -402,6 +407,7 @@ impl ExecRequest {
             max_output_bytes: DEFAULT_MAX_OUTPUT,
             test_switches: TestSwitches::default(),
             degraded: None,
+            report_refused_writes: true,
         }
     }
 }
@@ -541,6 +547,9 @@ pub struct ExecResult {
     /// Captured standard error (up to the cap).
     #[serde(serialize_with = "lossy")]
     pub stderr: Vec<u8>,
+    /// The writes the kernel refused (see `docs/sandbox.md`, "The
+    /// refused-write report").
+    pub refused_writes: RefusedWrites,
     /// Anything that went wrong in cleanup.
     pub warnings: Vec<String>,
 }
@@ -780,6 +789,7 @@ impl Sandbox {
         };
 
         let io_err = |stage| move |source| SandboxError::Io { stage, source };
+        let mut observing = observe::Setup::new(&mut spec);
         let json = serde_json::to_vec(&spec)
             .map_err(|e| SandboxError::Io { stage: "encoding the spec", source: io::Error::other(e) })?;
         let memfd_orig = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
@@ -815,6 +825,9 @@ impl Sandbox {
         if let Some(c) = &cg_fd {
             fds.push((c.as_raw_fd(), portcullis_helper::CGROUP_FD));
         }
+        if let Some(o) = observing.helper_end() {
+            fds.push((o, portcullis_helper::OBSERVE_FD));
+        }
         let stdin = match opts.stdin {
             Stdin::Null => stdin::StdinPlan::Null,
             Stdin::Copy => stdin::plan()?,
@@ -836,6 +849,7 @@ impl Sandbox {
             }
         }
         drop((memfd, report_w, life_r, cg_fd));
+        observing.spawned();
         let mut lifeline = Some(life_w);
 
         sys::set_nonblocking(&report_r).map_err(io_err("reading the report pipe"))?;
@@ -945,6 +959,7 @@ impl Sandbox {
                 }
             }
         }
+        let refused_writes = observing.finish().await;
         // Git redirections the command created where nothing could be mounted
         // (the files did not exist): make them unreachable before any host
         // git runs. A failure fails the run (below), never a mere warning.
@@ -1054,6 +1069,7 @@ impl Sandbox {
             clone: applied.clone,
             stdout,
             stderr,
+            refused_writes,
             warnings,
         };
         after_run(failures, Ok(result))

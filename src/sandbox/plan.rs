@@ -682,6 +682,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         cgroup: false,
         test_switches: req.test_switches,
         mode: req.degraded.unwrap_or(Mode::Full),
+        observe: req.report_refused_writes,
     };
     Ok(Plan {
         workspace: ws,

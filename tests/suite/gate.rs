@@ -84,6 +84,7 @@ impl Ex {
             interpreter: Interpreter::Sh,
             commands: plan.commands,
             cwd: self.ws.clone(),
+            workspace: Some(self.ws.clone()),
             asked,
             background: false,
             backend: Backend::Sandbox,

@@ -1,5 +1,6 @@
 mod util;
 
+mod audit;
 mod basics;
 mod cli;
 mod concurrent;
@@ -25,6 +26,7 @@ mod policy_corpus;
 mod policy_diff;
 mod policy_fuzz;
 mod readonly;
+mod refused_writes;
 mod runner;
 mod roots;
 mod stdin;

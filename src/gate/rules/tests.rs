@@ -70,6 +70,7 @@ fn shell(fx: &Fx, commands: Vec<PlannedCommand>, asked: Access) -> Action {
         interpreter: Interpreter::Sh,
         commands,
         cwd: fx.ws.clone(),
+        workspace: Some(fx.ws.clone()),
         asked,
         background: false,
         backend: Backend::Sandbox,

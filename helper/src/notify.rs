@@ -1,0 +1,86 @@
+//! The refused-write observer, command side: install the observer's filter
+//! with a listener (`portcullis_helper::observe`) and hand the listener to
+//! the library over [`OBSERVE_FD`], then close every copy here, so that the
+//! command never holds it.
+//!
+//! Runs in the command's process after Landlock and just before the main
+//! filter. Failing to install the observer (a kernel without user
+//! notification, a container profile that refuses it, an ancestor's
+//! listener) is not a failure of the run: the library is told the errno and
+//! the command runs unobserved. Failing to hand over an installed listener
+//! is one: with the listener closed, every watched call would fail with
+//! `ENOSYS`, so the command must not start.
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+use portcullis_helper::observe::{TAG_FAILED, TAG_LISTENER};
+use portcullis_helper::report::Step;
+use portcullis_helper::OBSERVE_FD;
+use seccompiler::BpfProgram;
+
+use crate::Fail;
+
+/// `SECCOMP_SET_MODE_FILTER` (`<linux/seccomp.h>`).
+const SECCOMP_SET_MODE_FILTER: libc::c_ulong = 1;
+
+/// Install `program` with a new listener; the listener fd, or the errno.
+fn install(program: &BpfProgram) -> io::Result<OwnedFd> {
+    let len = u16::try_from(program.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let fprog = libc::sock_fprog { len, filter: program.as_ptr() as *mut libc::sock_filter };
+    // SAFETY: `fprog` points at `program`, which outlives the call; the
+    // kernel copies the program and returns a new fd (or -1 and errno).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &fprog as *const libc::sock_fprog,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn send(sock: &OwnedFd, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let iov = [IoSlice::new(payload)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
+    sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None)
+        .map(drop)
+        .map_err(|e| io::Error::from_raw_os_error(e as i32))
+}
+
+/// Install the observer (when the library asked for it and passed the
+/// socket) and hand its listener over.
+pub fn start(program: Option<&BpfProgram>) -> Result<(), Fail> {
+    let Some(program) = program else { return Ok(()) };
+    if !crate::sys::fd_is_open(OBSERVE_FD) {
+        // The library passes the socket whenever it asks for the observer;
+        // without it nobody would answer, so nothing is installed.
+        return Ok(());
+    }
+    // SAFETY: fd 7 is the observer socket the library passed (checked open
+    // above); nothing else in this process owns it.
+    let sock = unsafe { crate::sys::adopt(OBSERVE_FD) };
+    match install(program) {
+        Ok(listener) => {
+            send(&sock, &[TAG_LISTENER], &[listener.as_raw_fd()]).map_err(|e| Fail::io(Step::Seccomp, e))?;
+            drop(listener);
+        }
+        Err(e) => {
+            let errno = e.raw_os_error().unwrap_or(libc::EINVAL);
+            let mut msg = vec![TAG_FAILED];
+            msg.extend_from_slice(&errno.to_le_bytes());
+            // The library treats a lost message like a closed socket: the
+            // report says it is unavailable. The run goes on either way.
+            let _ = send(&sock, &msg, &[]);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,260 @@
+//! The refused-write observer's seccomp program and its syscall table.
+//!
+//! A second filter, installed just before the main one with
+//! `SECCOMP_FILTER_FLAG_NEW_LISTENER`, whose only action besides `ALLOW` is
+//! `SECCOMP_RET_USER_NOTIF`, for the syscalls that write by path (and the
+//! `open`s whose flags ask for writing: read-only opens never stop). The
+//! listener goes to the library, which reads the path, decides whether the
+//! kernel is about to refuse the write and always answers
+//! `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: the kernel then runs the syscall as if
+//! the observer were not there, and stays the only enforcer.
+//!
+//! The main filter's `ERRNO` beats `USER_NOTIF` (the kernel takes the
+//! strictest action of all filters), so a call the main filter refuses is
+//! never notified: `openat2` (answered `ENOSYS` there, so callers fall back
+//! to `openat`, which is watched), the setid `open`s and `chmod`s, and in the
+//! landlock-only mode every metadata call.
+//!
+//! The table ([`watched`]) is shared with the library, which decodes each
+//! notification's arguments with it.
+
+use seccompiler::BpfProgram;
+
+use crate::filter::{
+    Asm, FilterError, AUDIT_ARCH, BPF_JEQ_K, BPF_JGE_K, BPF_JSET_K, BPF_LD_W_ABS, BPF_RET_K, OFF_ARCH, OFF_ARGS,
+    OFF_NR, RET_ALLOW, X32_SYSCALL_BIT,
+};
+
+/// `SECCOMP_RET_USER_NOTIF` (`<linux/seccomp.h>`).
+pub const RET_USER_NOTIF: u32 = 0x7fc0_0000;
+
+/// The open flags that make an `open` a write: `O_WRONLY | O_RDWR | O_CREAT
+/// | O_TRUNC` (`O_TMPFILE` needs `O_WRONLY` or `O_RDWR`, so it is covered).
+pub const WRITE_OPEN_FLAGS: u32 = (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) as u32;
+
+/// The tag of the hand-over message that carries the listener (`SCM_RIGHTS`).
+pub const TAG_LISTENER: u8 = b'l';
+/// The tag of the hand-over message that says the observer could not be
+/// installed; four little-endian bytes of errno follow.
+pub const TAG_FAILED: u8 = b'e';
+
+/// How an argument names a file: a directory fd argument (`None`: the
+/// working directory, as for `AT_FDCWD`) and a path argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct At {
+    /// Index of the directory fd argument, if the call has one.
+    pub dirfd: Option<u8>,
+    /// Index of the path argument.
+    pub path: u8,
+}
+
+const fn at(dirfd: u8, path: u8) -> At {
+    At { dirfd: Some(dirfd), path }
+}
+
+const fn cwd(path: u8) -> At {
+    At { dirfd: None, path }
+}
+
+/// What a watched syscall writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `open`, `openat`, `creat`: flags in argument `flags` (`None`: creat,
+    /// whose flags are `O_CREAT | O_WRONLY | O_TRUNC`).
+    Open { file: At, flags: Option<u8> },
+    /// A new directory entry at `file` (mkdir, mknod, symlink).
+    Create { file: At },
+    /// A hard link: `old` must exist, the new entry is `new`.
+    Link { old: At, new: At },
+    /// Removing the entry at `file` (unlink, rmdir).
+    Remove { file: At },
+    /// Moving `old` to `new`.
+    Rename { old: At, new: At },
+    /// Changing the metadata of `file` (mode, owner, times, extended
+    /// attributes); `follow`: whether a final symbolic link is followed by
+    /// default; `flags`: the argument holding `AT_SYMLINK_NOFOLLOW` and
+    /// `AT_EMPTY_PATH`, if any. A null path (`utimensat(fd, NULL, ...)`)
+    /// names the directory fd's own file.
+    Meta { file: At, follow: bool, flags: Option<u8> },
+    /// Changing the metadata of the file open on the fd in argument `fd`.
+    MetaFd { fd: u8 },
+    /// `truncate(path)`.
+    Truncate { file: At },
+}
+
+/// One watched syscall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watched {
+    /// Its name.
+    pub name: &'static str,
+    /// Its number for the build architecture.
+    pub nr: i64,
+    /// What it writes.
+    pub op: Op,
+}
+
+const fn w(name: &'static str, nr: i64, op: Op) -> Watched {
+    Watched { name, nr, op }
+}
+
+/// Every watched syscall. Numbers not yet in libc are from
+/// `<asm-generic/unistd.h>` (the same on x86_64 and aarch64).
+pub fn watched() -> Vec<Watched> {
+    let meta = |file, follow, flags| Op::Meta { file, follow, flags };
+    let mut v = vec![
+        w("openat", libc::SYS_openat, Op::Open { file: at(0, 1), flags: Some(2) }),
+        w("mkdirat", libc::SYS_mkdirat, Op::Create { file: at(0, 1) }),
+        w("mknodat", libc::SYS_mknodat, Op::Create { file: at(0, 1) }),
+        w("symlinkat", libc::SYS_symlinkat, Op::Create { file: at(1, 2) }),
+        w("linkat", libc::SYS_linkat, Op::Link { old: at(0, 1), new: at(2, 3) }),
+        w("unlinkat", libc::SYS_unlinkat, Op::Remove { file: at(0, 1) }),
+        w("renameat", libc::SYS_renameat, Op::Rename { old: at(0, 1), new: at(2, 3) }),
+        w("renameat2", libc::SYS_renameat2, Op::Rename { old: at(0, 1), new: at(2, 3) }),
+        w("fchmodat", libc::SYS_fchmodat, meta(at(0, 1), true, None)),
+        w("fchmodat2", 452, meta(at(0, 1), true, Some(3))),
+        w("fchownat", libc::SYS_fchownat, meta(at(0, 1), true, Some(4))),
+        w("utimensat", libc::SYS_utimensat, meta(at(0, 1), true, Some(3))),
+        w("setxattr", libc::SYS_setxattr, meta(cwd(0), true, None)),
+        w("lsetxattr", libc::SYS_lsetxattr, meta(cwd(0), false, None)),
+        w("removexattr", libc::SYS_removexattr, meta(cwd(0), true, None)),
+        w("lremovexattr", libc::SYS_lremovexattr, meta(cwd(0), false, None)),
+        w("setxattrat", 463, meta(at(0, 1), true, Some(2))),
+        w("removexattrat", 466, meta(at(0, 1), true, Some(2))),
+        w("fchmod", libc::SYS_fchmod, Op::MetaFd { fd: 0 }),
+        w("fchown", libc::SYS_fchown, Op::MetaFd { fd: 0 }),
+        w("truncate", libc::SYS_truncate, Op::Truncate { file: cwd(0) }),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    v.extend([
+        w("open", libc::SYS_open, Op::Open { file: cwd(0), flags: Some(1) }),
+        w("creat", libc::SYS_creat, Op::Open { file: cwd(0), flags: None }),
+        w("mkdir", libc::SYS_mkdir, Op::Create { file: cwd(0) }),
+        w("mknod", libc::SYS_mknod, Op::Create { file: cwd(0) }),
+        w("symlink", libc::SYS_symlink, Op::Create { file: cwd(1) }),
+        w("link", libc::SYS_link, Op::Link { old: cwd(0), new: cwd(1) }),
+        w("unlink", libc::SYS_unlink, Op::Remove { file: cwd(0) }),
+        w("rmdir", libc::SYS_rmdir, Op::Remove { file: cwd(0) }),
+        w("rename", libc::SYS_rename, Op::Rename { old: cwd(0), new: cwd(1) }),
+        w("chmod", libc::SYS_chmod, meta(cwd(0), true, None)),
+        w("chown", libc::SYS_chown, meta(cwd(0), true, None)),
+        w("lchown", libc::SYS_lchown, meta(cwd(0), false, None)),
+        w("utime", libc::SYS_utime, meta(cwd(0), true, None)),
+        w("utimes", libc::SYS_utimes, meta(cwd(0), true, None)),
+        w("futimesat", libc::SYS_futimesat, meta(at(0, 1), true, None)),
+    ]);
+    v
+}
+
+/// The watched syscall with number `nr`.
+pub fn lookup(nr: i32) -> Option<Watched> {
+    watched().into_iter().find(|x| x.nr == i64::from(nr))
+}
+
+/// Compile the observer's program: `ALLOW` for a foreign architecture and
+/// for x32 numbers (the main filter kills or refuses those), `USER_NOTIF`
+/// for the opens that carry a write flag and for every other watched call,
+/// `ALLOW` for the rest.
+pub fn compile() -> Result<BpfProgram, FilterError> {
+    let table = watched();
+    let mut a = Asm::default();
+    let (allow, notify, arch_ok) = (a.label(), a.label(), a.label());
+    a.stmt(BPF_LD_W_ABS, OFF_ARCH);
+    a.jump_if(BPF_JEQ_K, AUDIT_ARCH, arch_ok);
+    a.stmt(BPF_RET_K, RET_ALLOW);
+    a.bind(arch_ok);
+    a.stmt(BPF_LD_W_ABS, OFF_NR);
+    if cfg!(target_arch = "x86_64") {
+        a.jump_if(BPF_JGE_K, X32_SYSCALL_BIT, allow);
+    }
+    let opens: Vec<(u8, _)> = table
+        .iter()
+        .filter_map(|x| match x.op {
+            Op::Open { flags: Some(f), .. } => Some((x.nr, f)),
+            _ => None,
+        })
+        .map(|(nr, f)| (f, (nr, a.label())))
+        .collect();
+    for (_, (nr, l)) in &opens {
+        a.jump_if(BPF_JEQ_K, *nr as u32, *l);
+    }
+    for x in table.iter().filter(|x| !matches!(x.op, Op::Open { flags: Some(_), .. })) {
+        a.jump_if(BPF_JEQ_K, x.nr as u32, notify);
+    }
+    a.bind(allow);
+    a.stmt(BPF_RET_K, RET_ALLOW);
+    for (flags, (_, l)) in &opens {
+        a.bind(*l);
+        // The kernel reads open flags as 32 bits; the low word comes first.
+        a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(*flags));
+        a.jump_if(BPF_JSET_K, WRITE_OPEN_FLAGS, notify);
+        a.stmt(BPF_RET_K, RET_ALLOW);
+    }
+    a.bind(notify);
+    a.stmt(BPF_RET_K, RET_USER_NOTIF);
+    a.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::tests::run;
+
+    fn prog() -> BpfProgram {
+        compile().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn every_watched_call_notifies_and_read_only_opens_do_not() {
+        let p = prog();
+        for x in watched() {
+            let nr = x.nr as u32;
+            match x.op {
+                Op::Open { flags: Some(f), .. } => {
+                    let mut args = [0u64; 6];
+                    for flags in [libc::O_RDONLY, libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECTORY, libc::O_PATH] {
+                        args[usize::from(f)] = flags as u64;
+                        assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_ALLOW, "{} {flags:#o}", x.name);
+                    }
+                    for flags in [
+                        libc::O_WRONLY,
+                        libc::O_RDWR,
+                        libc::O_CREAT,
+                        libc::O_TRUNC,
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+                        libc::O_TMPFILE | libc::O_RDWR,
+                    ] {
+                        args[usize::from(f)] = flags as u64;
+                        assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_USER_NOTIF, "{} {flags:#o}", x.name);
+                        // High bits are ignored by the kernel; so are they here.
+                        args[usize::from(f)] = flags as u64 | 1 << 40;
+                        assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_USER_NOTIF, "{} high bits", x.name);
+                    }
+                }
+                _ => assert_eq!(run(&p, AUDIT_ARCH, nr, [0; 6]), RET_USER_NOTIF, "{}", x.name),
+            }
+        }
+    }
+
+    #[test]
+    fn other_calls_foreign_arches_and_x32_pass() {
+        let p = prog();
+        for nr in [libc::SYS_read, libc::SYS_write, libc::SYS_execve, libc::SYS_ftruncate, libc::SYS_close] {
+            assert_eq!(run(&p, AUDIT_ARCH, nr as u32, [0; 6]), RET_ALLOW, "syscall {nr}");
+        }
+        assert_eq!(run(&p, AUDIT_ARCH ^ 1, libc::SYS_unlinkat as u32, [0; 6]), RET_ALLOW);
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(run(&p, AUDIT_ARCH, X32_SYSCALL_BIT | libc::SYS_unlinkat as u32, [0; 6]), RET_ALLOW);
+        }
+        assert!(p.len() < 80, "the observer grew to {} instructions", p.len());
+    }
+
+    #[test]
+    fn numbers_are_unique_and_looked_up() {
+        let mut seen = std::collections::HashSet::new();
+        for x in watched() {
+            assert!(seen.insert(x.nr), "{} listed twice", x.name);
+            assert_eq!(lookup(x.nr as i32), Some(x));
+        }
+        assert_eq!(lookup(libc::SYS_read as i32), None);
+    }
+}

@@ -1,0 +1,253 @@
+//! The refused-write report: a command run without write access to a path
+//! learns which of its writes the kernel refused (`refused_writes` of the
+//! result), from a seccomp user-notification observer that only watches.
+//! Every test checks from outside that the refused writes did not land (the
+//! observer never turns a refusal into a success), pins the errno the
+//! command saw, and has a control: the same writes land, unreported, when
+//! the area is writable.
+
+use std::fs;
+use std::path::PathBuf;
+
+use portcullis::policy::{Verdict, WorkspacePolicy};
+use portcullis::sandbox::{ExecRequest, Mode, RefusedWrites, ReportState, SAMPLE_CAP};
+
+use super::util::*;
+
+/// The workspace's real path (as the command sees it).
+fn real(ws: &Ws) -> PathBuf {
+    fs::canonicalize(ws.path()).unwrap_or_else(|e| panic!("canonicalize: {e}"))
+}
+
+fn sh(ws: &Ws, line: &str, tweak: impl FnOnce(&mut ExecRequest)) -> portcullis::ExecResult {
+    let mut req = ws.req(&["/bin/sh", "-c", line]);
+    tweak(&mut req);
+    run_ok(&req)
+}
+
+fn observed(r: &portcullis::ExecResult) -> &RefusedWrites {
+    let w = &r.refused_writes;
+    assert_eq!(w.state, ReportState::Observed, "report not made: {:?}", w.reason);
+    w
+}
+
+/// The shell line of the write tests: `touch`, `rm`, `mv`, `echo >` and
+/// `sed -i`, each on its own file, then Python's errno for one more create.
+const WRITES: &str = "touch new.txt; rm README.md; mv src/lib.rs src/moved.rs; echo x > out.txt; \
+                      sed -i s/hi/ho/ src/main.rs; \
+                      python3 -c \"import os,errno\ntry: os.open('py.txt', os.O_CREAT|os.O_WRONLY)\nexcept OSError as e: print('ERR', errno.errorcode[e.errno])\nelse: print('ERR none')\"";
+
+#[test]
+fn r0119_read_only_run_names_the_refused_writes() {
+    let ws = Ws::new();
+    let before = ws.snapshot();
+    let r = sh(&ws, WRITES, |_| {});
+    let w = observed(&r);
+    let root = real(&ws);
+    let has = |rel: &str| w.sample.contains(&root.join(rel));
+    for rel in ["new.txt", "README.md", "src/lib.rs", "src/moved.rs", "out.txt", "py.txt"] {
+        assert!(has(rel), "{rel} missing from {:?}", w.sample);
+    }
+    // sed -i writes a temporary file next to the original first.
+    assert!(w.sample.iter().any(|p| p.parent() == Some(&root.join("src")) && p != &root.join("src/lib.rs")));
+    assert!(w.count >= 6, "{w:?}");
+    assert_eq!(w.unresolved, 0, "{w:?}");
+    // Pinned: the kernel refused with EROFS; nothing landed.
+    assert!(stdout(&r).contains("ERR EROFS"), "{}", stdout(&r));
+    assert_eq!(ws.snapshot(), before, "a refused write landed");
+    assert!(!ws.join("new.txt").exists() && !ws.join("py.txt").exists());
+}
+
+#[test]
+fn r0120_control_writable_run_lands_the_same_writes_unreported() {
+    let ws = Ws::new();
+    let r = sh(&ws, WRITES, |req| req.writable = true);
+    let w = observed(&r);
+    assert_eq!((w.count, w.unresolved), (0, 0), "{w:?}");
+    assert!(w.sample.is_empty());
+    assert!(stdout(&r).contains("ERR none"), "{}", stdout(&r));
+    for rel in ["new.txt", "src/moved.rs", "out.txt", "py.txt"] {
+        assert!(ws.join(rel).exists(), "{rel} did not land");
+    }
+    assert!(!ws.join("README.md").exists() && !ws.join("src/lib.rs").exists());
+    assert!(ws.read("src/main.rs").contains("ho"));
+}
+
+#[test]
+fn r0121_pure_readers_report_nothing() {
+    let ws = Ws::new();
+    let r = sh(&ws, "cat README.md src/main.rs >/dev/null; ls -R >/dev/null; grep -r fn . >/dev/null; find . -type f >/dev/null; echo done > /dev/null", |_| {});
+    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    let w = observed(&r);
+    assert_eq!((w.count, w.unresolved), (0, 0), "{w:?}");
+    assert!(w.sample.is_empty());
+}
+
+#[test]
+fn r0122_writable_run_reports_only_the_protected_path() {
+    let ws = Ws::with_git();
+    let hook = ws.join(".git/hooks/pre-commit");
+    let r =
+        sh(&ws, "touch made.txt; mkdir -p target/debug; echo '#!/bin/sh' > .git/hooks/pre-commit; echo rc=$?", |req| {
+            req.writable = true
+        });
+    let w = observed(&r);
+    assert_eq!(w.sample, vec![real(&ws).join(".git/hooks/pre-commit")], "{w:?}");
+    assert_eq!(w.count, 1);
+    assert!(stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    // From outside: the writable area's writes landed, the hook did not.
+    assert!(ws.join("made.txt").exists() && ws.join("target/debug").is_dir());
+    assert!(!hook.exists(), "the protected hook was written");
+}
+
+#[test]
+fn r0123_count_is_exact_beyond_the_sample_cap() {
+    let ws = Ws::new();
+    let r = sh(&ws, "i=0; while [ $i -lt 200 ]; do true > f$i 2>/dev/null; i=$((i+1)); done", |_| {});
+    let w = observed(&r);
+    assert_eq!(w.count, 200, "{w:?}");
+    assert_eq!(w.sample.len(), SAMPLE_CAP);
+    assert_eq!(w.sample[0], real(&ws).join("f0"));
+    assert!((0..200).all(|i| !ws.join(&format!("f{i}")).exists()), "a refused write landed");
+    // Control: writable, all 200 land and none is reported.
+    let r = sh(&ws, "i=0; while [ $i -lt 200 ]; do true > f$i; i=$((i+1)); done", |req| req.writable = true);
+    assert_eq!(observed(&r).count, 0);
+    assert!((0..200).all(|i| ws.join(&format!("f{i}")).exists()));
+}
+
+#[test]
+fn r0124_switched_off_the_command_runs_and_the_result_says_off() {
+    let ws = Ws::new();
+    let r = sh(&ws, "cat README.md; touch new.txt; echo rc=$?", |req| req.report_refused_writes = false);
+    assert_eq!(r.refused_writes.state, ReportState::Off);
+    assert_eq!((r.refused_writes.count, r.refused_writes.sample.len()), (0, 0));
+    assert!(stdout(&r).starts_with("readme\n") && stdout(&r).contains("rc=1"), "{}", stdout(&r));
+    assert!(stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    assert!(!ws.join("new.txt").exists());
+}
+
+#[test]
+fn r0125_policy_key_switches_the_report_off() {
+    let ws = Ws::new();
+    let text =
+        |v: &str| format!("workspace = {:?}\n{v}[shell]\nallow = [\"touch\"]\n", ws.path().display().to_string());
+    for (line, want) in
+        [("", true), ("report_refused_writes = true\n", true), ("report_refused_writes = false\n", false)]
+    {
+        let p = WorkspacePolicy::from_toml(&text(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
+        let checker = p.checker().unwrap_or_else(|e| panic!("{e}"));
+        let Verdict::Accepted(plan) = checker.check_argv(&["touch".to_string(), "x".to_string()]) else {
+            panic!("touch refused under {line:?}")
+        };
+        let req = p.exec_request(&plan, false).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(req.report_refused_writes, want, "{line:?}");
+    }
+}
+
+#[test]
+fn r0126_landlock_only_mode_reports_by_the_landlock_rules() {
+    if is_root() {
+        eprintln!("r0126: the landlock-only mode runs in the unprivileged pass (running as root)");
+        return;
+    }
+    if !available("r0126", portcullis::doctor_landlock_abi() >= 6, "landlock-only mode needs Landlock ABI 6") {
+        return;
+    }
+    let ws = Ws::new();
+    let before = ws.snapshot();
+    let r = sh(&ws, WRITES, |req| req.degraded = Some(Mode::LandlockOnly));
+    let w = observed(&r);
+    let root = real(&ws);
+    for rel in ["new.txt", "README.md", "src/lib.rs", "out.txt", "py.txt"] {
+        assert!(w.sample.contains(&root.join(rel)), "{rel} missing from {w:?}");
+    }
+    // Landlock refuses with EACCES; nothing landed.
+    assert!(stdout(&r).contains("ERR EACCES"), "{}", stdout(&r));
+    assert_eq!(ws.snapshot(), before);
+    // Control: a write grant on src/ lands there, unreported; the rest of
+    // the workspace is still refused and reported.
+    let r = sh(&ws, "touch src/granted.txt; touch outside.txt", |req| {
+        req.degraded = Some(Mode::LandlockOnly);
+        req.write = vec![PathBuf::from("src")];
+    });
+    let w = observed(&r);
+    assert_eq!(w.sample, vec![root.join("outside.txt")], "{w:?}");
+    assert!(ws.join("src/granted.txt").exists() && !ws.join("outside.txt").exists());
+}
+
+#[test]
+fn r0127_relative_paths_dirfds_and_dotdot_resolve_as_the_command_sees_them() {
+    let ws = Ws::new();
+    // From src/: `../x` (a `..` above the working directory), an openat on
+    // a directory fd, and an absolute path into /tmp (writable: not reported).
+    let script = "import os\nd = os.open('.', os.O_RDONLY)\n\
+                  for f in [lambda: os.open('../up.txt', os.O_CREAT|os.O_WRONLY), \
+                            lambda: os.open('at.txt', os.O_CREAT|os.O_WRONLY, dir_fd=d), \
+                            lambda: os.mkdir('/tmp/fine')]:\n    try: f()\n    except OSError as e: print(e.errno)\n";
+    let mut req = ws.req(&["/usr/bin/python3", "-c", script]);
+    req.cwd = Some(ws.join("src"));
+    let r = run_ok(&req);
+    let w = observed(&r);
+    let root = real(&ws);
+    assert_eq!(w.sample, vec![root.join("src/../up.txt"), root.join("src/at.txt")], "{w:?}");
+    assert_eq!(stdout(&r).lines().collect::<Vec<_>>(), vec!["30", "30"], "EROFS twice: {}", stdout(&r));
+    assert!(!ws.join("up.txt").exists() && !ws.join("src/at.txt").exists());
+}
+
+/// The CLI's `--json` result for `touch x` in a read-only workspace, run
+/// under a supervising runtime's seccomp listener (`listener`) or not.
+fn touch_under(ws: &Ws, listener: bool) -> (serde_json::Value, std::process::Output) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = cli();
+    cmd.args(["exec", "--json", "--workspace"]).arg(ws.path()).args(["--", "/bin/sh", "-c", "touch x"]);
+    // One instruction, `ret ALLOW`, installed with a listener that stays
+    // open across exec (moved to fd 100): as a runtime that supervises its
+    // processes through seccomp user notification would.
+    let allow = [libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x7fff_0000 }];
+    let nnp = !is_root();
+    if listener {
+        // SAFETY: between fork and exec only async-signal-safe syscalls run
+        // (prctl, seccomp, dup2, close) on memory prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                if nnp && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let fprog = libc::sock_fprog { len: 1, filter: allow.as_ptr() as *mut libc::sock_filter };
+                let fd = libc::syscall(
+                    libc::SYS_seccomp,
+                    1,
+                    libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                    &fprog as *const libc::sock_fprog,
+                );
+                if fd < 0 || libc::dup2(fd as i32, 100) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd as i32);
+                Ok(())
+            });
+        }
+    }
+    let out = cmd.output().unwrap_or_else(|e| panic!("running the CLI: {e}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("json: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+    (v, out)
+}
+
+#[test]
+fn r0128_under_another_seccomp_listener_the_report_is_unavailable_and_the_run_goes_on() {
+    let ws = Ws::new();
+    let (v, _) = touch_under(&ws, true);
+    let w = &v["refused_writes"];
+    assert_eq!(w["state"], "unavailable", "{v}");
+    assert!(w["reason"].as_str().is_some_and(|r| r.contains("already installed")), "{w}");
+    // The command ran, and the kernel still refused its write.
+    assert_eq!(v["exit_code"], 1, "{v}");
+    assert!(v["stderr"].as_str().is_some_and(|s| s.contains("Read-only file system")), "{v}");
+    assert!(!ws.join("x").exists());
+    // Control: without the other listener the same run is observed.
+    let (v, _) = touch_under(&ws, false);
+    assert_eq!(v["refused_writes"]["state"], "observed", "{v}");
+    assert_eq!(v["refused_writes"]["sample"][0], real(&ws).join("x").display().to_string(), "{v}");
+    assert!(!ws.join("x").exists());
+}
