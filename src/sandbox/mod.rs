@@ -11,6 +11,7 @@ mod launch;
 mod links;
 mod lock;
 mod plan;
+mod result;
 mod roots;
 mod split;
 mod stdin;
@@ -22,12 +23,11 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use portcullis_helper::report::CloneCall;
 use portcullis_helper::report::{Applied, Record, Step, CLONE_DETAIL_CGROUP_PROCS, NO_DETAIL, RECORD_LEN};
 pub use portcullis_helper::spec::Mode;
 use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind, TestSwitches};
@@ -37,6 +37,9 @@ pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
 pub use git::GitIndex;
 pub(crate) use plan::lexical;
 pub use plan::{Plan, DEFAULT_PROTECTED, SYSTEM_ROOTS};
+pub use result::{
+    status, AppliedLimits, CloneCall, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome, Warning,
+};
 pub use split::{Split, SPLIT_LIMIT};
 
 use crate::sys;
@@ -308,11 +311,11 @@ impl SandboxError {
     /// failure of the wrapper (GNU convention).
     pub fn exit_code(&self) -> u8 {
         match self {
-            SandboxError::Exec { source, .. } if source.raw_os_error() == Some(libc::ENOENT) => 127,
-            SandboxError::Exec { .. } => 126,
-            SandboxError::TimedOutWaiting { .. } | SandboxError::TimedOutBeforeStart { .. } => 124,
-            SandboxError::CancelledWaiting { .. } => 130,
-            _ => 125,
+            SandboxError::Exec { source, .. } if source.raw_os_error() == Some(libc::ENOENT) => status::NOT_FOUND,
+            SandboxError::Exec { .. } => status::CANNOT_EXECUTE,
+            SandboxError::TimedOutWaiting { .. } | SandboxError::TimedOutBeforeStart { .. } => status::TIMED_OUT,
+            SandboxError::CancelledWaiting { .. } => status::CANCELLED,
+            _ => status::FAILED,
         }
     }
 
@@ -448,101 +451,6 @@ pub struct RunOptions {
     pub on_output: Option<OutputSink>,
     /// Cancels the run: the whole sandbox is killed.
     pub cancel: Option<CancellationToken>,
-}
-
-/// How the process tree is killed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum KillMechanism {
-    /// `cgroup.kill` on a per-command cgroup v2 leaf.
-    CgroupKill,
-    /// Pid 1 of the sandbox's pid namespace exits; the kernel kills the rest.
-    PidNamespace,
-    /// Landlock-only mode without a cgroup: the helper, a child subreaper,
-    /// kills every descendant when the command ends.
-    Subreaper,
-}
-
-/// How Landlock was enforced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LandlockStatus {
-    /// Every handled right is enforced.
-    Full,
-    /// Some rights are not supported by this kernel.
-    Partial,
-    /// Not enforced.
-    None,
-}
-
-/// Which mechanism enforces each requested limit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct AppliedLimits {
-    /// The process limit.
-    pub pids: Option<LimitMechanism>,
-    /// The memory limit.
-    pub memory: Option<LimitMechanism>,
-}
-
-fn lossy<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&String::from_utf8_lossy(b))
-}
-
-fn millis<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64((d.as_secs_f64() * 1e6).round() / 1e3)
-}
-
-/// The outcome of a run.
-#[derive(Debug, Clone, Serialize)]
-pub struct ExecResult {
-    /// Exit code, when the command exited.
-    pub exit_code: Option<i32>,
-    /// Signal number, when the command was killed by a signal.
-    pub signal: Option<i32>,
-    /// Killed by the timeout.
-    pub timed_out: bool,
-    /// Killed by cancellation.
-    pub cancelled: bool,
-    /// Output passed the cap; the rest was drained and dropped.
-    pub truncated: bool,
-    /// Whether the workspace was writable.
-    pub writable: bool,
-    /// Write grants in force.
-    pub write_grants: Vec<PathBuf>,
-    /// Wall time from the call to cleanup (a wait for another run of the
-    /// workspace included).
-    #[serde(rename = "duration_ms", serialize_with = "millis")]
-    pub duration: Duration,
-    /// How the tree was (or would have been) killed.
-    pub kill_mechanism: KillMechanism,
-    /// Why no cgroup was used, when none was.
-    pub cgroup_fallback: Option<String>,
-    /// The Landlock ABI in force (0: none).
-    pub landlock_abi: u32,
-    /// Read-only areas Landlock cannot cover (beneath a writable path).
-    pub landlock_gaps: Vec<PathBuf>,
-    /// How fully Landlock was enforced.
-    pub landlock: LandlockStatus,
-    /// Whether the seccomp filter was installed.
-    pub seccomp: bool,
-    /// Network isolation.
-    pub network: Network,
-    /// The degraded mode the run used, if one was asked for.
-    pub degraded: Option<Mode>,
-    /// Which mechanism enforced each limit.
-    pub limits: AppliedLimits,
-    /// Which system call made the sandbox's pid 1: `clone3` (born in the
-    /// cgroup), or `clone` where `clone3` answers `ENOSYS` (a container's
-    /// seccomp profile), followed by a write to `cgroup.procs`.
-    pub clone: CloneCall,
-    /// Captured standard output (up to the cap).
-    #[serde(serialize_with = "lossy")]
-    pub stdout: Vec<u8>,
-    /// Captured standard error (up to the cap).
-    #[serde(serialize_with = "lossy")]
-    pub stderr: Vec<u8>,
-    /// Anything that went wrong in cleanup.
-    pub warnings: Vec<String>,
 }
 
 /// Spawns sandboxed commands.
@@ -904,7 +812,7 @@ impl Sandbox {
                     kill_at = None;
                 }
                 _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() && outputs_open => {
-                    warnings.push("output pipes still open 2 s after the sandbox ended; stopped reading".into());
+                    warnings.push(Warning::OutputPipesOpen);
                     outputs_open = false;
                 }
             }
@@ -941,7 +849,7 @@ impl Sandbox {
                         io::Error::from_raw_os_error(libc::EBUSY),
                     ));
                 } else {
-                    warnings.push(format!("cgroup {} could not be emptied and removed", c.path.display()));
+                    warnings.push(Warning::CgroupNotRemoved { path: c.path.clone() });
                 }
             }
         }
@@ -958,29 +866,25 @@ impl Sandbox {
         for f in &plan.git_guard {
             match guard::remove(&roots, f, fail_guard) {
                 Ok(guard::Removed::Nothing) => {}
-                Ok(guard::Removed::Deleted { entry }) if entry == *f || entry == lexical(f) => warnings.push(format!(
-                    "removed {} created by the command: it would redirect git's config and hooks",
-                    f.display()
-                )),
-                Ok(guard::Removed::Deleted { entry }) => warnings.push(format!(
-                    "removed the symbolic link {} created by the command: through it git would read {}",
-                    entry.display(),
-                    f.display()
-                )),
-                Ok(guard::Removed::Quarantined { entry, to, error }) => warnings.push(format!(
-                    "{} was created by the command (git would read {} through it); it is renamed to {} (git no \
-                     longer reads it) but could not be deleted: {error}",
-                    entry.display(),
-                    f.display(),
-                    to.display()
-                )),
+                Ok(guard::Removed::Deleted { entry }) if entry == *f || entry == lexical(f) => {
+                    warnings.push(Warning::GitGuardRemoved { path: f.clone() })
+                }
+                Ok(guard::Removed::Deleted { entry }) => {
+                    warnings.push(Warning::GitGuardRemovedLink { link: entry, target: f.clone() })
+                }
+                Ok(guard::Removed::Quarantined { entry, to, error }) => warnings.push(Warning::GitGuardQuarantined {
+                    entry,
+                    target: f.clone(),
+                    to,
+                    error: error.to_string(),
+                }),
                 Err(guard::Failed { step, entry, source }) => {
-                    warnings.push(format!(
-                        "git guard: {} could not be made unreachable ({step} {}: {source}); do not run git on \
-                         the host before removing it",
-                        f.display(),
-                        entry.display()
-                    ));
+                    warnings.push(Warning::GitGuardFailed {
+                        target: f.clone(),
+                        step: step.to_string(),
+                        entry: entry.clone(),
+                        error: source.to_string(),
+                    });
                     failures.push((Cleanup::GitGuard, step, entry, source));
                 }
             }
@@ -998,7 +902,7 @@ impl Sandbox {
             Err(e) => return after_run(failures, Err(e)),
         };
         let mut applied: Option<Applied> = None;
-        let mut outcome: Option<(Option<i32>, Option<i32>)> = None;
+        let mut ended: Option<Outcome> = None;
         // Killed by the timeout before the command started (the helper was
         // still setting the sandbox up): a timeout, not a setup failure.
         if timed_out && !records.iter().any(|r| matches!(r, Record::Applied(_))) {
@@ -1017,29 +921,21 @@ impl Sandbox {
                     return after_run(failures, Err(setup_error(plan, step, errno, detail)));
                 }
                 Record::Applied(a) => applied = Some(a),
-                Record::Exited(c) => outcome = Some((Some(c), None)),
-                Record::Signaled(s) => outcome = Some((None, Some(s))),
+                Record::Exited(code) => ended = Some(Outcome::Exited { code }),
+                Record::Signaled(signal) => ended = Some(Outcome::Signaled { signal }),
             }
         }
-        let (exit_code, signal) = match outcome {
+        // The sandbox's kill wins over what pid 1 reported: the command was
+        // killed (or raced the kill) because its time ran out.
+        let outcome = match ended {
+            _ if timed_out => Outcome::TimedOut,
+            _ if cancelled => Outcome::Cancelled,
             Some(o) => o,
-            None if timed_out || cancelled => (None, Some(libc::SIGKILL)),
             None => return after_run(failures, Err(SandboxError::HelperDied { status: helper_status.to_string() })),
         };
         let applied = applied.unwrap_or_default();
-        let result = ExecResult {
-            exit_code,
-            signal,
-            timed_out,
-            cancelled,
-            truncated,
-            writable: plan.writable,
-            write_grants: plan.write_grants.clone(),
-            duration: start.elapsed(),
-            kill_mechanism,
-            cgroup_fallback,
-            landlock_abi: applied.landlock_abi,
-            landlock_gaps: plan.landlock_gaps.clone(),
+        let enforcement = Enforcement {
+            mode: plan.spec.mode,
             landlock: if applied.landlock_full {
                 LandlockStatus::Full
             } else if applied.landlock_partial {
@@ -1047,11 +943,24 @@ impl Sandbox {
             } else {
                 LandlockStatus::None
             },
+            landlock_abi: applied.landlock_abi,
+            landlock_gaps: plan.landlock_gaps.clone(),
             seccomp: applied.seccomp,
-            network: req.network,
-            degraded: req.degraded,
+            seccomp_sha256: plan.seccomp_sha256.clone(),
+            readonly_mounts: applied.readonly_mounts,
+            kill_mechanism,
+            cgroup_fallback,
             limits,
             clone: applied.clone,
+            network: plan.spec.network,
+        };
+        let result = ExecResult {
+            outcome,
+            truncated,
+            writable: plan.writable,
+            write_grants: plan.write_grants.clone(),
+            duration: start.elapsed(),
+            enforcement,
             stdout,
             stderr,
             warnings,

@@ -321,20 +321,10 @@ impl Relay {
 
     /// Stop relaying after the run has ended: take from the caller's input
     /// what the command read last, and say what went wrong, if anything.
-    pub(super) fn finish(mut self) -> Option<String> {
+    pub(super) fn finish(mut self) -> Option<super::Warning> {
         let outcome = self.stop()?;
-        let mut notes = Vec::new();
-        if let Some(e) = outcome.error {
-            notes.push(format!("stdin relay stopped early: {e}; the command saw end-of-input there"));
-        }
-        if outcome.missing > 0 {
-            notes.push(format!(
-                "{} bytes of stdin the command read were already gone from the caller's input (another process \
-                 reads it too)",
-                outcome.missing
-            ));
-        }
-        (!notes.is_empty()).then(|| notes.join("; "))
+        (outcome.error.is_some() || outcome.missing > 0)
+            .then(|| super::Warning::StdinRelay { error: outcome.error, missing: outcome.missing })
     }
 
     fn stop(&mut self) -> Option<Outcome> {

@@ -34,7 +34,7 @@ fn r0001_find_delete_in_read_only_workspace_changes_nothing() {
     let before = ws.snapshot();
     let target = ws.path().display().to_string();
     let r = run_ok(&ws.req(&["find", &target, "-mindepth", "1", "-delete"]));
-    assert_ne!(r.exit_code, Some(0));
+    assert_ne!(r.outcome.code(), Some(0));
     assert!(stderr(&r).contains("Read-only file system"), "expected EROFS, got: {}", stderr(&r));
     assert_eq!(ws.snapshot(), before, "the read-only workspace changed");
     assert!(!r.writable);
@@ -43,7 +43,7 @@ fn r0001_find_delete_in_read_only_workspace_changes_nothing() {
     let mut req = ws.req(&["find", &target, "-mindepth", "1", "-delete"]);
     req.writable = true;
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert!(ws.snapshot().is_empty(), "the writable control did not delete the tree");
 }
 
@@ -230,7 +230,7 @@ fn r0008_no_stub_files_are_left_in_the_tree() {
     req.protect.push(PathBuf::from("src/lib.rs"));
     req.write.push(PathBuf::from("target"));
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_eq!(ws.snapshot(), before, "a run left files behind");
 }
 
@@ -312,16 +312,16 @@ fn r0011_setup_failures_are_typed_errors() {
         other => panic!("expected Exec EACCES, got {other:?}"),
     }
     // Control: a real command runs.
-    assert_eq!(run_ok(&ws.req(&["true"])).exit_code, Some(0));
+    assert_eq!(run_ok(&ws.req(&["true"])).outcome.code(), Some(0));
 }
 
 #[test]
 fn r0012_exit_codes_and_signals_come_back() {
     let ws = Ws::new();
     let r = run_ok(&ws.req(&["sh", "-c", "exit 7"]));
-    assert_eq!((r.exit_code, r.signal), (Some(7), None));
+    assert_eq!((r.outcome.code(), r.outcome.signal()), (Some(7), None));
     let r = run_ok(&ws.req(&["sh", "-c", "kill -TERM $$"]));
-    assert_eq!((r.exit_code, r.signal), (None, Some(15)));
+    assert_eq!((r.outcome.code(), r.outcome.signal()), (None, Some(15)));
     let r = run_ok(&ws.req(&["sh", "-c", "echo out; echo err >&2"]));
     assert_eq!((stdout(&r).as_str(), stderr(&r).as_str()), ("out\n", "err\n"));
 }
@@ -348,10 +348,10 @@ fn r0014_cli_reports_json_exit_codes_and_explains() {
         .unwrap_or_else(|e| panic!("cli: {e}"));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("json: {e}: {}", String::from_utf8_lossy(&out.stdout)));
-    assert_eq!(v["exit_code"], 2);
+    assert_eq!(v["outcome"]["code"], 2);
     assert_eq!(v["writable"], false);
     assert!(v["stderr"].as_str().unwrap_or("").contains("Read-only file system"));
-    assert!(v["landlock_abi"].as_u64().is_some());
+    assert!(v["enforcement"]["landlock_abi"].as_u64().is_some());
     assert!(!ws.join("probe").exists());
     assert_eq!(out.status.code(), Some(2));
 
@@ -406,7 +406,7 @@ fn r0015_non_utf8_names_and_arguments_survive() {
     let mut req = ws.req(&["ls"]);
     req.argv.push(name.to_os_string());
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_eq!(r.stdout, b"caf\xe9.txt\n");
 }
 
@@ -435,7 +435,7 @@ fn r0017_device_nodes_work_and_nothing_else_is_a_device() {
         "-c",
         "echo x > /dev/null && head -c 4 /dev/zero | wc -c && (true &) && head -c 1 /dev/urandom | wc -c",
     ]));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_eq!(stdout(&r), "4\n1\n");
 }
 
@@ -520,7 +520,7 @@ fn r0020_a_symlink_cannot_redirect_a_grant_out_of_the_workspace() {
     // explicit host grant and works.
     let mut req = ws.req(&["sh", "-c", &format!("echo ok > {}/granted", outside.path().display())]);
     req.write.push(outside.path().to_path_buf());
-    assert_eq!(run_ok(&req).exit_code, Some(0));
+    assert_eq!(run_ok(&req).outcome.code(), Some(0));
     assert_eq!(outside.read("granted"), "ok\n");
 }
 
@@ -573,8 +573,12 @@ fn r0023_cancellation_kills_the_whole_tree() {
         sandbox().run(&req, RunOptions { cancel: Some(cancel), ..RunOptions::default() }).await
     });
     let r = r.unwrap_or_else(|e| panic!("{e}"));
-    assert!(r.cancelled && !r.timed_out, "{r:?}");
-    assert_eq!(r.signal, Some(9));
+    assert!(
+        (r.outcome == portcullis::sandbox::Outcome::Cancelled)
+            && !(r.outcome == portcullis::sandbox::Outcome::TimedOut),
+        "{r:?}"
+    );
+    assert_eq!(r.outcome.signal(), Some(9));
     assert!(start.elapsed() < std::time::Duration::from_secs(5));
     let left: Vec<String> = host_procs_containing(&marker);
     assert!(left.is_empty(), "survivors: {left:?}");
@@ -582,7 +586,7 @@ fn r0023_cancellation_kills_the_whole_tree() {
     let mut quick = ws.req(&["sleep", "0.2"]);
     quick.timeout = Some(std::time::Duration::from_secs(5));
     let r = run_ok(&quick);
-    assert!(!r.cancelled && r.exit_code == Some(0));
+    assert!(!(r.outcome == portcullis::sandbox::Outcome::Cancelled) && r.outcome.code() == Some(0));
 }
 
 #[test]
@@ -592,12 +596,12 @@ fn r0024_memory_limit_applies() {
     let mut req = ws.req(&grab);
     req.limits.memory = Some(128 << 20);
     let r = run_ok(&req);
-    assert_ne!(r.exit_code, Some(0), "300 MiB fit under a 128 MiB limit: {}", stdout(&r));
-    assert!(stderr(&r).contains("MemoryError") || r.signal.is_some(), "{}", stderr(&r));
-    assert!(r.limits.memory.is_some());
+    assert_ne!(r.outcome.code(), Some(0), "300 MiB fit under a 128 MiB limit: {}", stdout(&r));
+    assert!(stderr(&r).contains("MemoryError") || r.outcome.signal().is_some(), "{}", stderr(&r));
+    assert!(r.enforcement.limits.memory.is_some());
     // Control: without the limit the allocation succeeds.
     let r = run_ok(&ws.req(&grab));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_eq!(stdout(&r), "allocated\n");
 }
 
@@ -754,7 +758,7 @@ fn r0029_git_redirections_are_protected() {
     let mut req = ws.req(&["sh", "-c", "echo ../evil > .git/commondir"]);
     req.writable = true;
     let r = run_ok(&req);
-    assert!(r.warnings.iter().any(|w| w.contains("commondir")), "{:?}", r.warnings);
+    assert!(r.warnings.iter().any(|w| w.to_string().contains("commondir")), "{:?}", r.warnings);
     assert!(!ws.join(".git/commondir").exists());
     // A repository without .git/hooks: a hooks directory the command creates
     // is removed after the run.
@@ -765,9 +769,9 @@ fn r0029_git_redirections_are_protected() {
         ws2.req(&["sh", "-c", "mkdir .git/hooks && printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit"]);
     req.writable = true;
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "control: the command could create the hook: {}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "control: the command could create the hook: {}", stderr(&r));
     assert!(!ws2.join(".git/hooks").exists(), "a planted hooks directory survived the run");
-    assert!(r.warnings.iter().any(|w| w.contains("hooks")), "{:?}", r.warnings);
+    assert!(r.warnings.iter().any(|w| w.to_string().contains("hooks")), "{:?}", r.warnings);
 }
 
 #[test]
@@ -908,8 +912,8 @@ fn r0033_landlock_only_mode_is_a_named_degradation() {
     let mut req = ws.req(&["bash", "-c", &format!("(setsid {marker} &); echo started")]);
     req.degraded = Some(Mode::LandlockOnly);
     let r = run_ok(&req);
-    assert_eq!(r.degraded, Some(Mode::LandlockOnly));
-    assert!(matches!(r.kill_mechanism, KillMechanism::Subreaper | KillMechanism::CgroupKill));
+    assert_eq!(r.enforcement.mode, Mode::LandlockOnly);
+    assert!(matches!(r.enforcement.kill_mechanism, KillMechanism::Subreaper | KillMechanism::CgroupKill));
     let alive = host_procs_containing(&marker).iter().any(|c| c.trim() == marker);
     assert!(!alive, "a daemon survived the landlock-only run");
     // Control: the same write succeeds with the workspace writable.
@@ -1078,12 +1082,12 @@ fn r0037_a_grant_of_host_tmp_reaches_the_host() {
     let line = format!("echo granted > /tmp/{name} && grep -c ' /tmp ' /proc/self/mountinfo");
     // Control: without the grant the write lands in the private /tmp only.
     let r = run_ok(&ws.req(&["sh", "-c", &line]));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert!(!host.exists(), "the private /tmp is not the host's");
     let mut req = ws.req(&["sh", "-c", &line]);
     req.write.push(PathBuf::from("/tmp"));
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_eq!(stdout(&r).trim(), "1", "exactly one mount at /tmp: the host's");
     assert_eq!(std::fs::read_to_string(&host).unwrap_or_default(), "granted\n");
     let _ = std::fs::remove_file(&host);
@@ -1139,7 +1143,7 @@ fn r0039_a_policy_reached_through_a_link_in_a_writable_area_is_refused() {
     assert!(!stdout(&r).contains("rc=0") && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
     let mut req = ws.req(&["true"]);
     req.policy_file = Some(ws.join("policy.toml"));
-    assert_eq!(run_ok(&req).exit_code, Some(0), "read-only: nothing can replace the link");
+    assert_eq!(run_ok(&req).outcome.code(), Some(0), "read-only: nothing can replace the link");
     assert_eq!(ws.read("conf/real.toml"), "[shell]\n");
 }
 
@@ -1196,8 +1200,8 @@ fn r0041_paths_through_a_link_in_a_write_grant_are_refused() {
     let mut req = ExecRequest::new(b.join("ws"), ["true"]);
     req.write.push(b.join("agents"));
     req.read.push(b.join("tools/bin"));
-    assert_eq!(run_ok(&req).exit_code, Some(0));
-    assert_eq!(run_ok(&ExecRequest::new(b.join("agents/current"), ["true"])).exit_code, Some(0));
+    assert_eq!(run_ok(&req).outcome.code(), Some(0));
+    assert_eq!(run_ok(&ExecRequest::new(b.join("agents/current"), ["true"])).outcome.code(), Some(0));
 }
 
 /// Regression (review): the policy-file check removed `..` by spelling, so
@@ -1217,7 +1221,7 @@ fn r0042_a_policy_path_with_dotdot_after_a_link_is_refused() {
     assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("cfglink")));
     // Control: its real path is fine.
     req.policy_file = Some(elsewhere.path().join("policy.toml"));
-    assert_eq!(run_ok(&req).exit_code, Some(0));
+    assert_eq!(run_ok(&req).outcome.code(), Some(0));
 }
 
 /// Regression (review): in a granted host /tmp the parents of protected
@@ -1264,17 +1268,19 @@ fn r0044_the_git_guard_never_deletes_through_a_link() {
         &format!("mkdir -p .git/modules/evil && printf '%s' '{config}' > .git/modules/evil/config"),
     ]);
     req.writable = true;
-    assert_eq!(run_ok(&req).exit_code, Some(0));
+    assert_eq!(run_ok(&req).outcome.code(), Some(0));
     let mut req = ws.req(&["ln", "-s", "/", "sub"]);
     req.writable = true;
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_eq!(std::fs::read_to_string(victim.path().join("file.txt")).unwrap_or_default(), "keep\n");
     // The link itself is what is removed (git would read through it), never
     // what it leads to.
     assert!(std::fs::symlink_metadata(ws.join("sub")).is_err(), "{:?}", r.warnings);
     assert!(
-        r.warnings.iter().any(|w| w.starts_with("removed the symbolic link") && w.contains("/sub ")),
+        r.warnings
+            .iter()
+            .any(|w| w.to_string().starts_with("removed the symbolic link") && w.to_string().contains("/sub ")),
         "{:?}",
         r.warnings
     );
@@ -1285,7 +1291,7 @@ fn r0044_the_git_guard_never_deletes_through_a_link() {
     ws.write(".git/modules/evil/config", &format!("[include]\n\tpath = ../../../sub2{v}/file.txt\n"));
     let r = run_ok(&req);
     assert!(!ws.join(&format!("sub2{v}/file.txt")).exists(), "{:?}", r.warnings);
-    assert!(r.warnings.iter().any(|w| w.starts_with("removed ")), "{:?}", r.warnings);
+    assert!(r.warnings.iter().any(|w| w.to_string().starts_with("removed ")), "{:?}", r.warnings);
 }
 
 /// Regression (review): a deny glob matching a symbolic link masked its
@@ -1304,7 +1310,7 @@ fn r0045_a_denied_link_in_a_writable_area_refuses_the_run() {
     let mut req = ws.req(&["cat", "conf/production"]);
     req.deny.push(".env".into());
     let r = run_ok(&req);
-    assert!(r.exit_code != Some(0) && stderr(&r).contains("Permission denied"), "{}", stderr(&r));
+    assert!(r.outcome.code() != Some(0) && stderr(&r).contains("Permission denied"), "{}", stderr(&r));
 }
 
 /// Regression (review): a git path protected through a symbolic link
@@ -1320,7 +1326,7 @@ fn r0046_a_git_hooks_link_in_a_writable_workspace_refuses_the_run() {
     let mut req = ws.req(&["true"]);
     req.writable = true;
     assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("hooks")));
-    assert_eq!(run_ok(&ws.req(&["true"])).exit_code, Some(0), "read-only runs are fine");
+    assert_eq!(run_ok(&ws.req(&["true"])).outcome.code(), Some(0), "read-only runs are fine");
 }
 
 /// Regression (review): a linked worktree's private git dir
@@ -1378,7 +1384,7 @@ fn r0049_the_guard_removes_what_a_chmod_would_keep() {
     let mut req = ws.req(&["sh", "-c", "mkdir evilcommon && echo ../evilcommon > .git/commondir && chmod 555 .git"]);
     req.writable = true;
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert!(std::fs::symlink_metadata(ws.join(".git/commondir")).is_err(), "{:?}", r.warnings);
     let mode = std::fs::metadata(ws.join(".git")).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
     assert_eq!(mode, 0o555, "the command's chmod is kept");
@@ -1418,10 +1424,10 @@ fn r0050_git_config_values_are_read_as_git_reads_them() {
 fn r0051_planted_includes_of_host_paths_are_not_probed() {
     let ws = Ws::with_git();
     ws.write(".git/modules/a/config", "[include]\n\tpath = /dev/kmsg\n[include]\n\tpath = /root/.bashrc\n");
-    assert_eq!(run_ok(&ws.req(&["true"])).exit_code, Some(0));
+    assert_eq!(run_ok(&ws.req(&["true"])).outcome.code(), Some(0));
     let mut req = ws.req(&["true"]);
     req.writable = true;
-    assert_eq!(run_ok(&req).exit_code, Some(0));
+    assert_eq!(run_ok(&req).outcome.code(), Some(0));
 }
 
 /// Regression (review): two writable runs on one workspace at once let the
