@@ -136,9 +136,77 @@ pub enum SandboxError {
     /// No command was given.
     #[error("no command given: name a program after `--`")]
     EmptyCommand,
-    /// The request is inconsistent.
+    /// The request contradicts itself or asks for what no run may have
+    /// (an empty command name, the workspace `/`, a working directory
+    /// outside the sandbox, protecting a writable root, a setuid caller).
+    #[error("{message}")]
+    Invalid {
+        /// Which part of the request (`command`, `workspace`, `--cwd`,
+        /// `--protect`, `stdin`, `caller`, a limit's flag).
+        what: &'static str,
+        /// What is wrong, and what to do.
+        message: String,
+    },
+    /// The mode asked for cannot honour a part of the request (the
+    /// landlock-only mode has no mount namespace: no deny globs, no
+    /// read-only areas inside a writable one, ...). The full sandbox can.
+    #[error("{message}")]
+    Unsupported {
+        /// The mode asked for.
+        mode: Mode,
+        /// What it cannot honour.
+        feature: &'static str,
+        /// Why, and what to do.
+        message: String,
+    },
+    /// A write grant is refused.
+    #[error("{message}")]
+    GrantRefused {
+        /// The grant (as given, or its real path).
+        path: PathBuf,
+        /// Why.
+        reason: GrantRefusal,
+        /// Why, in words, and what to do.
+        message: String,
+    },
+    /// A path the run would have to keep safe cannot be: a symbolic link a
+    /// writable run could replace, an alias of a read-only directory, a
+    /// directory the checks cannot list, a file git reads that is not a
+    /// regular file. A writable run is refused rather than run unsafely.
+    #[error("{message}")]
+    UnsafePath {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: PathRefusal,
+        /// Why, in words, and what to do.
+        message: String,
+    },
+    /// A bound of portcullis's checks was passed; they fail closed.
+    #[error("{message}")]
+    LimitExceeded {
+        /// What was counted.
+        what: &'static str,
+        /// The bound.
+        limit: u64,
+        /// Where, and what to do.
+        message: String,
+    },
+    /// Anything else the library refuses (a seccomp filter that does not
+    /// compile).
     #[error("{0}")]
     BadRequest(String),
+    /// [`Sandbox::run_plan`] was given a writable plan that is no longer
+    /// current: the tree changed between the plan and the run.
+    #[error(
+        "the plan for {} is stale: {what} changed since it was made; plan again (Sandbox::plan) or use Sandbox::run,          which plans under the workspace's lock", .workspace.display()
+    )]
+    PlanChanged {
+        /// The workspace.
+        workspace: PathBuf,
+        /// Which part of the plan differs (`mounts`, `git guard`, ...).
+        what: &'static str,
+    },
     /// A deny glob does not parse.
     #[error("invalid deny glob {glob:?}: {reason}")]
     Glob {
@@ -274,6 +342,50 @@ pub enum SandboxError {
     },
 }
 
+/// Why a write grant is refused ([`SandboxError::GrantRefused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum GrantRefusal {
+    /// `/`: every host directory.
+    WholeHost,
+    /// Under `/dev`, `/proc` or `/sys`, which the sandbox has its own of.
+    KernelFilesystem,
+    /// A system directory (`/usr`, `/etc`, ...) or one holding it.
+    SystemDirectory,
+    /// A missing grant named through `..`.
+    NamedThroughDotDot,
+    /// It changed while it was planned.
+    Changed,
+    /// A file grant that is a setuid/setgid program or has file capabilities.
+    PrivilegedProgram,
+    /// A file grant with another name outside the writable areas.
+    HardLinked,
+}
+
+/// What is wrong with a path ([`SandboxError::UnsafePath`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum PathRefusal {
+    /// It is named through a symbolic link; name the real path.
+    ThroughSymlink,
+    /// It is reached through a symbolic link in a writable area, which the
+    /// command could point elsewhere.
+    ReplaceableLink,
+    /// An alias (a bind or other mount) makes a read-only directory
+    /// writable, or one directory appears twice.
+    Alias,
+    /// Portcullis cannot list it, yet the command could search it.
+    Unlistable,
+    /// It cannot be read or checked.
+    Unreadable,
+    /// Git reads it, and it is not a regular file.
+    NotRegularFile,
+    /// It lies inside portcullis's workspace-lock directory.
+    LockDirectory,
+}
+
 /// The security steps after a run that must not fail silently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -305,6 +417,42 @@ fn display_list(p: &[PathBuf]) -> String {
 }
 
 impl SandboxError {
+    pub(crate) fn invalid(what: &'static str, message: impl Into<String>) -> SandboxError {
+        SandboxError::Invalid { what, message: message.into() }
+    }
+
+    pub(crate) fn unsupported(feature: &'static str, message: impl Into<String>) -> SandboxError {
+        SandboxError::Unsupported { mode: Mode::LandlockOnly, feature, message: message.into() }
+    }
+
+    pub(crate) fn grant_refused(path: PathBuf, reason: GrantRefusal, message: impl Into<String>) -> SandboxError {
+        SandboxError::GrantRefused { path, reason, message: message.into() }
+    }
+
+    pub(crate) fn unsafe_path(path: PathBuf, reason: PathRefusal, message: impl Into<String>) -> SandboxError {
+        SandboxError::UnsafePath { path, reason, message: message.into() }
+    }
+
+    pub(crate) fn limit(what: &'static str, limit: usize, message: impl Into<String>) -> SandboxError {
+        SandboxError::LimitExceeded { what, limit: u64::try_from(limit).unwrap_or(u64::MAX), message: message.into() }
+    }
+
+    /// The message of a refusal of the request ([`SandboxError::Invalid`],
+    /// [`SandboxError::Unsupported`], [`SandboxError::GrantRefused`],
+    /// [`SandboxError::UnsafePath`], [`SandboxError::LimitExceeded`],
+    /// [`SandboxError::BadRequest`]); `None` for every other error.
+    pub fn refusal(&self) -> Option<&str> {
+        match self {
+            SandboxError::Invalid { message, .. }
+            | SandboxError::Unsupported { message, .. }
+            | SandboxError::GrantRefused { message, .. }
+            | SandboxError::UnsafePath { message, .. }
+            | SandboxError::LimitExceeded { message, .. } => Some(message),
+            SandboxError::BadRequest(m) => Some(m),
+            _ => None,
+        }
+    }
+
     /// The exit code a CLI should use: 127 not found, 126 not executable,
     /// 124 timed out and 130 cancelled while waiting for the workspace (as
     /// for a run killed by its timeout or a cancellation), 125 for any other
@@ -519,9 +667,9 @@ impl Sandbox {
             if !pids_cgroup {
                 // Without a user namespace RLIMIT_NPROC counts every process
                 // of the uid on the host, not this sandbox's.
-                return Err(SandboxError::BadRequest(
-                    "--pids in landlock-only mode needs the cgroup pids controller (RLIMIT_NPROC would count the whole uid)"
-                        .into(),
+                return Err(SandboxError::unsupported(
+                    "--pids without the cgroup pids controller",
+                    "--pids in landlock-only mode needs the cgroup pids controller (RLIMIT_NPROC would count the whole uid)",
                 ));
             }
         }
@@ -543,12 +691,15 @@ impl Sandbox {
         let held = self.take_locks(&ws, true, req, deadline, &opts).await?;
         let plan = self.plan_locked(req)?;
         if plan.workspace != ws {
-            return Err(SandboxError::BadRequest(format!(
+            return Err(SandboxError::invalid(
+                "workspace",
+                format!(
                 "the workspace {} resolved to {} when it was locked and to {} when it was planned; name its real path",
                 req.workspace.display(),
                 ws.display(),
                 plan.workspace.display()
-            )));
+            ),
+            ));
         }
         self.run_locked(&plan, req, opts, start, deadline, held).await
     }
@@ -657,9 +808,9 @@ impl Sandbox {
             } else if req.degraded.is_some() {
                 // Sandbox::plan refused this unless a pids cgroup looked
                 // usable; it could not be made after all.
-                return Err(SandboxError::BadRequest(
-                    "--pids in landlock-only mode needs the cgroup pids controller, and no pids cgroup could be made"
-                        .into(),
+                return Err(SandboxError::unsupported(
+                    "--pids without a pids cgroup",
+                    "--pids in landlock-only mode needs the cgroup pids controller, and no pids cgroup could be made",
                 ));
             } else {
                 // Counted per uid of the sandbox's user namespace: pid 1 runs

@@ -221,7 +221,7 @@ fn r0067_no_command_can_hold_the_workspace_lock() {
     let mut req = ws.req(&["true"]);
     req.read.push(dir.clone());
     match run(&req) {
-        Err(SandboxError::BadRequest(m)) => assert!(m.contains("workspace-lock directory"), "{m}"),
+        Err(SandboxError::UnsafePath { message: m, .. }) => assert!(m.contains("workspace-lock directory"), "{m}"),
         other => panic!("--read of the lock directory: {other:?}"),
     }
 

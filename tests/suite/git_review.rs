@@ -275,7 +275,7 @@ fn r0094_an_index_the_planner_cannot_read_refuses_a_writable_run() {
         other => panic!("expected AfterRun, got {other:?}"),
     }
     match run(&writable(&ws, &plant_emb(&m))) {
-        Err(SandboxError::BadRequest(msg)) => {
+        Err(SandboxError::UnsafePath { message: msg, .. }) => {
             assert!(msg.contains(".git/index is a symbolic link") && msg.contains("cp --remove-destination"), "{msg}")
         }
         other => panic!("expected a refusal, got {other:?}"),
@@ -297,7 +297,9 @@ fn r0094_an_index_the_planner_cannot_read_refuses_a_writable_run() {
     fs::rename(ws.join(".gitmodules"), ws.join(".gitmodules.real")).unwrap_or_else(|e| panic!("{e}"));
     symlink(".gitmodules.real", ws.join(".gitmodules")).unwrap_or_else(|e| panic!("{e}"));
     match run(&writable(&ws, "true")) {
-        Err(SandboxError::BadRequest(msg)) => assert!(msg.contains(".gitmodules is a symbolic link"), "{msg}"),
+        Err(SandboxError::UnsafePath { message: msg, .. }) => {
+            assert!(msg.contains(".gitmodules is a symbolic link"), "{msg}")
+        }
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
@@ -461,7 +463,7 @@ fn r0105_a_split_index_cannot_hide_a_gitlink() {
         };
         assert_eq!(stdout(&r), "one\n", "{}", stderr(&r));
         match run(&writable(&ws, &plant_emb(&m))) {
-            Err(SandboxError::BadRequest(msg)) if split => {
+            Err(SandboxError::UnsafePath { message: msg, .. }) if split => {
                 assert!(msg.contains(".git/index is a split index") && msg.contains("--no-split-index"), "{msg}")
             }
             Ok(r) if !split => {
@@ -538,7 +540,7 @@ fn r0106_a_gitlink_spelled_as_git_never_writes_is_refused() {
         };
         assert_eq!(stdout(&r), "one\n", "{}", stderr(&r));
         match run(&writable(&ws, &plant_emb(&m))) {
-            Err(SandboxError::BadRequest(msg)) if !canonical => {
+            Err(SandboxError::UnsafePath { message: msg, .. }) if !canonical => {
                 assert!(msg.contains("never writes, \"./emb\"") && msg.contains("reset -q"), "{msg}")
             }
             Ok(r) if canonical => {
@@ -583,7 +585,7 @@ fn r0107_a_gitlink_of_any_gitlink_mode_and_a_sparse_index_are_caught() {
     git_ok(ws.path(), &["commit", "-qm", "dirs"]);
     git_ok(ws.path(), &["sparse-checkout", "set", "--cone", "--sparse-index", "d1"]);
     match run(&writable(&ws, "true")) {
-        Err(SandboxError::BadRequest(msg)) => {
+        Err(SandboxError::UnsafePath { message: msg, .. }) => {
             assert!(msg.contains("is a sparse index") && msg.contains("--no-sparse-index"), "{msg}")
         }
         other => panic!("expected a refusal, got {other:?}"),
@@ -677,7 +679,7 @@ fn r0109_a_name_whose_length_and_nul_disagree_is_refused() {
         let listed = host_git(ws.path(), &["ls-files", "-s"]).stdout;
         assert!(listed.ends_with(b"\temb\n"), "{}", String::from_utf8_lossy(&listed));
         match run(&writable(&ws, &plant_emb(&m))) {
-            Err(SandboxError::BadRequest(msg)) if desync => {
+            Err(SandboxError::UnsafePath { message: msg, .. }) if desync => {
                 assert!(msg.contains("name-length field says \"em\"") && msg.contains("reset -q"), "{msg}")
             }
             Ok(r) if !desync => {
@@ -735,7 +737,7 @@ fn r0110_a_gitlink_through_a_link_is_not_entered() {
     // Planning: the same gitlink and link before a writable run.
     let config = ws.read("real/evil/.git/config");
     match run(&writable(&ws, &format!("{} >> real/evil/.git/config", m.fsmonitor()))) {
-        Err(SandboxError::BadRequest(msg)) => {
+        Err(SandboxError::UnsafePath { message: msg, .. }) => {
             assert!(msg.contains("symbolic link") && msg.contains(&lnk) && msg.contains("rm -q --cached"), "{msg}")
         }
         other => panic!("expected a refusal, got {other:?}"),
@@ -889,7 +891,7 @@ fn r0117_a_dangling_dot_git_link_with_dotdot_refuses_the_next_writable_run() {
     let r = run_ok(&writable(&ws, first));
     assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     match run(&writable(&ws, &plant(&m))) {
-        Err(SandboxError::BadRequest(msg)) => {
+        Err(SandboxError::UnsafePath { message: msg, .. }) => {
             assert!(msg.contains("evil/.git") && msg.contains("symbolic link"), "{msg}")
         }
         other => panic!("expected the run to be refused, got {other:?}"),

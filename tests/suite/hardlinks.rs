@@ -106,7 +106,7 @@ fn r0053_a_link_planted_by_a_writable_run_does_not_open_the_read_only_source() {
     req.degraded = Some(Mode::LandlockOnly);
     let e = run(&req).map(|r| r.outcome.code());
     assert!(
-        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("landlock-only mode cannot keep hard-linked files")
+        matches!(&e, Err(SandboxError::Unsupported { message: m, .. }) if m.contains("landlock-only mode cannot keep hard-linked files")
             && m.contains(&p(&real(&planted)))),
         "{e:?}"
     );
@@ -174,7 +174,7 @@ fn r0054_a_link_from_outside_the_workspace_is_kept_read_only() {
     req.write.push("node_modules".into());
     let e = run(&req).map(|r| r.outcome.code());
     assert!(
-        matches!(&e, Err(SandboxError::BadRequest(m)) if m.starts_with("101 names") && m.contains("l0.js")
+        matches!(&e, Err(SandboxError::LimitExceeded { message: m, .. }) if m.starts_with("101 names") && m.contains("l0.js")
             && m.contains("package-import-method=copy")),
         "{e:?}"
     );

@@ -77,8 +77,19 @@ fn chown_tree(p: &Path, uid: u32) {
 }
 
 fn refused(e: &Result<portcullis::ExecResult, SandboxError>, needles: &[&str]) {
-    match e {
-        Err(SandboxError::BadRequest(m)) => {
+    // Refused as an unsafe path or as a write grant, with its message.
+    match e
+        .as_ref()
+        .err()
+        .filter(|e| {
+            matches!(
+                e,
+                SandboxError::UnsafePath { .. } | SandboxError::Invalid { .. } | SandboxError::GrantRefused { .. }
+            )
+        })
+        .and_then(SandboxError::refusal)
+    {
+        Some(m) => {
             for n in needles {
                 assert!(m.contains(n), "refusal should name {n:?}: {m}");
             }

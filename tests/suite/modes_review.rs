@@ -169,7 +169,7 @@ fn r0101_privileged_programs_refuse_landlock_only_runs_and_file_grants() {
     req.write.push("dist/chrome-sandbox".into());
     let e = run(&req).map(|r| r.outcome.code());
     assert!(
-        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("is a privileged program (setuid")
+        matches!(&e, Err(SandboxError::GrantRefused { message: m, .. }) if m.contains("is a privileged program (setuid")
             && m.contains("chmod u-s")),
         "{e:?}"
     );
@@ -207,7 +207,7 @@ fn r0101_privileged_programs_refuse_landlock_only_runs_and_file_grants() {
     req.degraded = Some(Mode::LandlockOnly);
     let e = run(&req).map(|r| r.outcome.code());
     assert!(
-        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("landlock-only mode cannot keep privileged programs")
+        matches!(&e, Err(SandboxError::Unsupported { message: m, .. }) if m.contains("landlock-only mode cannot keep privileged programs")
             && m.contains(&real(&suid).display().to_string()) && m.contains("chmod u-s")),
         "{e:?}"
     );
@@ -544,7 +544,7 @@ fn r0112_a_setgid_file_without_group_execute_cannot_become_a_setgid_program() {
     req.write.push("dist/tool".into());
     let e = run(&req).map(|r| r.outcome.code());
     assert!(
-        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("is a privileged program (setgid to gid")),
+        matches!(&e, Err(SandboxError::GrantRefused { message: m, .. }) if m.contains("is a privileged program (setgid to gid")),
         "{e:?}"
     );
     if !landlock_only_available("r0112") {
@@ -555,7 +555,7 @@ fn r0112_a_setgid_file_without_group_execute_cannot_become_a_setgid_program() {
     req.degraded = Some(Mode::LandlockOnly);
     let e = run(&req).map(|r| r.outcome.code());
     assert!(
-        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("landlock-only mode cannot keep privileged programs")
+        matches!(&e, Err(SandboxError::Unsupported { message: m, .. }) if m.contains("landlock-only mode cannot keep privileged programs")
             && m.contains(&real(&tool).display().to_string())),
         "{e:?}"
     );
