@@ -204,8 +204,10 @@ pub enum SandboxError {
     PlanChanged {
         /// The workspace.
         workspace: PathBuf,
-        /// Which part of the plan differs (`mounts`, `git guard`, ...).
-        what: &'static str,
+        /// Which part of the plan differs: a field of [`Plan`]
+        /// (`hard_linked`, `git_guard`, ...) or of its spawn spec
+        /// (`spec.mounts`, ...).
+        what: String,
     },
     /// A deny glob does not parse.
     #[error("invalid deny glob {glob:?}: {reason}")]
@@ -704,20 +706,27 @@ impl Sandbox {
         self.run_locked(&plan, req, opts, start, deadline, held).await
     }
 
-    /// Run a plan made by [`Sandbox::plan`] for the same request.
+    /// Run exactly `plan`, made by [`Sandbox::plan`] for the same request.
+    ///
+    /// A plan that writes is checked once the run holds the workspace's
+    /// lock: the request is planned again there (missing grants inside the
+    /// workspace are created first, as the plan says), and when anything of
+    /// the fresh plan but `create_grants` differs from `plan` (a hard link,
+    /// a `.git`, a hook, a mount appeared or went since), nothing runs and
+    /// the run fails with [`SandboxError::PlanChanged`]: another run (or
+    /// the user) changed the tree, and a plan made before that could let
+    /// what it made escape this run's git guard or link check. Plan again,
+    /// or use [`Sandbox::run`], which plans under the lock itself.
     pub async fn run_plan(&self, plan: &Plan, req: &ExecRequest, opts: RunOptions) -> Result<ExecResult, SandboxError> {
         let start = Instant::now();
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
-        // Writable runs of one workspace go one at a time, each planned again
-        // once it holds the workspace: another writable run must not change
-        // the tree between a plan and its run (a hook it made would look
-        // like the user's and escape this run's git guard; a hard link it
-        // made would escape this run's link check).
         let writes = plan.writable || !plan.write_grants.is_empty() || !plan.create_grants.is_empty();
         let held = self.take_locks(&plan.workspace, writes, req, deadline, &opts).await?;
         if writes {
             let fresh = self.plan_locked(req)?;
-            return self.run_locked(&fresh, req, opts, start, deadline, held).await;
+            if let Some(what) = stale_part(plan, &fresh) {
+                return Err(SandboxError::PlanChanged { workspace: plan.workspace.clone(), what });
+            }
         }
         self.run_locked(plan, req, opts, start, deadline, held).await
     }
@@ -1118,6 +1127,38 @@ impl Sandbox {
         };
         after_run(failures, Ok(result))
     }
+}
+
+/// The first part of `given` that `fresh` (the same request planned again
+/// under the lock) does not match, ignoring `create_grants` (the grants
+/// `given` said would be created, and now are). Compared as their
+/// serialized form, so every field of the plan counts.
+fn stale_part(given: &Plan, fresh: &Plan) -> Option<String> {
+    let as_map = |p: &Plan| match serde_json::to_value(p) {
+        Ok(serde_json::Value::Object(m)) => Some(m),
+        _ => None,
+    };
+    let (Some(g), Some(f)) = (as_map(given), as_map(fresh)) else {
+        return Some("the plan (it could not be compared)".into());
+    };
+    let keys: std::collections::BTreeSet<String> = g.keys().chain(f.keys()).cloned().collect();
+    let stale = keys.into_iter().filter(|k| k.as_str() != "create_grants").find(|k| g.get(k) != f.get(k));
+    stale.map(|k| {
+        if k == "spec" {
+            // Name the part of the spawn spec (mounts, landlock, ...).
+            let part = |m: &serde_json::Map<String, serde_json::Value>| m.get("spec").cloned();
+            match (part(&g), part(&f)) {
+                (Some(serde_json::Value::Object(a)), Some(serde_json::Value::Object(b))) => a
+                    .keys()
+                    .chain(b.keys())
+                    .find(|x| a.get(*x) != b.get(*x))
+                    .map_or_else(|| "spec".to_string(), |x| format!("spec.{x}")),
+                _ => "spec".to_string(),
+            }
+        } else {
+            k
+        }
+    })
 }
 
 /// The run's outcome, unless a security step after it failed: then the
