@@ -21,7 +21,9 @@
 
 #![deny(missing_docs)]
 
+pub mod audit;
 pub mod doctor;
+pub mod gate;
 pub mod policy;
 pub mod sandbox;
 mod sys;

@@ -433,3 +433,32 @@ fn r0069_other_channels_between_concurrent_runs_are_closed() {
         assert!(stdout(&r).contains("same_run OK"), "{}", stdout(&r));
     }
 }
+
+/// Regression (review): two writable runs on one workspace at once let the
+/// second re-plant a git name the first one's guard removed (its plan saw
+/// the first run's hook as the user's). Writable runs of one workspace now
+/// go one at a time; read-only runs do not wait.
+#[test]
+fn r0052_writable_runs_of_one_workspace_go_one_at_a_time() {
+    let ws = Ws::new();
+    let bin = bin_dir().join("portcullis");
+    let w = ws.path().display().to_string();
+    let first = std::process::Command::new(&bin)
+        .args(["exec", "--workspace", &w, "--writable", "--", "sh", "-c", "touch started; sleep 1; touch first-done"])
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ws.join("started").exists() {
+        assert!(std::time::Instant::now() < deadline, "the first run never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Control: a read-only run does not wait for the writable one.
+    let r = run_ok(&ws.req(&["sh", "-c", "test -e first-done && echo after || echo during"]));
+    assert_eq!(stdout(&r).trim(), "during");
+    let mut req = ws.req(&["sh", "-c", "test -e first-done && echo after || echo during"]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert_eq!(stdout(&r).trim(), "after", "a second writable run waits for the first");
+    let mut first = first;
+    assert!(first.wait().is_ok_and(|s| s.success()));
+}

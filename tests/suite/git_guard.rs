@@ -283,3 +283,64 @@ fn r0062_a_guard_that_cannot_neutralise_fails_the_run() {
     }
     assert!(undo, "chattr -a");
 }
+
+/// Regression (review): the git guard removed what a writable run created
+/// at a hooksPath or include path, following any link on the way: with
+/// `sub -> /`, it deleted host files as the caller. It never goes through
+/// a link now: the link itself is removed.
+#[test]
+fn r0044_the_git_guard_never_deletes_through_a_link() {
+    let ws = Ws::with_git();
+    let victim = tempfile::Builder::new().prefix("pc-r0044-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(victim.path().join("file.txt"), "keep\n").unwrap_or_else(|e| panic!("{e}"));
+    let v = victim.path().display().to_string();
+    let config = format!("[core]\n\thooksPath = sub{v}\n[include]\n\tpath = ../../../sub{v}/file.txt\n");
+    let mut req = ws.req(&[
+        "sh",
+        "-c",
+        &format!("mkdir -p .git/modules/evil && printf '%s' '{config}' > .git/modules/evil/config"),
+    ]);
+    req.writable = true;
+    assert_eq!(run_ok(&req).outcome.code(), Some(0));
+    let mut req = ws.req(&["ln", "-s", "/", "sub"]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
+    assert_eq!(std::fs::read_to_string(victim.path().join("file.txt")).unwrap_or_default(), "keep\n");
+    // The link itself is what is removed (git would read through it), never
+    // what it leads to.
+    assert!(std::fs::symlink_metadata(ws.join("sub")).is_err(), "{:?}", r.warnings);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.to_string().starts_with("removed the symbolic link") && w.to_string().contains("/sub ")),
+        "{:?}",
+        r.warnings
+    );
+    // Control: the same kind of entry, created without a link on the way,
+    // is removed.
+    let mut req = ws.req(&["sh", "-c", &format!("mkdir -p sub2{v} && touch sub2{v}/file.txt")]);
+    req.writable = true;
+    ws.write(".git/modules/evil/config", &format!("[include]\n\tpath = ../../../sub2{v}/file.txt\n"));
+    let r = run_ok(&req);
+    assert!(!ws.join(&format!("sub2{v}/file.txt")).exists(), "{:?}", r.warnings);
+    assert!(r.warnings.iter().any(|w| w.to_string().starts_with("removed ")), "{:?}", r.warnings);
+}
+
+/// Regression (review): the guard's removal failed when the command took
+/// write access from the directory (`chmod 555 .git`, a non-root caller),
+/// and the redirection stayed for host git. The entry is renamed away with
+/// the directory's mode restored.
+#[test]
+fn r0049_the_guard_removes_what_a_chmod_would_keep() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Ws::with_git();
+    let mut req = ws.req(&["sh", "-c", "mkdir evilcommon && echo ../evilcommon > .git/commondir && chmod 555 .git"]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
+    assert!(std::fs::symlink_metadata(ws.join(".git/commondir")).is_err(), "{:?}", r.warnings);
+    let mode = std::fs::metadata(ws.join(".git")).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
+    assert_eq!(mode, 0o555, "the command's chmod is kept");
+    std::fs::set_permissions(ws.join(".git"), std::fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
+}

@@ -5,7 +5,7 @@
 //! socket as its stdin) and checks from outside, on the caller's side, what
 //! the caller can still read. They run in the full sandbox and, for an
 //! unprivileged caller, in the landlock-only mode (which root cannot use,
-//! see `sandbox::r0033_landlock_only_mode_is_a_named_degradation`).
+//! see `degraded::r0033_landlock_only_mode_is_a_named_degradation`).
 
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
@@ -308,4 +308,76 @@ fn r0065_a_large_input_arrives_intact_and_the_rest_stays_with_the_caller() {
         assert_eq!(rest.len(), LEN - HEAD, "{name}");
         assert!(rest == data[HEAD..], "{name}: the rest differs");
     }
+}
+
+#[test]
+fn r0027_piped_stdin_is_a_pipe_not_the_callers_file() {
+    // Found in review: the caller's stdin file could be truncated, chmod-ed
+    // or touched through fd 0. The CLI now copies input through a pipe.
+    let ws = Ws::new();
+    ws.write("in.txt", "data\n");
+    let input = std::fs::File::open(ws.join("in.txt")).unwrap_or_else(|e| panic!("{e}"));
+    let w = ws.path().display().to_string();
+    let code = "import os, stat\n\
+                print(stat.S_ISFIFO(os.fstat(0).st_mode))\n\
+                print(os.read(0, 100))\n\
+                for f in (lambda: os.fchmod(0, 0o777), lambda: os.ftruncate(0, 0), lambda: os.open('/proc/self/fd/0', os.O_RDONLY | os.O_TRUNC)):\n\
+                \x20   try:\n        f()\n    except OSError as e:\n        print('refused', e.errno)\n";
+    let out = cli()
+        .args(["exec", "--workspace", &w, "--", "/usr/bin/python3", "-c", code])
+        .stdin(input)
+        .output()
+        .unwrap_or_else(|e| panic!("cli: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("True\nb'data\\n'\n"), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(ws.read("in.txt"), "data\n");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(ws.join("in.txt")).map(|m| m.permissions().mode()).unwrap_or(0);
+    assert_eq!(mode & 0o777, 0o644, "the input file's mode changed");
+}
+
+#[test]
+fn r0036_piped_and_redirected_input_is_not_consumed() {
+    // Found in the last review: the stdin copy thread read the caller's
+    // input ahead; a `while read` loop around portcullis lost its lines.
+    let ws = Ws::new();
+    ws.write("lines", "1\n2\n3\n4\n5\n");
+    let w = ws.path().display().to_string();
+    let bin = bin_dir().join("portcullis");
+    let script = format!(
+        "n=0; while read l; do n=$((n+1)); {} exec --workspace {w} -- true; done < {w}/lines; echo $n",
+        bin.display()
+    );
+    let out = std::process::Command::new("sh").args(["-c", &script]).output().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5", "{}", String::from_utf8_lossy(&out.stderr));
+    // Control: the command still receives the input when it reads it.
+    let script = format!("{} exec --workspace {w} -- wc -l < {w}/lines", bin.display());
+    let out = std::process::Command::new("sh").args(["-c", &script]).output().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5");
+}
+
+#[test]
+fn r0038_null_stdin_is_the_null_device_and_other_devices_still_go_through_a_pipe() {
+    // Speed: a stdin that is /dev/null (what an agent's tool call usually
+    // gives) needs no feeding thread; the command gets /dev/null of its own.
+    let ws = Ws::new();
+    let w = ws.path().display().to_string();
+    let code = "import os, stat\n\
+                st = os.fstat(0)\n\
+                print(stat.S_ISCHR(st.st_mode), os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_ISFIFO(st.st_mode))\n\
+                print(os.read(0, 10))\n";
+    let run = |stdin: std::fs::File| {
+        let out = cli()
+            .args(["exec", "--workspace", &w, "--", "/usr/bin/python3", "-c", code])
+            .stdin(stdin)
+            .output()
+            .unwrap_or_else(|e| panic!("cli: {e}"));
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    };
+    let null = std::fs::File::open("/dev/null").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run(null), "True 1 3 False\nb''\n");
+    // Control: another device (/dev/zero) is not handed on but copied
+    // through a pipe, as before.
+    let zero = std::fs::File::open("/dev/zero").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run(zero), "False 0 0 True\nb'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00'\n");
 }

@@ -1,0 +1,160 @@
+//! The read-only workspace and host: every kind of write is refused (the
+//! mount with EROFS, Landlock behind it with EACCES), neither layer can be
+//! undone from inside, and host directories stay read-only or unseen.
+//!
+//! Every attempt is real, each has a control that shows the same attempt
+//! works with the restriction off, and each pins the errno or the typed
+//! refusal.
+
+use super::util::*;
+
+/// Write operations on the workspace, as probe ops.
+fn write_ops(ws: &Ws) -> Vec<String> {
+    let p = |r: &str| ws.join(r).display().to_string();
+    vec![
+        format!("append:{}", p("README.md")),
+        format!("write:{}", p("src/main.rs")),
+        format!("truncate:{}", p("src/lib.rs")),
+        format!("ftruncate:{}", p("README.md")),
+        format!("create:{}", p("new.txt")),
+        format!("rename:{}:{}", p("README.md"), p("README2.md")),
+        format!("chmod:{}", p("src/main.rs")),
+        format!("touch:{}", p("src/main.rs")),
+        format!("link:{}:{}", p("src/main.rs"), p("hard")),
+        format!("symlink:{}:{}", p("src/main.rs"), p("soft")),
+        format!("mkdir:{}", p("newdir")),
+        format!("unlink:{}", p("src/lib.rs")),
+    ]
+}
+
+#[test]
+fn r0001_find_delete_in_read_only_workspace_changes_nothing() {
+    let ws = Ws::new();
+    let before = ws.snapshot();
+    let target = ws.path().display().to_string();
+    let r = run_ok(&ws.req(&["find", &target, "-mindepth", "1", "-delete"]));
+    assert_ne!(r.outcome.code(), Some(0));
+    assert!(stderr(&r).contains("Read-only file system"), "expected EROFS, got: {}", stderr(&r));
+    assert_eq!(ws.snapshot(), before, "the read-only workspace changed");
+    assert!(!r.writable);
+
+    // Control: the same command with write access really deletes the tree.
+    let mut req = ws.req(&["find", &target, "-mindepth", "1", "-delete"]);
+    req.writable = true;
+    let r = run_ok(&req);
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
+    assert!(ws.snapshot().is_empty(), "the writable control did not delete the tree");
+}
+
+#[test]
+fn r0002_every_kind_of_write_is_refused_with_erofs() {
+    let ws = Ws::new();
+    let before = ws.snapshot();
+    let ops = write_ops(&ws);
+    let res = probe_in(&ws, &ops, |_| {});
+    for op in &ops {
+        assert_eq!(res.get(op).map(String::as_str), Some("EROFS"), "{op} was not refused with EROFS: {res:?}");
+    }
+    assert_eq!(ws.snapshot(), before);
+
+    // Control: the same operations succeed in a writable workspace.
+    let ws2 = Ws::new();
+    let ops2 = write_ops(&ws2);
+    let res2 = probe_in(&ws2, &ops2, |r| r.writable = true);
+    for op in &ops2 {
+        assert_eq!(res2.get(op).map(String::as_str), Some("OK"), "control {op} failed: {res2:?}");
+    }
+}
+
+#[test]
+fn r0004_host_paths_are_read_only_and_home_is_invisible() {
+    let ws = Ws::new();
+    // $HOME when it exists on the host (uid 65534 has none), else /root.
+    let home =
+        std::env::var("HOME").ok().filter(|h| std::path::Path::new(h).is_dir()).unwrap_or_else(|| "/root".into());
+    let ops = [
+        "create:/etc/portcullis-probe".to_string(),
+        "create:/usr/portcullis-probe".to_string(),
+        format!("exists:{home}"),
+        "exists:/root".into(),
+        "exists:/var/log".into(),
+        "exists:/run".into(),
+        "create:/portcullis-probe".into(),
+        "create:/tmp/ok".into(),
+    ];
+    let res = probe_in(&ws, &ops, |r| r.writable = true);
+    assert_eq!(res[&ops[0]], "EROFS");
+    assert_eq!(res[&ops[1]], "EROFS");
+    if !home.starts_with("/tmp") {
+        assert_eq!(res[&ops[2]], "no", "$HOME is visible");
+    }
+    assert_eq!(res[&ops[3]], "no");
+    assert_eq!(res[&ops[4]], "no");
+    assert_eq!(res[&ops[5]], "no");
+    assert_eq!(res[&ops[6]], "EROFS", "the sandbox root must be read-only");
+    assert_eq!(res[&ops[7]], "OK", "the private /tmp is writable");
+    assert!(!std::path::Path::new("/etc/portcullis-probe").exists());
+    assert!(!std::path::Path::new("/tmp/ok").exists(), "the private /tmp leaked to the host");
+    // Control: on the host these paths exist.
+    assert!(std::path::Path::new("/etc").exists() && std::path::Path::new(&home).exists());
+}
+
+#[test]
+fn r0009_landlock_alone_refuses_when_the_mounts_are_broken() {
+    if !available("landlock_alone", portcullis::doctor_landlock_abi() > 0, "no Landlock on this kernel") {
+        return;
+    }
+    let ws = Ws::new();
+    let op = format!("write:{}", ws.join("src/main.rs").display());
+    // Mount barrier broken on purpose: Landlock refuses with EACCES.
+    let res = probe_in(&ws, &[&op], |r| r.test_switches.skip_readonly = true);
+    assert_eq!(res[&op], "EACCES");
+    // The reverse: Landlock off, the mount refuses with EROFS.
+    let res = probe_in(&ws, &[&op], |r| r.test_switches.skip_landlock = true);
+    assert_eq!(res[&op], "EROFS");
+    assert_eq!(ws.read("src/main.rs"), "fn main() { println!(\"hi\"); }\n");
+    // Control: both broken, the write lands — so each layer alone was what stopped it.
+    let res = probe_in(&ws, &[&op], |r| {
+        r.test_switches.skip_readonly = true;
+        r.test_switches.skip_landlock = true;
+    });
+    assert_eq!(res[&op], "OK");
+    assert_eq!(ws.read("src/main.rs"), "pwned\n");
+}
+
+#[test]
+fn r0010_remount_and_nested_namespaces_fail() {
+    let ws = Ws::new();
+    let target = ws.path().display().to_string();
+    let script = format!(
+        "mount -o remount,rw {target} 2>&1; echo rc=$?; unshare -rm sh -c 'mount -o remount,rw {target}' 2>&1; echo rc=$?; echo x > {target}/README.md 2>&1; echo rc=$?"
+    );
+    let r = run_ok(&ws.req(&["sh", "-c", &script]));
+    let out = stdout(&r);
+    assert!(!out.contains("rc=0"), "a remount or write succeeded: {out}");
+    assert!(out.contains("Operation not permitted") || out.contains("permission denied"), "{out}");
+    assert_eq!(ws.read("README.md"), "readme\n");
+    // Control: outside the sandbox, unshare -rm with a mount works.
+    if std::path::Path::new("/usr/bin/unshare").exists() {
+        let ok = std::process::Command::new("unshare")
+            .args(["-rm", "sh", "-c", "mount -t tmpfs none /mnt && echo mounted"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("mounted"))
+            .unwrap_or(false);
+        assert!(ok, "control: unshare -rm + mount should work on the host");
+    }
+}
+
+#[test]
+fn r0016_workspace_under_tmp_reports_its_landlock_gap() {
+    let ws = Ws::new_in(std::path::Path::new("/tmp"));
+    let plan = sandbox().plan(&ws.req(&["true"])).unwrap_or_else(|e| panic!("plan: {e}"));
+    let real = ws.path().canonicalize().unwrap_or_default();
+    assert_eq!(plan.landlock_gaps, vec![real]);
+    // The mount layer still refuses the write.
+    let op = format!("write:{}", ws.join("src/main.rs").display());
+    assert_eq!(probe_in(&ws, &[&op], |_| {})[&op], "EROFS");
+    // Control: a workspace elsewhere has no gap.
+    let ws2 = Ws::new();
+    assert!(sandbox().plan(&ws2.req(&["true"])).map(|p| p.landlock_gaps.is_empty()).unwrap_or(false));
+}
