@@ -13,6 +13,9 @@ fn run_plan(plan: &Plan, req: &portcullis::ExecRequest) -> Result<ExecResult, Sa
     rt.block_on(sandbox().run_plan(plan, req, RunOptions::default()))
 }
 
+/// A change to the tree: what it is, the plan field it changes first, how.
+type Change = (&'static str, &'static str, fn(&Ws));
+
 /// A writable plan made before the tree changed (a new hard link to a file
 /// outside the grant, a new setuid program in it) is refused with `PlanChanged`
 /// naming the part of the plan that differs, exit 125, and the command does
@@ -21,7 +24,7 @@ fn run_plan(plan: &Plan, req: &portcullis::ExecRequest) -> Result<ExecResult, Sa
 /// under the lock itself) runs too.
 #[test]
 fn r0200_run_plan_refuses_a_stale_writable_plan() {
-    let cases: [(&str, &str, fn(&Ws)); 2] = [
+    let cases: [Change; 2] = [
         ("a new hard link", "hard_linked", |ws| {
             std::fs::hard_link(ws.join("src/main.rs"), ws.join("target/main.rs"))
                 .unwrap_or_else(|e| panic!("link: {e}"))
