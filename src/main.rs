@@ -173,20 +173,9 @@ struct ExecArgs {
     command: Vec<OsString>,
 }
 
-/// Exit statuses of `portcullis` itself, after GNU `env`, `timeout` and
-/// `chroot`; every other status is the command's own (128 + n for a
-/// command killed by signal n).
-mod status {
-    /// `--timeout` expired; the whole tree was killed.
-    pub const TIMED_OUT: u8 = 124;
-    /// Any failure of portcullis itself: bad input (clap's errors too), a
-    /// policy refusal, a sandbox that could not be set up.
-    pub const FAILED: u8 = 125;
-    // 126 (found but cannot be executed) and 127 (not found) come from
-    // `SandboxError::exit_code`.
-    /// Cancelled: portcullis got SIGINT or SIGTERM and killed the tree.
-    pub const CANCELLED: u8 = 130;
-}
+/// Exit statuses of `portcullis` itself: the library's (after GNU `env`,
+/// `timeout` and `chroot`); every other status is the command's own.
+use portcullis::sandbox::status;
 
 /// How `exec` ended, before it becomes an exit status.
 enum Outcome<'a> {
@@ -210,13 +199,9 @@ fn exit_status(o: Outcome) -> u8 {
         // 124/130 for a wait ended by the timeout or a cancellation, 125
         // otherwise), so library callers and the CLI agree.
         Outcome::Failed(e) => e.exit_code(),
-        Outcome::Ran(r) if r.timed_out => status::TIMED_OUT,
-        Outcome::Ran(r) if r.cancelled => status::CANCELLED,
-        Outcome::Ran(r) => match (r.exit_code, r.signal) {
-            (Some(c), _) => u8::try_from(c & 0xff).unwrap_or(status::FAILED),
-            (None, Some(s)) => u8::try_from((128 + s) & 0xff).unwrap_or(status::FAILED),
-            _ => status::FAILED,
-        },
+        // The library's mapping of how the command ended (its code,
+        // 128 + a signal, 124 timed out, 130 cancelled).
+        Outcome::Ran(r) => r.outcome.exit_status(),
     }
 }
 
@@ -761,7 +746,7 @@ async fn exec(a: ExecArgs) -> ExitCode {
                 if r.truncated {
                     eprintln!("portcullis: output truncated at {} bytes", req.max_output_bytes);
                 }
-                if r.timed_out {
+                if r.outcome == portcullis::sandbox::Outcome::TimedOut {
                     eprintln!(
                         "portcullis: timed out after {:.1}s; the whole command tree was killed",
                         req.timeout.map_or(0.0, |t| t.as_secs_f64())

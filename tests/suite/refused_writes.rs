@@ -77,7 +77,7 @@ fn r0120_control_writable_run_lands_the_same_writes_unreported() {
 fn r0121_pure_readers_report_nothing() {
     let ws = Ws::new();
     let r = sh(&ws, "cat README.md src/main.rs >/dev/null; ls -R >/dev/null; grep -r fn . >/dev/null; find . -type f >/dev/null; echo done > /dev/null", |_| {});
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     let w = observed(&r);
     assert_eq!((w.count, w.unresolved), (0, 0), "{w:?}");
     assert!(w.sample.is_empty());
@@ -242,7 +242,7 @@ fn r0128_under_another_seccomp_listener_the_report_is_unavailable_and_the_run_go
     assert_eq!(w["state"], "unavailable", "{v}");
     assert!(w["reason"].as_str().is_some_and(|r| r.contains("already installed")), "{w}");
     // The command ran, and the kernel still refused its write.
-    assert_eq!(v["exit_code"], 1, "{v}");
+    assert_eq!(v["outcome"]["code"], 1, "{v}");
     assert!(v["stderr"].as_str().is_some_and(|s| s.contains("Read-only file system")), "{v}");
     assert!(!ws.join("x").exists());
     // Control: without the other listener the same run is observed.
