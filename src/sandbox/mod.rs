@@ -136,6 +136,51 @@ pub enum SandboxError {
     /// The request is inconsistent.
     #[error("{0}")]
     BadRequest(String),
+    /// `degraded` names the full sandbox, which is not a degraded mode: the
+    /// full sandbox is asked for by leaving `degraded` unset (`None`), as
+    /// the command line and the policy file spell it.
+    #[error(
+        "`{mode}` is not a degraded mode: leave `degraded` unset for the full sandbox, or name one of: {}",
+        Mode::DEGRADED.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+    )]
+    NotADegradedMode {
+        /// The mode asked for.
+        mode: Mode,
+    },
+    /// A hook git would run after a writable run is reached through a
+    /// symbolic link in a writable area: the command could point the link
+    /// elsewhere, and host git would run what it leads to then.
+    #[error(
+        "the hook {} leads through the symbolic link {} in a writable area, which the command could point \
+         elsewhere; link the hook to the real file, or run read-only",
+        .hook.display(),
+        .link.display()
+    )]
+    HookThroughLink {
+        /// The hook (an entry of a hooks directory).
+        hook: PathBuf,
+        /// The link on its way that lies in a writable area.
+        link: PathBuf,
+    },
+    /// A hook link git would follow after a writable run cannot be resolved
+    /// (a `..` after a missing directory, a loop), and resolving it stops
+    /// in a writable area: the command could create or replace what comes
+    /// next, so that host git would run a file of its choosing.
+    #[error(
+        "the hook {} cannot be resolved ({reason}), and resolving it stops at {}, in a writable area, where the \
+         command could create what makes it resolve; point the hook at a file that exists, remove it, or run \
+         read-only",
+        .hook.display(),
+        .stuck.display()
+    )]
+    HookUnresolved {
+        /// The hook (an entry of a hooks directory).
+        hook: PathBuf,
+        /// The deepest directory (or file) resolving it reached.
+        stuck: PathBuf,
+        /// Why it cannot be resolved.
+        reason: String,
+    },
     /// A deny glob does not parse.
     #[error("invalid deny glob {glob:?}: {reason}")]
     Glob {
@@ -375,7 +420,21 @@ pub struct ExecRequest {
     pub test_switches: TestSwitches,
     /// Opt into a named degraded mode (`Mode::LandlockOnly`) where user
     /// namespaces are unavailable. `None`: the full sandbox or a refusal.
+    /// `Some(Mode::Full)` is refused ([`SandboxError::NotADegradedMode`]).
     pub degraded: Option<Mode>,
+}
+
+/// Refuse `degraded: Some(Mode::Full)` (or any mode that is not a degraded
+/// one): the full sandbox is `None`, as the command line and the policy file
+/// spell it (both refuse `full` as a degraded mode). Refused rather than
+/// read as `None`, so that every layer (the planner, the `--pids` check,
+/// the kill mechanism, the result's `degraded`) sees one meaning, and a
+/// caller that thought it asked for something else learns it did not.
+fn not_full_as_degraded(req: &ExecRequest) -> Result<(), SandboxError> {
+    match req.degraded {
+        Some(mode) if !Mode::DEGRADED.contains(&mode) => Err(SandboxError::NotADegradedMode { mode }),
+        _ => Ok(()),
+    }
 }
 
 /// Default output cap: 1 MiB.
@@ -603,6 +662,7 @@ impl Sandbox {
 
     /// Resolve a request into a plan without running anything.
     pub fn plan(&self, req: &ExecRequest) -> Result<Plan, SandboxError> {
+        not_full_as_degraded(req)?;
         if req.degraded.is_some() && req.limits.pids.is_some() {
             let pids_cgroup = self.cgroup.as_ref().is_ok_and(|h| {
                 h.controllers.iter().any(|c| c == "pids")
@@ -647,6 +707,7 @@ impl Sandbox {
 
     /// Run a plan made by [`Sandbox::plan`] for the same request.
     pub async fn run_plan(&self, plan: &Plan, req: &ExecRequest, opts: RunOptions) -> Result<ExecResult, SandboxError> {
+        not_full_as_degraded(req)?;
         let start = Instant::now();
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         // Writable runs of one workspace go one at a time, each planned again
