@@ -20,7 +20,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use super::{PathRefusal, SandboxError};
-use crate::path::{in_areas, lexical, links_on_the_way, replaceable_link};
+use crate::path::walk::WalkError;
+use crate::path::{in_areas, lexical, replaceable_link, walk_as_far_as_possible};
 
 /// Files in a git dir that make git read config and hooks elsewhere.
 /// A missing `hooks` directory is guarded the same way.
@@ -202,19 +203,26 @@ impl Layout {
                 }
                 let entry = e.path();
                 // The entry itself sits in the hooks directory (read-only
-                // where it matters); any further link on the way is judged.
-                let links = links_on_the_way(&entry).unwrap_or_default();
-                if let Some(link) = links.iter().filter(|l| **l != entry).find(|l| in_areas(l, areas)) {
-                    return Err(SandboxError::unsafe_path(
-                        entry.to_path_buf(),
-                        PathRefusal::ReplaceableLink,
-                        format!(
-                            "the hook {} leads through the symbolic link {} in a writable area, which the command \
-                         could point elsewhere; link the hook to the real file, or run read-only",
-                            entry.display(),
-                            link.display()
-                        ),
-                    ));
+                // where it matters); any further link on the way is judged,
+                // also on a way that cannot be resolved to the end (a `..`
+                // after a missing directory, a loop): every link met counts,
+                // as in `replaceable_link`.
+                let walked = walk_as_far_as_possible(&entry);
+                if let Some(link) = walked.links.into_iter().filter(|l| *l != entry).find(|l| in_areas(l, areas)) {
+                    return Err(SandboxError::HookThroughLink { hook: entry, link });
+                }
+                // A way that stops in a writable area: the command could
+                // create what comes next (the missing directory before a
+                // `..`), and host git would run what it then leads to. Its
+                // target cannot be protected, for it names no place yet.
+                if let Some((stuck, why)) = walked.stuck {
+                    if areas.iter().any(|a| stuck.starts_with(a)) {
+                        let reason = match why {
+                            WalkError::Escape(why) => why,
+                            WalkError::Io(e) => e.to_string(),
+                        };
+                        return Err(SandboxError::HookUnresolved { hook: entry, stuck, reason });
+                    }
                 }
                 if let Some(target) = link_target(&entry) {
                     // A link to another hook in a hooks directory is covered

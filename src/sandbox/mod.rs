@@ -201,7 +201,7 @@ pub enum SandboxError {
     /// [`Sandbox::run_plan`] was given a writable plan that is no longer
     /// current: the tree changed between the plan and the run.
     #[error(
-        "the plan for {} is stale: {what} changed since it was made; plan again (Sandbox::plan) or use Sandbox::run,          which plans under the workspace's lock", .workspace.display()
+        "the plan for {} is stale: {what} changed since it was made; plan again (Sandbox::plan) or use Sandbox::run, which plans under the workspace's lock", .workspace.display()
     )]
     PlanChanged {
         /// The workspace.
@@ -210,6 +210,51 @@ pub enum SandboxError {
         /// (`hard_linked`, `git_guard`, ...) or of its spawn spec
         /// (`spec.mounts`, ...).
         what: String,
+    },
+    /// `degraded` names the full sandbox, which is not a degraded mode: the
+    /// full sandbox is asked for by leaving `degraded` unset (`None`), as
+    /// the command line and the policy file spell it.
+    #[error(
+        "`{mode}` is not a degraded mode: leave `degraded` unset for the full sandbox, or name one of: {}",
+        Mode::DEGRADED.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+    )]
+    NotADegradedMode {
+        /// The mode asked for.
+        mode: Mode,
+    },
+    /// A hook git would run after a writable run is reached through a
+    /// symbolic link in a writable area: the command could point the link
+    /// elsewhere, and host git would run what it leads to then.
+    #[error(
+        "the hook {} leads through the symbolic link {} in a writable area, which the command could point \
+         elsewhere; link the hook to the real file, or run read-only",
+        .hook.display(),
+        .link.display()
+    )]
+    HookThroughLink {
+        /// The hook (an entry of a hooks directory).
+        hook: PathBuf,
+        /// The link on its way that lies in a writable area.
+        link: PathBuf,
+    },
+    /// A hook link git would follow after a writable run cannot be resolved
+    /// (a `..` after a missing directory, a loop), and resolving it stops
+    /// in a writable area: the command could create or replace what comes
+    /// next, so that host git would run a file of its choosing.
+    #[error(
+        "the hook {} cannot be resolved ({reason}), and resolving it stops at {}, in a writable area, where the \
+         command could create what makes it resolve; point the hook at a file that exists, remove it, or run \
+         read-only",
+        .hook.display(),
+        .stuck.display()
+    )]
+    HookUnresolved {
+        /// The hook (an entry of a hooks directory).
+        hook: PathBuf,
+        /// The deepest directory (or file) resolving it reached.
+        stuck: PathBuf,
+        /// Why it cannot be resolved.
+        reason: String,
     },
     /// A deny glob does not parse.
     #[error("invalid deny glob {glob:?}: {reason}")]
@@ -530,10 +575,24 @@ pub struct ExecRequest {
     pub test_switches: TestSwitches,
     /// Opt into a named degraded mode (`Mode::LandlockOnly`) where user
     /// namespaces are unavailable. `None`: the full sandbox or a refusal.
+    /// `Some(Mode::Full)` is refused ([`SandboxError::NotADegradedMode`]).
     pub degraded: Option<Mode>,
     /// Report the writes the kernel refused ([`ExecResult::refused_writes`]);
     /// on by default. The report never changes what the kernel allows.
     pub report_refused_writes: bool,
+}
+
+/// Refuse `degraded: Some(Mode::Full)` (or any mode that is not a degraded
+/// one): the full sandbox is `None`, as the command line and the policy file
+/// spell it (both refuse `full` as a degraded mode). Refused rather than
+/// read as `None`, so that every layer (the planner, the `--pids` check,
+/// the kill mechanism, the result's `degraded`) sees one meaning, and a
+/// caller that thought it asked for something else learns it did not.
+fn not_full_as_degraded(req: &ExecRequest) -> Result<(), SandboxError> {
+    match req.degraded {
+        Some(mode) if !Mode::DEGRADED.contains(&mode) => Err(SandboxError::NotADegradedMode { mode }),
+        _ => Ok(()),
+    }
 }
 
 /// Default output cap: 1 MiB.
@@ -667,6 +726,7 @@ impl Sandbox {
 
     /// Resolve a request into a plan without running anything.
     pub fn plan(&self, req: &ExecRequest) -> Result<Plan, SandboxError> {
+        not_full_as_degraded(req)?;
         if req.degraded.is_some() && req.limits.pids.is_some() {
             let pids_cgroup = self.cgroup.as_ref().is_ok_and(|h| {
                 h.controllers.iter().any(|c| c == "pids")
@@ -724,6 +784,7 @@ impl Sandbox {
     /// what it made escape this run's git guard or link check. Plan again,
     /// or use [`Sandbox::run`], which plans under the lock itself.
     pub async fn run_plan(&self, plan: &Plan, req: &ExecRequest, opts: RunOptions) -> Result<ExecResult, SandboxError> {
+        not_full_as_degraded(req)?;
         let start = Instant::now();
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         let writes = plan.writable || !plan.write_grants.is_empty() || !plan.create_grants.is_empty();

@@ -16,6 +16,7 @@ mod git_review;
 mod gitutil;
 mod grants;
 mod hardlinks;
+mod hookfix;
 mod landlock_only;
 mod limits;
 mod links_review;
