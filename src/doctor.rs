@@ -99,22 +99,22 @@ async fn probe(sb: &Sandbox, mode: Option<Mode>) -> Result<ExecResult, SandboxEr
 
 fn probe_layer(outcome: &Result<ExecResult, SandboxError>) -> Layer {
     match outcome {
-        Ok(r) if r.exit_code == Some(0) => Layer {
+        Ok(r) if r.outcome.success() => Layer {
             ok: true,
             detail: format!(
                 "ran /bin/true in {:.1} ms: pid 1 made with {}, landlock ABI {}, seccomp {}, kill {:?}",
                 r.duration.as_secs_f64() * 1e3,
-                match r.clone {
+                match r.enforcement.clone {
                     crate::sandbox::CloneCall::Clone3 => "clone3",
                     crate::sandbox::CloneCall::Clone =>
                         "clone (clone3 answers ENOSYS here; cgroup joined by cgroup.procs)",
                 },
-                r.landlock_abi,
-                r.seccomp,
-                r.kill_mechanism
+                r.enforcement.landlock_abi,
+                r.enforcement.seccomp,
+                r.enforcement.kill_mechanism
             ),
         },
-        Ok(r) => Layer { ok: false, detail: format!("/bin/true exited {:?} signal {:?}", r.exit_code, r.signal) },
+        Ok(r) => Layer { ok: false, detail: format!("/bin/true {}", r.outcome) },
         Err(e) => Layer { ok: false, detail: crate::error_chain(e) },
     }
 }
@@ -219,9 +219,10 @@ pub async fn run() -> Report {
         Err(_) => None,
     };
     let (sandbox_probe, kill_mechanism) = match (&sandbox, &full_run) {
-        (Ok(_), Some(outcome)) => {
-            (probe_layer(outcome), outcome.as_ref().map_or(KillMechanism::PidNamespace, |r| r.kill_mechanism))
-        }
+        (Ok(_), Some(outcome)) => (
+            probe_layer(outcome),
+            outcome.as_ref().map_or(KillMechanism::PidNamespace, |r| r.enforcement.kill_mechanism),
+        ),
         (Err(e), _) => (Layer { ok: false, detail: e.to_string() }, KillMechanism::PidNamespace),
         (Ok(_), None) => (Layer { ok: false, detail: "no probe ran".into() }, KillMechanism::PidNamespace),
     };
@@ -276,7 +277,7 @@ pub async fn run() -> Report {
     // landlock-only mode's).
     let kill_mechanism = match (&full_run, &ll_run) {
         (Some(Ok(_)), _) | (_, None) => kill_mechanism,
-        (_, Some(Ok(r))) => r.kill_mechanism,
+        (_, Some(Ok(r))) => r.enforcement.kill_mechanism,
         (_, Some(Err(_))) => kill_mechanism,
     };
     let why = cgroup.fallback.as_ref().map(|f| format!(": {f}")).unwrap_or_default();

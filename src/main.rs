@@ -326,7 +326,8 @@ fn runner(a: &ExecArgs) -> Result<Runner, RunError> {
 fn fault(e: &RunError, json: bool) -> ExitCode {
     let code = e.exit_code();
     if json {
-        let mut obj = serde_json::json!({ "error": { "kind": "failed", "message": error_chain(e), "exit_code": code } });
+        let mut obj =
+            serde_json::json!({ "error": { "kind": "failed", "message": error_chain(e), "exit_code": code } });
         if let (Some(r), Some(map)) = (e.result(), obj.as_object_mut()) {
             map.insert("result".into(), serde_json::to_value(r).unwrap_or_default());
         }
@@ -397,15 +398,38 @@ async fn exec(a: ExecArgs) -> ExitCode {
             };
         }));
     }
-    let max_output = opts.max_output;
+    let (cap, timeout) = match &prepared {
+        Prepared::Ready(r) => (r.request.max_output_bytes, r.request.timeout),
+        Prepared::Refused { .. } => (0, None),
+    };
     match runner.run_prepared(prepared, run).await {
         Ok(e @ Exec::Refused(_)) => refusal(&e, a.json),
         Ok(Exec::Ran(r)) => {
             if a.json {
                 println!("{}", serde_json::to_string(&r).unwrap_or_default());
             } else {
-                for line in r.result.notes(max_output) {
-                    eprintln!("portcullis: {line}");
+                if r.result.truncated {
+                    eprintln!("portcullis: output truncated at {cap} bytes");
+                }
+                if r.result.outcome == portcullis::sandbox::Outcome::TimedOut {
+                    eprintln!(
+                        "portcullis: timed out after {:.1}s; the whole command tree was killed",
+                        timeout.map_or(0.0, |t| t.as_secs_f64())
+                    );
+                }
+                for w in &r.result.warnings {
+                    eprintln!("portcullis: warning: {w}");
+                }
+                if r.result.refused_writes.count > 0 {
+                    let w = &r.result.refused_writes;
+                    let shown: Vec<String> = w.sample.iter().take(5).map(|p| p.display().to_string()).collect();
+                    eprintln!(
+                        "portcullis: {} write{} refused (no write access there): {}{}",
+                        w.count,
+                        if w.count == 1 { " was" } else { "s were" },
+                        shown.join(", "),
+                        if (w.count as usize) > shown.len() { ", …" } else { "" }
+                    );
                 }
             }
             ExitCode::from(Exec::Ran(r).exit_status())

@@ -17,7 +17,7 @@ pub mod walk;
 use std::path::{Component, Path, PathBuf};
 
 pub use glob::{link_in_glob_prefix, literal_prefix, normalize_glob, DenyGlobs};
-pub use walk::{links_met, links_on_the_way, replaceable_link};
+pub use walk::{links_met, links_on_the_way, replaceable_link, walk_as_far_as_possible};
 
 /// System directories made visible read-only when they exist.
 pub const SYSTEM_ROOTS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"];

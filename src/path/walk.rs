@@ -30,8 +30,30 @@ pub enum WalkError {
 /// Returns the resolved path and the links met, in order.
 pub fn physical(base: &Path, path: &Path) -> Result<(PathBuf, Vec<PathBuf>), WalkError> {
     let mut links = Vec::new();
-    let real = physical_into(base, path, &mut links)?;
+    let real = physical_into(base, path, &mut links, &mut PathBuf::new())?;
     Ok((real, links))
+}
+
+/// How far resolving an absolute path got: [`walk_as_far_as_possible`].
+#[derive(Debug)]
+pub struct Walked {
+    /// The symbolic links met, in order (also when the walk stopped).
+    pub links: Vec<PathBuf>,
+    /// `None` when the path resolves; else the deepest place known to exist
+    /// that the walk reached, and why it could not go on. Whoever may write
+    /// there could create or replace what comes next, and so decide where
+    /// the path leads.
+    pub stuck: Option<(PathBuf, WalkError)>,
+}
+
+/// Resolve the absolute `path` as the kernel would, as far as it goes: the
+/// links met and, when the walk cannot finish (a `..` after a missing
+/// component, a loop, `/proc`, an unreadable component), where it stopped.
+pub fn walk_as_far_as_possible(path: &Path) -> Walked {
+    let mut links = Vec::new();
+    let mut reached = PathBuf::from("/");
+    let stuck = physical_into(Path::new("/"), path, &mut links, &mut reached).err().map(|e| (reached, e));
+    Walked { links, stuck }
 }
 
 /// The symbolic links met while resolving the absolute `path` as the kernel
@@ -46,9 +68,7 @@ pub fn links_on_the_way(path: &Path) -> Option<Vec<PathBuf>> {
 /// component, a loop), so that a caller judging the links it did meet
 /// fails closed rather than reading "unresolvable" as "no link".
 pub fn links_met(path: &Path) -> Vec<PathBuf> {
-    let mut links = Vec::new();
-    let _ = physical_into(Path::new("/"), path, &mut links);
-    links
+    walk_as_far_as_possible(path).links
 }
 
 /// The first symbolic link met while resolving `path` (as the kernel does,
@@ -65,9 +85,16 @@ pub fn replaceable_link(path: &Path, areas: &[PathBuf]) -> Option<PathBuf> {
 }
 
 /// [`physical`], collecting the links met into `links` as it goes (they are
-/// there also when it fails).
-fn physical_into(base: &Path, path: &Path, links: &mut Vec<PathBuf>) -> Result<PathBuf, WalkError> {
+/// there also when it fails), and keeping in `reached` the deepest place
+/// known to exist (where it stopped, when it fails).
+fn physical_into(
+    base: &Path,
+    path: &Path,
+    links: &mut Vec<PathBuf>,
+    reached: &mut PathBuf,
+) -> Result<PathBuf, WalkError> {
     let mut cur = if path.is_absolute() { PathBuf::from("/") } else { base.to_path_buf() };
+    reached.clone_from(&cur);
     let mut pending: VecDeque<OsString> = VecDeque::new();
     push_front(&mut pending, path);
     let mut missing = false;
@@ -77,6 +104,7 @@ fn physical_into(base: &Path, path: &Path, links: &mut Vec<PathBuf>) -> Result<P
                 return Err(WalkError::Escape(format!("`..` after {}, which does not exist", cur.display())));
             }
             cur.pop();
+            reached.clone_from(&cur);
             continue;
         }
         cur.push(&c);
@@ -97,9 +125,10 @@ fn physical_into(base: &Path, path: &Path, links: &mut Vec<PathBuf>) -> Result<P
                 if target.is_absolute() {
                     cur = PathBuf::from("/");
                 }
+                reached.clone_from(&cur);
                 push_front(&mut pending, &target);
             }
-            Ok(_) => {}
+            Ok(_) => reached.clone_from(&cur),
             Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => {
                 missing = true;
             }
@@ -154,5 +183,33 @@ mod tests {
         assert_eq!(links_met(&p), vec![root.join("dangling")]);
         assert_eq!(replaceable_link(&p, std::slice::from_ref(&root)), Some(root.join("dangling")));
         assert_eq!(replaceable_link(&p, &[]), None);
+    }
+
+    #[test]
+    fn a_walk_that_cannot_finish_says_where_it_stopped() {
+        let d = ok(tempfile::tempdir());
+        let root = ok(fs::canonicalize(d.path()));
+        ok(fs::create_dir_all(root.join("real")));
+        ok(symlink("real", root.join("l")));
+        // `..` after a missing directory: stopped where `missing` would be
+        // created, behind the link.
+        let w = walk_as_far_as_possible(&root.join("l/missing/more/../x"));
+        assert_eq!(w.links, vec![root.join("l")]);
+        match w.stuck {
+            Some((at, WalkError::Escape(why))) => {
+                assert_eq!(at, root.join("real"));
+                assert!(why.contains("does not exist"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A loop: stopped in the directory of the links.
+        ok(symlink("b", root.join("a")));
+        ok(symlink("a", root.join("b")));
+        let w = walk_as_far_as_possible(&root.join("a"));
+        assert!(w.links.len() > MAX_LINKS, "{:?}", w.links);
+        assert!(matches!(&w.stuck, Some((at, WalkError::Escape(_))) if *at == root), "{:?}", w.stuck);
+        // A path that resolves (to a missing file, too) is not stuck.
+        assert!(walk_as_far_as_possible(&root.join("l/new")).stuck.is_none());
+        assert!(walk_as_far_as_possible(&root.join("l/../real")).stuck.is_none());
     }
 }

@@ -20,7 +20,7 @@ mod jail;
 pub mod shell;
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

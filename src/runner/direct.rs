@@ -93,11 +93,11 @@ impl Runner {
     async fn fs_op(&self, path: &Path, op: Op<'_>) -> Result<Fs, RunError> {
         let kind = op.kind();
         let jail = self.jail()?;
-        let policy_refusal = |reason: String| Refused {
+        let policy_refusal = |message: String| Refused {
             kind: RefusalKind::RefusedByPolicy,
-            reason,
+            message,
             command: None,
-            code: None,
+            reason: None,
             rule: None,
         };
         let (resolved, refused) = match jail.resolve(path, JailAccess::Write) {
@@ -123,30 +123,29 @@ impl Runner {
                     Err(r) => Some(r),
                     Ok((access, rule, _)) if !covers(&access, &resolved) => Some(Refused {
                         kind: RefusalKind::RefusedByGate,
-                        reason: format!("the gate allows {kind} no write access to {}", resolved.display()),
+                        message: format!("the gate allows {kind} no write access to {}", resolved.display()),
                         command: None,
-                        code: None,
+                        reason: None,
                         rule,
                     }),
                     Ok((access, rule, _)) => {
-                        self.record(&Event::Allowed { id: id.clone(), action: action.clone(), effective: access, rule })
-                            .await
-                            .map_err(RunError::Audit)?;
+                        self.record(&Event::Allowed {
+                            id: id.clone(),
+                            action: action.clone(),
+                            effective: access,
+                            rule,
+                        })
+                        .await
+                        .map_err(RunError::Audit)?;
                         None
                     }
                 }
             }
         };
         if let Some(r) = refused {
-            self.record(&Event::Denied {
-                id,
-                action,
-                refusal: r.kind,
-                reason: r.reason.clone(),
-                rule: r.rule.clone(),
-            })
-            .await
-            .map_err(RunError::Audit)?;
+            self.record(&Event::Denied { id, action, refusal: r.kind, reason: r.message.clone(), rule: r.rule.clone() })
+                .await
+                .map_err(RunError::Audit)?;
             return Ok(Fs::Refused(r));
         }
         let started = std::time::Instant::now();
@@ -209,7 +208,11 @@ fn covers(access: &Access, path: &Path) -> bool {
 /// The root that holds `real`: the deepest of the workspace and the jail's
 /// grants outside it.
 fn base_of(jail: &PathJail, real: &Path) -> PathBuf {
-    jail.write_roots().filter(|r| real.starts_with(r)).max_by_key(|r| r.components().count()).unwrap_or(jail.root()).to_path_buf()
+    jail.write_roots()
+        .filter(|r| real.starts_with(r))
+        .max_by_key(|r| r.components().count())
+        .unwrap_or(jail.root())
+        .to_path_buf()
 }
 
 fn io(e: Errno) -> std::io::Error {
@@ -243,8 +246,8 @@ fn walk(from: OwnedFd, rel: &Path, create: bool) -> std::io::Result<OwnedFd> {
 /// Do it: returns the bytes written for a write.
 fn carry_out(base: &Path, real: &Path, op: &Op<'_>) -> std::io::Result<Option<u64>> {
     let rel = real.strip_prefix(base).map_err(|_| std::io::Error::other("outside its root"))?;
-    let root = nix::fcntl::open(base, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, FileMode::empty())
-        .map_err(io)?;
+    let root =
+        nix::fcntl::open(base, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, FileMode::empty()).map_err(io)?;
     let (parent, name) = match (rel.parent(), rel.file_name()) {
         (Some(p), Some(n)) => (p, n),
         _ => {
@@ -286,7 +289,9 @@ fn write_replace(dir: &OwnedFd, name: &OsStr, data: &[u8]) -> std::io::Result<()
         Ok(st) if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG => {
             Some(FileMode::from_bits_truncate(st.st_mode & 0o7777 & !0o6000))
         }
-        Ok(st) if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR => return Err(io(Errno::EISDIR)),
+        Ok(st) if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR => {
+            return Err(io(Errno::EISDIR))
+        }
         Ok(_) => return Err(std::io::Error::other("not a regular file (a link, a device or a socket): not replaced")),
         Err(Errno::ENOENT) => None,
         Err(e) => return Err(io(e)),

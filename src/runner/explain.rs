@@ -253,10 +253,10 @@ pub fn shown(p: &std::path::Path) -> String {
     shown_bytes(p.as_os_str().as_encoded_bytes())
 }
 
+/// Bytes for `--explain`, escaped as [`shown`] does.
 pub fn shown_bytes(b: &[u8]) -> String {
     match std::str::from_utf8(b) {
         Ok(t) if !t.chars().any(char::is_control) => t.to_string(),
         _ => format!("{:?}", String::from_utf8_lossy(b)).replace('\u{fffd}', "\\x??"),
     }
 }
-

@@ -31,12 +31,12 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::audit::{Audit, AuditError, Event, RefusalKind, RefusedWritesRecord, Status};
-use crate::gate::{Access, Action, Backend, Decision, Gate, GateError, ShellExec};
+use crate::gate::{Access, Action, Backend, Gate, GateError, ShellExec};
 use crate::policy::{quote_argv, Interpreter, LinePlan, PlannedCommand, PolicyError, Verdict, WorkspacePolicy};
 use crate::sandbox::{ExecRequest, ExecResult, Mode, Outcome, RunOptions, Sandbox, SandboxError, TestSwitches};
 use crate::Network;
 
-pub use direct::FsDone;
+pub use direct::{Fs, FsDone};
 
 /// A line for the policy checker.
 #[derive(Clone, Copy, Debug)]
@@ -149,7 +149,7 @@ pub enum RunError {
     #[error("{error}; and its outcome was not recorded: {source}")]
     SandboxUnrecorded {
         /// What the sandbox reported.
-        error: SandboxError,
+        error: Box<SandboxError>,
         /// Why the record failed.
         #[source]
         source: AuditError,
@@ -177,7 +177,8 @@ impl RunError {
     /// wait ended by the timeout or a cancellation), 125 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            RunError::Sandbox(e) | RunError::SandboxUnrecorded { error: e, .. } => e.exit_code(),
+            RunError::Sandbox(e) => e.exit_code(),
+            RunError::SandboxUnrecorded { error, .. } => error.exit_code(),
             _ => crate::sandbox::status::FAILED,
         }
     }
@@ -185,7 +186,8 @@ impl RunError {
     /// The command's result, when the fault came after it ran.
     pub fn result(&self) -> Option<&ExecResult> {
         match self {
-            RunError::Sandbox(e) | RunError::SandboxUnrecorded { error: e, .. } => e.result(),
+            RunError::Sandbox(e) => e.result(),
+            RunError::SandboxUnrecorded { error, .. } => error.result(),
             RunError::AuditAfter { report, .. } => Some(&report.result),
             _ => None,
         }
@@ -198,13 +200,13 @@ pub struct Refused {
     /// Who refused it.
     pub kind: RefusalKind,
     /// Why, in words a model can act on.
-    pub reason: String,
+    pub message: String,
     /// The command refused (policy refusals), or the line.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    /// The policy checker's reason code (policy refusals).
+    /// The policy checker's reason (policy refusals of a line).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub code: Option<crate::policy::RefusalReason>,
+    pub reason: Option<crate::policy::RefusalReason>,
     /// The gate rule that refused it (gate refusals, when the gate has rules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
@@ -217,10 +219,13 @@ impl std::fmt::Display for Refused {
             RefusalKind::RefusedByGate => "the gate",
         };
         write!(f, "refused by {who}")?;
+        if let Some(r) = &self.reason {
+            write!(f, " ({r})")?;
+        }
         if let Some(r) = &self.rule {
             write!(f, " (rule {r})")?;
         }
-        write!(f, ": {}", self.reason)
+        write!(f, ": {}", self.message)
     }
 }
 
@@ -368,10 +373,10 @@ impl RunnerBuilder {
     pub fn build(self) -> Result<Runner, RunError> {
         let mut policy = self.policy;
         if let Some(ws) = &self.workspace {
-            let abs = std::path::absolute(ws).map_err(|e| RunError::input("workspace", format!("{}: {e}", ws.display())))?;
-            match &mut policy {
-                Some(p) => p.workspace = Some(abs),
-                None => {}
+            let abs =
+                std::path::absolute(ws).map_err(|e| RunError::input("workspace", format!("{}: {e}", ws.display())))?;
+            if let Some(p) = &mut policy {
+                p.workspace = Some(abs);
             }
         }
         let workspace = match (&policy, &self.workspace) {
@@ -384,7 +389,8 @@ impl RunnerBuilder {
         let gate: Option<Arc<dyn Gate>> = match (self.gate, &policy) {
             (Some(g), _) => Some(g),
             (None, Some(p)) => {
-                let real = std::fs::canonicalize(&workspace).map_err(|source| PolicyError::Resolve { path: workspace.clone(), source })?;
+                let real = std::fs::canonicalize(&workspace)
+                    .map_err(|source| PolicyError::Resolve { path: workspace.clone(), source })?;
                 p.gate(&real)?.map(|r| Arc::new(r) as Arc<dyn Gate>)
             }
             (None, None) => None,
@@ -477,9 +483,9 @@ impl Runner {
                         });
                         let refused = Refused {
                             kind: RefusalKind::RefusedByPolicy,
-                            reason: r.message.clone(),
+                            message: r.message.clone(),
                             command: Some(r.command.clone()),
-                            code: Some(r.reason),
+                            reason: Some(r.reason),
                             rule: None,
                         };
                         return Ok(Prepared::Refused { action: Box::new(action), refused });
@@ -504,10 +510,10 @@ impl Runner {
             }
         };
         let ws_real = std::fs::canonicalize(&req.workspace).unwrap_or_else(|_| crate::path::lexical(&req.workspace));
-        let asked = Access {
-            writable: req.writable,
-            write_grants: req.write.iter().map(|g| request::resolve_grant(&ws_real, g)).collect(),
-        };
+        // Each grant as the caller spelled it and as the gate compares it.
+        let spelled: Vec<(PathBuf, PathBuf)> =
+            req.write.iter().map(|g| (g.clone(), request::resolve_grant(&ws_real, g))).collect();
+        let asked = Access { writable: req.writable, write_grants: spelled.iter().map(|(_, r)| r.clone()).collect() };
         let commands: Vec<PlannedCommand> = match &checked {
             Some(p) => p.commands.clone(),
             None => vec![PlannedCommand {
@@ -548,7 +554,13 @@ impl Runner {
             }
         }
         req.writable = effective.writable;
-        req.write = effective.write_grants.clone();
+        // The sandbox gets a kept grant as it was spelled (its own checks
+        // name links and `..` in the caller's words), and a narrower one the
+        // gate named as the real path it is.
+        let mut write: Vec<PathBuf> =
+            spelled.iter().filter(|(_, r)| effective.write_grants.contains(r)).map(|(g, _)| g.clone()).collect();
+        write.extend(effective.write_grants.iter().filter(|e| !spelled.iter().any(|(_, r)| r == *e)).cloned());
+        req.write = write;
         Ok(Prepared::Ready(Box::new(Ready { request: req, action, effective, rule, dropped, checked })))
     }
 
@@ -587,7 +599,13 @@ impl Runner {
         let decision = gate.check(action).await?;
         Ok(match asked.meet(&decision, ws_real) {
             Ok(met) => Ok((met.effective, met.rule, met.dropped)),
-            Err(r) => Err(Refused { kind: RefusalKind::RefusedByGate, reason: r.reason, command: None, code: None, rule: r.rule }),
+            Err(r) => Err(Refused {
+                kind: RefusalKind::RefusedByGate,
+                message: r.reason,
+                command: None,
+                reason: None,
+                rule: r.rule,
+            }),
         })
     }
 
@@ -607,7 +625,7 @@ impl Runner {
                     id,
                     action: *action,
                     refusal: refused.kind,
-                    reason: refused.reason.clone(),
+                    reason: refused.message.clone(),
                     rule: refused.rule.clone(),
                 })
                 .await
@@ -661,7 +679,7 @@ impl Runner {
                 // record that also fails is named in it.
                 match self.record(&event).await {
                     Ok(()) => Err(RunError::Sandbox(e)),
-                    Err(source) => Err(RunError::SandboxUnrecorded { error: e, source }),
+                    Err(source) => Err(RunError::SandboxUnrecorded { error: Box::new(e), source }),
                 }
             }
         }

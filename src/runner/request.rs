@@ -14,11 +14,7 @@ use super::{ExecOptions, RunError};
 /// protected paths, network, limits, environment and timeout from the
 /// policy; `writable` asks for the policy's `write` list (or the whole
 /// workspace when the list is empty).
-pub(crate) fn from_policy(
-    policy: &WorkspacePolicy,
-    plan: &LinePlan,
-    writable: bool,
-) -> Result<ExecRequest, RunError> {
+pub(crate) fn from_policy(policy: &WorkspacePolicy, plan: &LinePlan, writable: bool) -> Result<ExecRequest, RunError> {
     let ws = policy.workspace_root()?;
     let argv: Vec<OsString> = match plan.interpreter {
         Interpreter::Sh => vec!["/bin/sh".into(), "-c".into(), plan.line.clone().into()],
@@ -103,7 +99,7 @@ pub(crate) fn merge(req: &mut ExecRequest, o: &ExecOptions, policy: bool) -> Res
         req.max_output_bytes = usize::try_from(m)
             .map_err(|_| RunError::input("max-output", format!("{m}: too large for this machine")))?;
     }
-    req.test_switches = o.test_switches.clone();
+    req.test_switches = o.test_switches;
     if let Some(on) = o.report_refused_writes {
         req.report_refused_writes = on;
     }
@@ -121,9 +117,10 @@ pub(crate) fn check_sh_locale(req: &ExecRequest) -> Result<(), RunError> {
         std::env::var_os(n).map(|v| (n.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
     });
     match unsafe_sh_locale(set.chain(inherited)) {
-        Some((k, v)) => {
-            Err(RunError::input(format!("{k}={v}"), "sh mode needs a C, POSIX or UTF-8 locale (the line is read in it)"))
-        }
+        Some((k, v)) => Err(RunError::input(
+            format!("{k}={v}"),
+            "sh mode needs a C, POSIX or UTF-8 locale (the line is read in it)",
+        )),
         None => Ok(()),
     }
 }

@@ -40,7 +40,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::SandboxError;
+use super::{PathRefusal, SandboxError};
 
 /// One line of `/proc/self/mountinfo`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,16 +183,20 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
         }
         for m in mounts.iter().filter(|m| m.point.starts_with(w) && m.point != *w && writes_at(&m.point)) {
             if opaque(&m.fstype) {
-                return Err(SandboxError::BadRequest(format!(
-                    "the {} mount at {}, inside the writable area {}, keeps its files in directories the kernel \
+                return Err(SandboxError::unsafe_path(
+                    m.point.clone(),
+                    PathRefusal::Alias,
+                    format!(
+                        "the {} mount at {}, inside the writable area {}, keeps its files in directories the kernel \
                      does not show: a write through it could reach a directory this run keeps read-only, and \
                      portcullis cannot tell. Unmount it on the host (umount {}), or mount it outside the writable \
                      areas",
-                    m.fstype,
-                    m.point.display(),
-                    w.display(),
-                    m.point.display()
-                )));
+                        m.fstype,
+                        m.point.display(),
+                        w.display(),
+                        m.point.display()
+                    ),
+                ));
             }
             shown.push((m.point.clone(), m, true, w, m.root.clone()));
         }
@@ -203,14 +207,18 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
         } else {
             format!("inside the writable area {}", area.display())
         };
-        SandboxError::BadRequest(format!(
-            "{what}, {inside}, {how} {}, which this run keeps read-only: a write through {} would reach it. \
+        SandboxError::unsafe_path(
+            point.to_path_buf(),
+            PathRefusal::Alias,
+            format!(
+                "{what}, {inside}, {how} {}, which this run keeps read-only: a write through {} would reach it. \
              Unmount the alias on the host (umount {}), or grant {} itself if it should be writable",
-            ro.display(),
-            at.display(),
-            point.display(),
-            ro.display()
-        ))
+                ro.display(),
+                at.display(),
+                point.display(),
+                ro.display()
+            ),
+        )
     };
     for (at, m, mounted, area, fs) in &shown {
         for (ro, ro_dev, ro_fs) in &areas {
@@ -245,20 +253,24 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
                     // namespace, not reachable here.
                     continue;
                 }
-                return Err(SandboxError::BadRequest(format!(
-                    "the overlay mount at {}, {}, writes into the {which} {}, which cannot be found here (the \
+                return Err(SandboxError::unsafe_path(
+                    m.point.clone(),
+                    PathRefusal::Alias,
+                    format!(
+                        "the overlay mount at {}, {}, writes into the {which} {}, which cannot be found here (the \
                      kernel shows the name it was mounted with): portcullis cannot tell whether it is a \
                      directory this run keeps read-only. Unmount it on the host (umount {}), or mount it again \
                      naming its {which} by an absolute path",
-                    m.point.display(),
-                    if at == area {
-                        "a writable area".to_string()
-                    } else {
-                        format!("inside the writable area {}", area.display())
-                    },
-                    dir.display(),
-                    m.point.display()
-                )));
+                        m.point.display(),
+                        if at == area {
+                            "a writable area".to_string()
+                        } else {
+                            format!("inside the writable area {}", area.display())
+                        },
+                        dir.display(),
+                        m.point.display()
+                    ),
+                ));
             };
             let sub = match fs.strip_prefix("/") {
                 Ok(sub) if which == "upper directory" && !sub.as_os_str().is_empty() => Some(sub),
@@ -314,17 +326,23 @@ mod tests {
         // A bind of src/ inside target/.
         let e = check_with(&mounts, &p(&["/srv/ws/target"]), &p(&["/srv/ws", "/usr"]));
         assert!(
-            matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("/srv/ws/target/view") && s.contains("lies inside /srv/ws")),
+            matches!(&e, Err(SandboxError::UnsafePath { message: s, .. }) if s.contains("/srv/ws/target/view") && s.contains("lies inside /srv/ws")),
             "{e:?}"
         );
         // A grant that is itself a bind of a read-only directory.
         let mounts = vec![m("8:1", "/", "/"), m("8:1", "/srv/ws/src", "/alias")];
         let e = check_with(&mounts, &p(&["/alias"]), &p(&["/srv/ws"]));
-        assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("mount at /alias")), "{e:?}");
+        assert!(
+            matches!(&e, Err(SandboxError::UnsafePath { message: s, .. }) if s.contains("mount at /alias")),
+            "{e:?}"
+        );
         // A mount that shows a whole filesystem holding a read root.
         let mounts = vec![m("8:1", "/", "/"), m("8:2", "/", "/data"), m("8:2", "/", "/srv/ws/target/all")];
         let e = check_with(&mounts, &p(&["/srv/ws/target"]), &p(&["/srv/ws", "/data/ref"]));
-        assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("contains /data/ref")), "{e:?}");
+        assert!(
+            matches!(&e, Err(SandboxError::UnsafePath { message: s, .. }) if s.contains("contains /data/ref")),
+            "{e:?}"
+        );
         // A mount under a read-only area inside the grant is read-only itself.
         let mounts = vec![m("8:1", "/", "/"), m("8:1", "/etc", "/srv/data/ws/etc")];
         assert!(check_with(&mounts, &p(&["/srv/data"]), &p(&["/srv/data/ws", "/etc"])).is_ok());
@@ -370,24 +388,30 @@ mod tests {
         // The upper directory is the read-only src/: refused.
         let e = check_with(&with(ov(&ovp, &opts(&b("ws/src"), &b("work")))), &writable, &ro);
         assert!(
-            matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("overlay mount at") && s.contains("upper directory") && s.contains("keeps read-only")),
+            matches!(&e, Err(SandboxError::UnsafePath { message: s, .. }) if s.contains("overlay mount at") && s.contains("upper directory") && s.contains("keeps read-only")),
             "{e:?}"
         );
         // The work directory inside a read-only area: refused.
         let ro2 = vec![base.join("ws")];
         let e = check_with(&with(ov(&ovp, &opts(&b("ws/target/up"), &b("ws/src/.git")))), &writable, &ro2);
-        assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("work directory")), "{e:?}");
+        assert!(
+            matches!(&e, Err(SandboxError::UnsafePath { message: s, .. }) if s.contains("work directory")),
+            "{e:?}"
+        );
         // An upper directory holding a read-only area (at its own path): refused.
         std::fs::create_dir_all(base.join("ws/target/up/keep")).unwrap_or_else(|e| panic!("{e}"));
         let e = check_with(&with(ov(&ovp, &opts(&b("ws/target/up"), &b("work")))), &writable, &ro);
-        assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("contains")), "{e:?}");
+        assert!(matches!(&e, Err(SandboxError::UnsafePath { message: s, .. }) if s.contains("contains")), "{e:?}");
         // Control: upper in the writable area, nothing read-only in it.
         assert!(check_with(&with(ov(&ovp, &opts(&b("ws/target/up"), &b("work")))), &writable, &ro2).is_ok());
         // A relative or vanished upper directory inside a grant: refused;
         // the same overlay above the grant (a container's root): passed over.
         for up in ["up", "/nonexistent/pc-upper"] {
             let e = check_with(&with(ov(&ovp, &opts(up, &b("work")))), &writable, &ro2);
-            assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("cannot be found")), "{e:?}");
+            assert!(
+                matches!(&e, Err(SandboxError::UnsafePath { message: s, .. }) if s.contains("cannot be found")),
+                "{e:?}"
+            );
             let root = vec![ov("/", &opts(up, "/nonexistent/pc-work"))];
             assert!(check_with(&root, &writable, &ro2).is_ok());
         }
@@ -397,13 +421,16 @@ mod tests {
             &[base.join("ov2/sub")],
             &[base.join("ws/src/sub")],
         );
-        assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains("is ")), "{e:?}");
+        assert!(matches!(&e, Err(SandboxError::UnsafePath { message: s, .. }) if s.contains("is ")), "{e:?}");
         // A FUSE or NFS mount inside a grant: refused, naming it; one the
         // grant lies on: not judged.
         for t in ["fuse.bindfs", "nfs4", "9p"] {
             let fuse = Mount { fstype: t.into(), ..m("0:88", "/", &ovp) };
             let e = check_with(&with(fuse.clone()), &writable, &ro2);
-            assert!(matches!(&e, Err(SandboxError::BadRequest(s)) if s.contains(t) && s.contains("umount")), "{e:?}");
+            assert!(
+                matches!(&e, Err(SandboxError::UnsafePath { message: s, .. }) if s.contains(t) && s.contains("umount")),
+                "{e:?}"
+            );
             let above = Mount { point: base.clone(), ..fuse };
             assert!(check_with(&[host.clone(), above], &writable, &[base.join("ws/src")]).is_ok());
         }

@@ -19,8 +19,9 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
-use super::SandboxError;
-use crate::path::{in_areas, lexical, links_on_the_way, replaceable_link};
+use super::{PathRefusal, SandboxError};
+use crate::path::walk::WalkError;
+use crate::path::{in_areas, lexical, replaceable_link, walk_as_far_as_possible};
 
 /// Files in a git dir that make git read config and hooks elsewhere.
 /// A missing `hooks` directory is guarded the same way.
@@ -152,12 +153,16 @@ impl Layout {
     pub fn check_spelled(&self, areas: &[PathBuf]) -> Result<(), SandboxError> {
         for s in &self.spelled {
             if let Some(link) = replaceable_link(s, areas) {
-                return Err(SandboxError::BadRequest(format!(
-                    "the git dir {} is reached through the symbolic link {} in a writable area, which the command \
+                return Err(SandboxError::unsafe_path(
+                    s.to_path_buf(),
+                    PathRefusal::ReplaceableLink,
+                    format!(
+                        "the git dir {} is reached through the symbolic link {} in a writable area, which the command \
                      could point elsewhere; replace the link with the real directory, or run read-only",
-                    s.display(),
-                    link.display()
-                )));
+                        s.display(),
+                        link.display()
+                    ),
+                ));
             }
         }
         Ok(())
@@ -183,26 +188,41 @@ impl Layout {
             let Ok(rd) = fs::read_dir(dir) else { continue };
             for (i, e) in rd.flatten().enumerate() {
                 if i >= HOOK_ENTRIES_MAX {
-                    return Err(SandboxError::BadRequest(format!(
-                        "the hooks directory {} has more than {HOOK_ENTRIES_MAX} entries; git runs them, so \
+                    return Err(SandboxError::limit(
+                        "entries of a hooks directory",
+                        HOOK_ENTRIES_MAX,
+                        format!(
+                            "the hooks directory {} has more than {HOOK_ENTRIES_MAX} entries; git runs them, so \
                          portcullis checks each: remove the extra entries",
-                        dir.display()
-                    )));
+                            dir.display()
+                        ),
+                    ));
                 }
                 if !e.file_type().is_ok_and(|t| t.is_symlink()) {
                     continue;
                 }
                 let entry = e.path();
                 // The entry itself sits in the hooks directory (read-only
-                // where it matters); any further link on the way is judged.
-                let links = links_on_the_way(&entry).unwrap_or_default();
-                if let Some(link) = links.iter().filter(|l| **l != entry).find(|l| in_areas(l, areas)) {
-                    return Err(SandboxError::BadRequest(format!(
-                        "the hook {} leads through the symbolic link {} in a writable area, which the command \
-                         could point elsewhere; link the hook to the real file, or run read-only",
-                        entry.display(),
-                        link.display()
-                    )));
+                // where it matters); any further link on the way is judged,
+                // also on a way that cannot be resolved to the end (a `..`
+                // after a missing directory, a loop): every link met counts,
+                // as in `replaceable_link`.
+                let walked = walk_as_far_as_possible(&entry);
+                if let Some(link) = walked.links.into_iter().filter(|l| *l != entry).find(|l| in_areas(l, areas)) {
+                    return Err(SandboxError::HookThroughLink { hook: entry, link });
+                }
+                // A way that stops in a writable area: the command could
+                // create what comes next (the missing directory before a
+                // `..`), and host git would run what it then leads to. Its
+                // target cannot be protected, for it names no place yet.
+                if let Some((stuck, why)) = walked.stuck {
+                    if areas.iter().any(|a| stuck.starts_with(a)) {
+                        let reason = match why {
+                            WalkError::Escape(why) => why,
+                            WalkError::Io(e) => e.to_string(),
+                        };
+                        return Err(SandboxError::HookUnresolved { hook: entry, stuck, reason });
+                    }
                 }
                 if let Some(target) = link_target(&entry) {
                     // A link to another hook in a hooks directory is covered
@@ -301,10 +321,14 @@ impl Discovery<'_> {
 
     fn too_many(&self) -> Result<(), SandboxError> {
         if self.layout.dirs.len() + self.trees.len() > MAX_REPOS {
-            return Err(SandboxError::BadRequest(format!(
-                "{} holds more than {MAX_REPOS} git dirs and submodules; portcullis protects each, and stops here",
-                self.ws.display()
-            )));
+            return Err(SandboxError::limit(
+                "git dirs and submodules",
+                MAX_REPOS,
+                format!(
+                    "{} holds more than {MAX_REPOS} git dirs and submodules; portcullis protects each, and stops here",
+                    self.ws.display()
+                ),
+            ));
         }
         Ok(())
     }
@@ -424,10 +448,14 @@ impl Discovery<'_> {
         for e in rd.flatten() {
             self.walked += 1;
             if self.walked > MODULES_WALK_LIMIT {
-                return Err(SandboxError::BadRequest(format!(
-                    "the walk of the submodule git dirs under {} passed {MODULES_WALK_LIMIT} entries",
-                    dir.display()
-                )));
+                return Err(SandboxError::limit(
+                    "entries of the submodule git dirs' walk",
+                    MODULES_WALK_LIMIT,
+                    format!(
+                        "the walk of the submodule git dirs under {} passed {MODULES_WALK_LIMIT} entries",
+                        dir.display()
+                    ),
+                ));
             }
             if !e.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
@@ -481,18 +509,22 @@ impl Discovery<'_> {
                 Ok(m) if m.is_dir() => {}
                 Ok(m) if m.file_type().is_symlink() => {
                     if in_areas(&cur, self.areas) {
-                        return Err(SandboxError::BadRequest(format!(
-                            "the submodule {} (a gitlink or .gitmodules path of the working tree {}) goes through \
+                        return Err(SandboxError::unsafe_path(
+                            cur.clone(),
+                            PathRefusal::ReplaceableLink,
+                            format!(
+                                "the submodule {} (a gitlink or .gitmodules path of the working tree {}) goes through \
                              the symbolic link {}, which git follows when it enters submodules (git ls-files and git \
                              grep --recurse-submodules) and which a writable run could point at a repository of its \
                              own; git itself never adds a path beyond a link: remove the entry on the host (git \
                              -c core.fsmonitor= -c core.hooksPath=/dev/null rm -q --cached {}) or put the directory \
                              in place of the link",
-                            rel.display(),
-                            wt.display(),
-                            cur.display(),
-                            rel.display()
-                        )));
+                                rel.display(),
+                                wt.display(),
+                                cur.display(),
+                                rel.display()
+                            ),
+                        ));
                     }
                     return match link_target(&wt.join(rel)) {
                         Some(real) if self.ours(&real) => self.tree(real, nesting),
@@ -585,10 +617,11 @@ pub(super) fn linked_worktrees(gd: &Path) -> Vec<(PathBuf, Option<PathBuf>)> {
 }
 
 fn nested_too_deep(p: &Path) -> SandboxError {
-    SandboxError::BadRequest(format!(
-        "{} is a submodule nested more than {MAX_NESTING} levels deep; portcullis stops there",
-        p.display()
-    ))
+    SandboxError::limit(
+        "levels of submodule nesting",
+        MAX_NESTING,
+        format!("{} is a submodule nested more than {MAX_NESTING} levels deep; portcullis stops there", p.display()),
+    )
 }
 
 /// A directory git could take for a module git dir.
@@ -678,11 +711,15 @@ fn read_small_as(p: &Path, follow: bool) -> Option<String> {
 /// over 1 MiB. Silently skipping it would hide the submodules it names.
 fn check_gitmodules(p: &Path) -> Result<(), SandboxError> {
     let refuse = |what: &str| {
-        Err(SandboxError::BadRequest(format!(
-            "{} is {what}; portcullis reads it to find the submodules whose git dirs it must protect, and \
+        Err(SandboxError::unsafe_path(
+            p.to_path_buf(),
+            PathRefusal::NotRegularFile,
+            format!(
+                "{} is {what}; portcullis reads it to find the submodules whose git dirs it must protect, and \
              refuses a writable run rather than miss one: make it a regular file (or remove it)",
-            p.display()
-        )))
+                p.display()
+            ),
+        ))
     };
     match fs::symlink_metadata(p) {
         Err(_) => Ok(()),
@@ -698,13 +735,16 @@ fn check_gitmodules(p: &Path) -> Result<(), SandboxError> {
 /// would leave its redirections unguarded).
 pub(super) fn check_git_file(p: &Path) -> Result<(), SandboxError> {
     match fs::metadata(p) {
-        Ok(m) if !m.is_file() => Err(SandboxError::BadRequest(format!(
-            "{} is not a regular file; git would read it: remove it first",
-            p.display()
-        ))),
-        Ok(m) if m.len() > GIT_FILE_MAX => {
-            Err(SandboxError::BadRequest(format!("{} is larger than 1 MiB; git would read it", p.display())))
-        }
+        Ok(m) if !m.is_file() => Err(SandboxError::unsafe_path(
+            p.to_path_buf(),
+            PathRefusal::NotRegularFile,
+            format!("{} is not a regular file; git would read it: remove it first", p.display()),
+        )),
+        Ok(m) if m.len() > GIT_FILE_MAX => Err(SandboxError::limit(
+            "bytes of a file git reads",
+            GIT_FILE_MAX as usize,
+            format!("{} is larger than 1 MiB; git would read it", p.display()),
+        )),
         _ => Ok(()),
     }
 }
@@ -827,11 +867,15 @@ fn gitlinks(index: &Path, sha256: bool, ours: &dyn Fn(&Path) -> bool) -> Result<
     let out = found.gitlinks;
     match r {
         Ok(()) => Ok(out),
-        Err((p, why)) if ours(&p) || ours(index) => Err(SandboxError::BadRequest(format!(
-            "{} (portcullis reads the index to find the submodules whose git dirs it must protect, and refuses a \
+        Err((p, why)) if ours(&p) || ours(index) => Err(SandboxError::unsafe_path(
+            p.to_path_buf(),
+            PathRefusal::Unreadable,
+            format!(
+                "{} (portcullis reads the index to find the submodules whose git dirs it must protect, and refuses a \
              writable run rather than miss one)",
-            why.explain(&p)
-        ))),
+                why.explain(&p)
+            ),
+        )),
         Err(_) => Ok(out),
     }
 }
@@ -1499,7 +1543,7 @@ mod tests {
             let idx = d.path().join(".git/index");
             let sha256 = format == "sha256";
             match gitlinks(&idx, sha256, &|_| true) {
-                Err(SandboxError::BadRequest(m)) => {
+                Err(SandboxError::UnsafePath { message: m, .. }) => {
                     assert!(m.contains("split index") && m.contains("--no-split-index"), "{m}")
                 }
                 other => panic!("{format}: expected a refusal, got {other:?}"),
@@ -1518,7 +1562,7 @@ mod tests {
         let idx = d.path().join(".git/index");
         let full = fs::read(&idx).unwrap_or_default();
         let refused = |idx: &Path| match gitlinks(idx, false, &|_| true) {
-            Err(SandboxError::BadRequest(m)) => m,
+            Err(SandboxError::UnsafePath { message: m, .. }) => m,
             other => panic!("expected a refusal, got {other:?}"),
         };
         for cut in [0, 5, 12, 100, full.len() / 2, full.len() - 1] {
@@ -1749,7 +1793,7 @@ mod tests {
             }
         }
         match gitlinks(&d.path().join(".git/index"), false, &|_| true) {
-            Err(SandboxError::BadRequest(m)) => assert!(m.contains("shared index"), "{m}"),
+            Err(SandboxError::UnsafePath { message: m, .. }) => assert!(m.contains("shared index"), "{m}"),
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
@@ -1795,7 +1839,7 @@ mod tests {
         std::os::unix::fs::symlink(elsewhere.path().join("index"), ws.join(".git/index"))
             .unwrap_or_else(|e| panic!("{e}"));
         match discover(&ws, std::slice::from_ref(&ws), true) {
-            Err(SandboxError::BadRequest(m)) => {
+            Err(SandboxError::UnsafePath { message: m, .. }) => {
                 assert!(m.contains("symbolic link") && m.contains("/.git/index"), "{m}")
             }
             other => panic!("expected a refusal, got {other:?}"),
@@ -1808,7 +1852,9 @@ mod tests {
         std::os::unix::fs::symlink(elsewhere.path().join("gm"), ws.join(".gitmodules"))
             .unwrap_or_else(|e| panic!("{e}"));
         match discover(&ws, std::slice::from_ref(&ws), true) {
-            Err(SandboxError::BadRequest(m)) => assert!(m.contains(".gitmodules is a symbolic link"), "{m}"),
+            Err(SandboxError::UnsafePath { message: m, .. }) => {
+                assert!(m.contains(".gitmodules is a symbolic link"), "{m}")
+            }
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
@@ -1831,7 +1877,9 @@ mod tests {
         std::os::unix::fs::symlink("real", ws.join("libs")).unwrap_or_else(|e| panic!("{e}"));
         // `git ls-files --recurse-submodules` enters libs/x through the link.
         match discover(&ws, std::slice::from_ref(&ws), true) {
-            Err(SandboxError::BadRequest(m)) => assert!(m.contains("symbolic link") && m.contains("libs/x"), "{m}"),
+            Err(SandboxError::UnsafePath { message: m, .. }) => {
+                assert!(m.contains("symbolic link") && m.contains("libs/x"), "{m}")
+            }
             other => panic!("expected a refusal, got {other:?}"),
         }
         // A link the run cannot change: the tree git enters is looked at.

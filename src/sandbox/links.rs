@@ -59,7 +59,7 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{FileStat, Mode};
 
-use super::SandboxError;
+use super::{GrantRefusal, PathRefusal, SandboxError};
 
 /// The most entries the walk of the writable areas visits before it refuses.
 pub const LINK_WALK_LIMIT: usize = 1_000_000;
@@ -142,14 +142,18 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
             // A file grant: its own name counts like any other.
             file_roots.push(root);
             if is_privileged(&st, root) {
-                return Err(SandboxError::BadRequest(format!(
-                    "the write grant {} is a privileged program ({}): a write through a shared mapping keeps \
+                return Err(SandboxError::grant_refused(
+                    root.to_path_buf(),
+                    GrantRefusal::PrivilegedProgram,
+                    format!(
+                        "the write grant {} is a privileged program ({}): a write through a shared mapping keeps \
                      the bit, so the command could plant its own code in it for every host user to run, and \
                      the grant cannot also be kept read-only; clear the bit first (chmod u-s,g-s F; setcap -r F) \
                      or do not grant it",
-                    root.display(),
-                    privilege_of(&st, root)
-                )));
+                        root.display(),
+                        privilege_of(&st, root)
+                    ),
+                ));
             }
             if st.st_nlink > 1 {
                 count(&mut linked, &st, root.clone());
@@ -181,13 +185,17 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
             continue;
         }
         if let Some(f) = names.iter().find(|n| file_roots.contains(&n.as_path())) {
-            return Err(SandboxError::BadRequest(format!(
-                "the write grant {} has {nlink} hard links, and a name of it lies outside the writable areas \
+            return Err(SandboxError::grant_refused(
+                f.to_path_buf(),
+                GrantRefusal::HardLinked,
+                format!(
+                    "the write grant {} has {nlink} hard links, and a name of it lies outside the writable areas \
                  (read-only or outside the plan): a write through the grant would change that name too, and the \
                  grant cannot also be kept read-only; break the link (cp -p F F.new && mv F.new F) or grant \
                  the other names too",
-                f.display()
-            )));
+                    f.display()
+                ),
+            ));
         }
         out.extend(names);
     }
@@ -198,32 +206,39 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
     if !unlistable.is_empty() {
         let shown = listed(&unlistable);
         if no_mounts {
-            return Err(SandboxError::BadRequest(format!(
-                "landlock-only mode cannot hide directories portcullis cannot list: {shown} in a writable area \
+            return Err(SandboxError::unsupported(
+                "directories portcullis cannot list in a writable area",
+                format!(
+                    "landlock-only mode cannot hide directories portcullis cannot list: {shown} in a writable area \
                  cannot be listed by the caller, yet the command may search them, so it could open by name a \
                  hard link to a file outside the plan or a privileged program planted there, which the check \
                  cannot see (Landlock can only allow); make them listable for the caller (chmod o+r D, or \
                  g+r for its group), remove them, grant narrower paths with --write, or use the full sandbox, \
                  which masks them"
-            )));
+                ),
+            ));
         }
         let all = out.len() + privileged.len() + unlistable.len();
         if all > HARD_LINK_LIMIT {
-            return Err(SandboxError::BadRequest(format!(
-                "{all} paths in the writable areas must be kept read-only or masked ({} directories the caller \
+            return Err(SandboxError::limit(
+                "paths kept read-only or masked",
+                HARD_LINK_LIMIT,
+                format!(
+                    "{all} paths in the writable areas must be kept read-only or masked ({} directories the caller \
                  cannot list but the command can search: {shown}; {} privileged programs; {} hard-linked \
                  names), and portcullis covers each with one mount, up to {HARD_LINK_LIMIT}; make the \
                  directories listable for the caller or grant narrower paths with --write",
-                unlistable.len(),
-                privileged.len(),
-                out.len()
-            )));
+                    unlistable.len(),
+                    privileged.len(),
+                    out.len()
+                ),
+            ));
         }
     }
     if !privileged.is_empty() {
         let shown = listed(&privileged);
         if no_mounts {
-            return Err(SandboxError::BadRequest(format!(
+            return Err(SandboxError::unsupported("privileged programs in a writable area", format!(
                 "landlock-only mode cannot keep privileged programs read-only: {shown} in a writable area \
                  carry a setuid or setgid bit or file capabilities (whatever their execute bits), and a write \
                  through a shared mapping keeps them, so the command could plant its own code in them for \
@@ -232,14 +247,18 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
             )));
         }
         if out.len() + privileged.len() > HARD_LINK_LIMIT {
-            return Err(SandboxError::BadRequest(format!(
-                "{} files in the writable areas must be kept read-only ({} privileged programs: {shown}; {} \
+            return Err(SandboxError::limit(
+                "files kept read-only",
+                HARD_LINK_LIMIT,
+                format!(
+                    "{} files in the writable areas must be kept read-only ({} privileged programs: {shown}; {} \
                  hard-linked names), and portcullis binds each with one mount, up to {HARD_LINK_LIMIT}; clear \
                  the setuid/setgid bits (chmod u-s,g-s F) or grant narrower paths with --write",
-                out.len() + privileged.len(),
-                privileged.len(),
-                out.len()
-            )));
+                    out.len() + privileged.len(),
+                    privileged.len(),
+                    out.len()
+                ),
+            ));
         }
     }
     if out.is_empty() {
@@ -247,22 +266,29 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
     }
     let shown = listed(&out);
     if no_mounts {
-        return Err(SandboxError::BadRequest(format!(
-            "landlock-only mode cannot keep hard-linked files read-only: {shown} in a writable area also \
+        return Err(SandboxError::unsupported(
+            "hard-linked files in a writable area",
+            format!(
+                "landlock-only mode cannot keep hard-linked files read-only: {shown} in a writable area also \
              have a name outside it (read-only or outside the plan), and Landlock judges paths, not files, \
              so a write through the writable name would change the other; break the links (copy each file \
              over itself: cp -p F F.new && mv F.new F) or grant narrower paths with --write"
-        )));
+            ),
+        ));
     }
     if out.len() > HARD_LINK_LIMIT {
-        return Err(SandboxError::BadRequest(format!(
-            "{} names in the writable areas are hard links to files that also have a name outside them \
+        return Err(SandboxError::limit(
+            "hard-linked names kept read-only",
+            HARD_LINK_LIMIT,
+            format!(
+                "{} names in the writable areas are hard links to files that also have a name outside them \
              (read-only or outside the plan): {shown}; portcullis keeps such names read-only with one mount \
              each, up to {HARD_LINK_LIMIT}. Break the links (copy the tree afresh: cp -a D D.new && rm -rf D \
              && mv D.new D; for pnpm set package-import-method=copy; clone with git clone --no-hardlinks), \
              or grant narrower paths with --write",
-            out.len()
-        )));
+                out.len()
+            ),
+        ));
     }
     Ok(Kept { hard_linked: out, privileged, unlistable })
 }
@@ -320,12 +346,16 @@ fn privilege_of(st: &FileStat, path: &Path) -> String {
 }
 
 fn walk_error(path: &Path, e: Errno) -> SandboxError {
-    SandboxError::BadRequest(format!(
-        "cannot check {} for hard links ({}): the check keeps files with another name outside the writable \
+    SandboxError::unsafe_path(
+        path.to_path_buf(),
+        PathRefusal::Unreadable,
+        format!(
+            "cannot check {} for hard links ({}): the check keeps files with another name outside the writable \
          areas read-only, and fails closed; make it readable or grant narrower paths",
-        path.display(),
-        std::io::Error::from(e)
-    ))
+            path.display(),
+            std::io::Error::from(e)
+        ),
+    )
 }
 
 /// Where a directory was first reached; a second way to it (a bind mount
@@ -338,13 +368,17 @@ fn visit(dirs: &mut HashMap<(u64, u64), PathBuf>, st: &FileStat, p: &Path) -> Re
             v.insert(p.to_path_buf());
             Ok(())
         }
-        std::collections::hash_map::Entry::Occupied(o) => Err(SandboxError::BadRequest(format!(
-            "{} and {} in the writable areas are one directory (a bind mount or another alias on the host): \
+        std::collections::hash_map::Entry::Occupied(o) => Err(SandboxError::unsafe_path(
+            p.to_path_buf(),
+            PathRefusal::Alias,
+            format!(
+                "{} and {} in the writable areas are one directory (a bind mount or another alias on the host): \
              the hard-link check would count the names below it twice, and a write through one would land in \
              the other; unmount the alias (umount PATH) or grant one of the two paths only",
-            o.get().display(),
-            p.display()
-        ))),
+                o.get().display(),
+                p.display()
+            ),
+        )),
     }
 }
 
@@ -389,11 +423,15 @@ impl Walk<'_> {
             for (name, kind) in entries {
                 *self.seen += 1;
                 if *self.seen > LINK_WALK_LIMIT {
-                    return Err(SandboxError::BadRequest(format!(
-                        "the writable areas hold more than {LINK_WALK_LIMIT} entries (under {}); the hard-link \
+                    return Err(SandboxError::limit(
+                        "entries in the writable areas",
+                        LINK_WALK_LIMIT,
+                        format!(
+                            "the writable areas hold more than {LINK_WALK_LIMIT} entries (under {}); the hard-link \
                          check stops there and fails closed: grant narrower paths with --write",
-                        root.display()
-                    )));
+                            root.display()
+                        ),
+                    ));
                 }
                 let p = path.join(OsStr::from_bytes(name.as_bytes()));
                 if self.skip.contains(p.as_path()) {
@@ -451,15 +489,19 @@ impl Walk<'_> {
                         self.unlistable.push(p.path.clone());
                         Ok(None)
                     }
-                    Reach::Refuse(why) => Err(SandboxError::BadRequest(format!(
-                        "{} cannot be listed by portcullis (owner uid {}, group {}, mode {:04o}), yet {why}: the \
+                    Reach::Refuse(why) => Err(SandboxError::unsafe_path(
+                        p.path.clone(),
+                        PathRefusal::Unlistable,
+                        format!(
+                            "{} cannot be listed by portcullis (owner uid {}, group {}, mode {:04o}), yet {why}: the \
                          hard-link check cannot see what it holds, and fails closed; make it listable for the \
                          caller, remove it, or grant narrower paths with --write",
-                        p.path.display(),
-                        st.st_uid,
-                        st.st_gid,
-                        st.st_mode & 0o7777
-                    ))),
+                            p.path.display(),
+                            st.st_uid,
+                            st.st_gid,
+                            st.st_mode & 0o7777
+                        ),
+                    )),
                 }
             }
             Err(e) => Err(walk_error(&p.path, e)),
@@ -468,11 +510,15 @@ impl Walk<'_> {
 }
 
 fn too_deep(p: &Path) -> SandboxError {
-    SandboxError::BadRequest(format!(
-        "{} is more than {LINK_WALK_DEPTH} directories deep; the hard-link check stops there and fails closed: \
+    SandboxError::limit(
+        "directory levels in the writable areas",
+        LINK_WALK_DEPTH,
+        format!(
+            "{} is more than {LINK_WALK_DEPTH} directories deep; the hard-link check stops there and fails closed: \
          flatten it or grant narrower paths with --write",
-        p.display()
-    ))
+            p.display()
+        ),
+    )
 }
 
 /// Who the command is, as far as a directory's mode is concerned.
@@ -643,12 +689,15 @@ mod tests {
             fs::hard_link(p.join("src/main.rs"), p.join(format!("target/l{i}"))).unwrap_or_else(|e| panic!("{e}"));
         }
         let e = names(p, &["target"], &[]).map(|v| v.len());
-        assert!(matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("up to 100")), "{e:?}");
+        assert!(matches!(&e, Err(SandboxError::LimitExceeded { message: m, .. }) if m.contains("up to 100")), "{e:?}");
         for i in 1..=HARD_LINK_LIMIT {
             fs::remove_file(p.join(format!("target/l{i}"))).unwrap_or_else(|e| panic!("{e}"));
         }
         let e = read_only_names(&[p.join("target")], &[], true).map(|v| v.hard_linked.len());
-        assert!(matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("landlock-only")), "{e:?}");
+        assert!(
+            matches!(&e, Err(SandboxError::Unsupported { message: m, .. }) if m.contains("landlock-only")),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -665,12 +714,15 @@ mod tests {
         // there, and an access ACL can then add the execute bits.
         assert_eq!(k.privileged, vec![p.join("src/main.rs"), p.join("target/debug/deps/foo-1"), p.join("target/x")]);
         let e = read_only_names(&[p.join("target/debug/deps/foo-1")], &[], false);
-        assert!(matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("setgid to gid")), "{e:?}");
+        assert!(
+            matches!(&e, Err(SandboxError::GrantRefused { message: m, .. }) if m.contains("setgid to gid")),
+            "{e:?}"
+        );
         set("target/debug/deps/foo-1", 0o644).unwrap_or_else(|e| panic!("{e}"));
         let e = read_only_names(&[p.to_path_buf()], &[], true);
-        assert!(matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("target/x")), "{e:?}");
+        assert!(matches!(&e, Err(SandboxError::Unsupported { message: m, .. }) if m.contains("target/x")), "{e:?}");
         let e = read_only_names(&[p.join("target/x")], &[], false);
-        assert!(matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("setuid")), "{e:?}");
+        assert!(matches!(&e, Err(SandboxError::GrantRefused { message: m, .. }) if m.contains("setuid")), "{e:?}");
         // A privileged file that is also hard-linked out is listed once.
         fs::hard_link(p.join("target/x"), p.join("src/x")).unwrap_or_else(|e| panic!("{e}"));
         let k = read_only_names(&[p.join("target")], &[], false).unwrap_or_else(|e| panic!("{e}"));

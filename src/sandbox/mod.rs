@@ -12,6 +12,7 @@ mod links;
 mod lock;
 mod observe;
 mod plan;
+mod result;
 mod roots;
 mod split;
 mod stdin;
@@ -23,21 +24,24 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use portcullis_helper::report::CloneCall;
 use portcullis_helper::report::{Applied, Record, Step, CLONE_DETAIL_CGROUP_PROCS, NO_DETAIL, RECORD_LEN};
 pub use portcullis_helper::spec::Mode;
-use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind, TestSwitches};
+pub use portcullis_helper::spec::TestSwitches;
+use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind};
 
 pub use blocked::{seccomp_filtered, Blocked};
 pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
 pub use git::GitIndex;
 pub use observe::{RefusedWrites, ReportState, SAMPLE_CAP};
 pub use plan::{Plan, DEFAULT_PROTECTED};
+pub use result::{
+    status, AppliedLimits, CloneCall, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome, Warning,
+};
 pub use split::{Split, SPLIT_LIMIT};
 
 use crate::path::lexical;
@@ -135,9 +139,124 @@ pub enum SandboxError {
     /// No command was given.
     #[error("no command given: name a program after `--`")]
     EmptyCommand,
-    /// The request is inconsistent.
+    /// The request contradicts itself or asks for what no run may have
+    /// (an empty command name, the workspace `/`, a working directory
+    /// outside the sandbox, protecting a writable root, a setuid caller).
+    #[error("{message}")]
+    Invalid {
+        /// Which part of the request (`command`, `workspace`, `--cwd`,
+        /// `--protect`, `stdin`, `caller`, a limit's flag).
+        what: &'static str,
+        /// What is wrong, and what to do.
+        message: String,
+    },
+    /// The mode asked for cannot honour a part of the request (the
+    /// landlock-only mode has no mount namespace: no deny globs, no
+    /// read-only areas inside a writable one, ...). The full sandbox can.
+    #[error("{message}")]
+    Unsupported {
+        /// The mode asked for.
+        mode: Mode,
+        /// What it cannot honour.
+        feature: &'static str,
+        /// Why, and what to do.
+        message: String,
+    },
+    /// A write grant is refused.
+    #[error("{message}")]
+    GrantRefused {
+        /// The grant (as given, or its real path).
+        path: PathBuf,
+        /// Why.
+        reason: GrantRefusal,
+        /// Why, in words, and what to do.
+        message: String,
+    },
+    /// A path the run would have to keep safe cannot be: a symbolic link a
+    /// writable run could replace, an alias of a read-only directory, a
+    /// directory the checks cannot list, a file git reads that is not a
+    /// regular file. A writable run is refused rather than run unsafely.
+    #[error("{message}")]
+    UnsafePath {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: PathRefusal,
+        /// Why, in words, and what to do.
+        message: String,
+    },
+    /// A bound of portcullis's checks was passed; they fail closed.
+    #[error("{message}")]
+    LimitExceeded {
+        /// What was counted.
+        what: &'static str,
+        /// The bound.
+        limit: u64,
+        /// Where, and what to do.
+        message: String,
+    },
+    /// Anything else the library refuses (a seccomp filter that does not
+    /// compile).
     #[error("{0}")]
     BadRequest(String),
+    /// [`Sandbox::run_plan`] was given a writable plan that is no longer
+    /// current: the tree changed between the plan and the run.
+    #[error(
+        "the plan for {} is stale: {what} changed since it was made; plan again (Sandbox::plan) or use Sandbox::run, which plans under the workspace's lock", .workspace.display()
+    )]
+    PlanChanged {
+        /// The workspace.
+        workspace: PathBuf,
+        /// Which part of the plan differs: a field of [`Plan`]
+        /// (`hard_linked`, `git_guard`, ...) or of its spawn spec
+        /// (`spec.mounts`, ...).
+        what: String,
+    },
+    /// `degraded` names the full sandbox, which is not a degraded mode: the
+    /// full sandbox is asked for by leaving `degraded` unset (`None`), as
+    /// the command line and the policy file spell it.
+    #[error(
+        "`{mode}` is not a degraded mode: leave `degraded` unset for the full sandbox, or name one of: {}",
+        Mode::DEGRADED.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+    )]
+    NotADegradedMode {
+        /// The mode asked for.
+        mode: Mode,
+    },
+    /// A hook git would run after a writable run is reached through a
+    /// symbolic link in a writable area: the command could point the link
+    /// elsewhere, and host git would run what it leads to then.
+    #[error(
+        "the hook {} leads through the symbolic link {} in a writable area, which the command could point \
+         elsewhere; link the hook to the real file, or run read-only",
+        .hook.display(),
+        .link.display()
+    )]
+    HookThroughLink {
+        /// The hook (an entry of a hooks directory).
+        hook: PathBuf,
+        /// The link on its way that lies in a writable area.
+        link: PathBuf,
+    },
+    /// A hook link git would follow after a writable run cannot be resolved
+    /// (a `..` after a missing directory, a loop), and resolving it stops
+    /// in a writable area: the command could create or replace what comes
+    /// next, so that host git would run a file of its choosing.
+    #[error(
+        "the hook {} cannot be resolved ({reason}), and resolving it stops at {}, in a writable area, where the \
+         command could create what makes it resolve; point the hook at a file that exists, remove it, or run \
+         read-only",
+        .hook.display(),
+        .stuck.display()
+    )]
+    HookUnresolved {
+        /// The hook (an entry of a hooks directory).
+        hook: PathBuf,
+        /// The deepest directory (or file) resolving it reached.
+        stuck: PathBuf,
+        /// Why it cannot be resolved.
+        reason: String,
+    },
     /// A deny glob does not parse.
     #[error("invalid deny glob {glob:?}: {reason}")]
     Glob {
@@ -273,6 +392,50 @@ pub enum SandboxError {
     },
 }
 
+/// Why a write grant is refused ([`SandboxError::GrantRefused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum GrantRefusal {
+    /// `/`: every host directory.
+    WholeHost,
+    /// Under `/dev`, `/proc` or `/sys`, which the sandbox has its own of.
+    KernelFilesystem,
+    /// A system directory (`/usr`, `/etc`, ...) or one holding it.
+    SystemDirectory,
+    /// A missing grant named through `..`.
+    NamedThroughDotDot,
+    /// It changed while it was planned.
+    Changed,
+    /// A file grant that is a setuid/setgid program or has file capabilities.
+    PrivilegedProgram,
+    /// A file grant with another name outside the writable areas.
+    HardLinked,
+}
+
+/// What is wrong with a path ([`SandboxError::UnsafePath`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum PathRefusal {
+    /// It is named through a symbolic link; name the real path.
+    ThroughSymlink,
+    /// It is reached through a symbolic link in a writable area, which the
+    /// command could point elsewhere.
+    ReplaceableLink,
+    /// An alias (a bind or other mount) makes a read-only directory
+    /// writable, or one directory appears twice.
+    Alias,
+    /// Portcullis cannot list it, yet the command could search it.
+    Unlistable,
+    /// It cannot be read or checked.
+    Unreadable,
+    /// Git reads it, and it is not a regular file.
+    NotRegularFile,
+    /// It lies inside portcullis's workspace-lock directory.
+    LockDirectory,
+}
+
 /// The security steps after a run that must not fail silently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -304,17 +467,53 @@ fn display_list(p: &[PathBuf]) -> String {
 }
 
 impl SandboxError {
+    pub(crate) fn invalid(what: &'static str, message: impl Into<String>) -> SandboxError {
+        SandboxError::Invalid { what, message: message.into() }
+    }
+
+    pub(crate) fn unsupported(feature: &'static str, message: impl Into<String>) -> SandboxError {
+        SandboxError::Unsupported { mode: Mode::LandlockOnly, feature, message: message.into() }
+    }
+
+    pub(crate) fn grant_refused(path: PathBuf, reason: GrantRefusal, message: impl Into<String>) -> SandboxError {
+        SandboxError::GrantRefused { path, reason, message: message.into() }
+    }
+
+    pub(crate) fn unsafe_path(path: PathBuf, reason: PathRefusal, message: impl Into<String>) -> SandboxError {
+        SandboxError::UnsafePath { path, reason, message: message.into() }
+    }
+
+    pub(crate) fn limit(what: &'static str, limit: usize, message: impl Into<String>) -> SandboxError {
+        SandboxError::LimitExceeded { what, limit: u64::try_from(limit).unwrap_or(u64::MAX), message: message.into() }
+    }
+
+    /// The message of a refusal of the request ([`SandboxError::Invalid`],
+    /// [`SandboxError::Unsupported`], [`SandboxError::GrantRefused`],
+    /// [`SandboxError::UnsafePath`], [`SandboxError::LimitExceeded`],
+    /// [`SandboxError::BadRequest`]); `None` for every other error.
+    pub fn refusal(&self) -> Option<&str> {
+        match self {
+            SandboxError::Invalid { message, .. }
+            | SandboxError::Unsupported { message, .. }
+            | SandboxError::GrantRefused { message, .. }
+            | SandboxError::UnsafePath { message, .. }
+            | SandboxError::LimitExceeded { message, .. } => Some(message),
+            SandboxError::BadRequest(m) => Some(m),
+            _ => None,
+        }
+    }
+
     /// The exit code a CLI should use: 127 not found, 126 not executable,
     /// 124 timed out and 130 cancelled while waiting for the workspace (as
     /// for a run killed by its timeout or a cancellation), 125 for any other
     /// failure of the wrapper (GNU convention).
     pub fn exit_code(&self) -> u8 {
         match self {
-            SandboxError::Exec { source, .. } if source.raw_os_error() == Some(libc::ENOENT) => 127,
-            SandboxError::Exec { .. } => 126,
-            SandboxError::TimedOutWaiting { .. } | SandboxError::TimedOutBeforeStart { .. } => 124,
-            SandboxError::CancelledWaiting { .. } => 130,
-            _ => 125,
+            SandboxError::Exec { source, .. } if source.raw_os_error() == Some(libc::ENOENT) => status::NOT_FOUND,
+            SandboxError::Exec { .. } => status::CANNOT_EXECUTE,
+            SandboxError::TimedOutWaiting { .. } | SandboxError::TimedOutBeforeStart { .. } => status::TIMED_OUT,
+            SandboxError::CancelledWaiting { .. } => status::CANCELLED,
+            _ => status::FAILED,
         }
     }
 
@@ -377,10 +576,24 @@ pub struct ExecRequest {
     pub test_switches: TestSwitches,
     /// Opt into a named degraded mode (`Mode::LandlockOnly`) where user
     /// namespaces are unavailable. `None`: the full sandbox or a refusal.
+    /// `Some(Mode::Full)` is refused ([`SandboxError::NotADegradedMode`]).
     pub degraded: Option<Mode>,
     /// Report the writes the kernel refused ([`ExecResult::refused_writes`]);
     /// on by default. The report never changes what the kernel allows.
     pub report_refused_writes: bool,
+}
+
+/// Refuse `degraded: Some(Mode::Full)` (or any mode that is not a degraded
+/// one): the full sandbox is `None`, as the command line and the policy file
+/// spell it (both refuse `full` as a degraded mode). Refused rather than
+/// read as `None`, so that every layer (the planner, the `--pids` check,
+/// the kill mechanism, the result's `degraded`) sees one meaning, and a
+/// caller that thought it asked for something else learns it did not.
+fn not_full_as_degraded(req: &ExecRequest) -> Result<(), SandboxError> {
+    match req.degraded {
+        Some(mode) if !Mode::DEGRADED.contains(&mode) => Err(SandboxError::NotADegradedMode { mode }),
+        _ => Ok(()),
+    }
 }
 
 /// Default output cap: 1 MiB.
@@ -456,104 +669,6 @@ pub struct RunOptions {
     pub cancel: Option<CancellationToken>,
 }
 
-/// How the process tree is killed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum KillMechanism {
-    /// `cgroup.kill` on a per-command cgroup v2 leaf.
-    CgroupKill,
-    /// Pid 1 of the sandbox's pid namespace exits; the kernel kills the rest.
-    PidNamespace,
-    /// Landlock-only mode without a cgroup: the helper, a child subreaper,
-    /// kills every descendant when the command ends.
-    Subreaper,
-}
-
-/// How Landlock was enforced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LandlockStatus {
-    /// Every handled right is enforced.
-    Full,
-    /// Some rights are not supported by this kernel.
-    Partial,
-    /// Not enforced.
-    None,
-}
-
-/// Which mechanism enforces each requested limit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct AppliedLimits {
-    /// The process limit.
-    pub pids: Option<LimitMechanism>,
-    /// The memory limit.
-    pub memory: Option<LimitMechanism>,
-}
-
-fn lossy<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&String::from_utf8_lossy(b))
-}
-
-fn millis<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64((d.as_secs_f64() * 1e6).round() / 1e3)
-}
-
-/// The outcome of a run.
-#[derive(Debug, Clone, Serialize)]
-pub struct ExecResult {
-    /// Exit code, when the command exited.
-    pub exit_code: Option<i32>,
-    /// Signal number, when the command was killed by a signal.
-    pub signal: Option<i32>,
-    /// Killed by the timeout.
-    pub timed_out: bool,
-    /// Killed by cancellation.
-    pub cancelled: bool,
-    /// Output passed the cap; the rest was drained and dropped.
-    pub truncated: bool,
-    /// Whether the workspace was writable.
-    pub writable: bool,
-    /// Write grants in force.
-    pub write_grants: Vec<PathBuf>,
-    /// Wall time from the call to cleanup (a wait for another run of the
-    /// workspace included).
-    #[serde(rename = "duration_ms", serialize_with = "millis")]
-    pub duration: Duration,
-    /// How the tree was (or would have been) killed.
-    pub kill_mechanism: KillMechanism,
-    /// Why no cgroup was used, when none was.
-    pub cgroup_fallback: Option<String>,
-    /// The Landlock ABI in force (0: none).
-    pub landlock_abi: u32,
-    /// Read-only areas Landlock cannot cover (beneath a writable path).
-    pub landlock_gaps: Vec<PathBuf>,
-    /// How fully Landlock was enforced.
-    pub landlock: LandlockStatus,
-    /// Whether the seccomp filter was installed.
-    pub seccomp: bool,
-    /// Network isolation.
-    pub network: Network,
-    /// The degraded mode the run used, if one was asked for.
-    pub degraded: Option<Mode>,
-    /// Which mechanism enforced each limit.
-    pub limits: AppliedLimits,
-    /// Which system call made the sandbox's pid 1: `clone3` (born in the
-    /// cgroup), or `clone` where `clone3` answers `ENOSYS` (a container's
-    /// seccomp profile), followed by a write to `cgroup.procs`.
-    pub clone: CloneCall,
-    /// Captured standard output (up to the cap).
-    #[serde(serialize_with = "lossy")]
-    pub stdout: Vec<u8>,
-    /// Captured standard error (up to the cap).
-    #[serde(serialize_with = "lossy")]
-    pub stderr: Vec<u8>,
-    /// The writes the kernel refused (see `docs/sandbox.md`, "The
-    /// refused-write report").
-    pub refused_writes: RefusedWrites,
-    /// Anything that went wrong in cleanup.
-    pub warnings: Vec<String>,
-}
-
 /// Spawns sandboxed commands.
 #[derive(Debug)]
 pub struct Sandbox {
@@ -612,6 +727,7 @@ impl Sandbox {
 
     /// Resolve a request into a plan without running anything.
     pub fn plan(&self, req: &ExecRequest) -> Result<Plan, SandboxError> {
+        not_full_as_degraded(req)?;
         if req.degraded.is_some() && req.limits.pids.is_some() {
             let pids_cgroup = self.cgroup.as_ref().is_ok_and(|h| {
                 h.controllers.iter().any(|c| c == "pids")
@@ -620,9 +736,9 @@ impl Sandbox {
             if !pids_cgroup {
                 // Without a user namespace RLIMIT_NPROC counts every process
                 // of the uid on the host, not this sandbox's.
-                return Err(SandboxError::BadRequest(
-                    "--pids in landlock-only mode needs the cgroup pids controller (RLIMIT_NPROC would count the whole uid)"
-                        .into(),
+                return Err(SandboxError::unsupported(
+                    "--pids without the cgroup pids controller",
+                    "--pids in landlock-only mode needs the cgroup pids controller (RLIMIT_NPROC would count the whole uid)",
                 ));
             }
         }
@@ -644,30 +760,41 @@ impl Sandbox {
         let held = self.take_locks(&ws, true, req, deadline, &opts).await?;
         let plan = self.plan_locked(req)?;
         if plan.workspace != ws {
-            return Err(SandboxError::BadRequest(format!(
+            return Err(SandboxError::invalid(
+                "workspace",
+                format!(
                 "the workspace {} resolved to {} when it was locked and to {} when it was planned; name its real path",
                 req.workspace.display(),
                 ws.display(),
                 plan.workspace.display()
-            )));
+            ),
+            ));
         }
         self.run_locked(&plan, req, opts, start, deadline, held).await
     }
 
-    /// Run a plan made by [`Sandbox::plan`] for the same request.
+    /// Run exactly `plan`, made by [`Sandbox::plan`] for the same request.
+    ///
+    /// A plan that writes is checked once the run holds the workspace's
+    /// lock: the request is planned again there (missing grants inside the
+    /// workspace are created first, as the plan says), and when anything of
+    /// the fresh plan but `create_grants` differs from `plan` (a hard link,
+    /// a `.git`, a hook, a mount appeared or went since), nothing runs and
+    /// the run fails with [`SandboxError::PlanChanged`]: another run (or
+    /// the user) changed the tree, and a plan made before that could let
+    /// what it made escape this run's git guard or link check. Plan again,
+    /// or use [`Sandbox::run`], which plans under the lock itself.
     pub async fn run_plan(&self, plan: &Plan, req: &ExecRequest, opts: RunOptions) -> Result<ExecResult, SandboxError> {
+        not_full_as_degraded(req)?;
         let start = Instant::now();
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
-        // Writable runs of one workspace go one at a time, each planned again
-        // once it holds the workspace: another writable run must not change
-        // the tree between a plan and its run (a hook it made would look
-        // like the user's and escape this run's git guard; a hard link it
-        // made would escape this run's link check).
         let writes = plan.writable || !plan.write_grants.is_empty() || !plan.create_grants.is_empty();
         let held = self.take_locks(&plan.workspace, writes, req, deadline, &opts).await?;
         if writes {
             let fresh = self.plan_locked(req)?;
-            return self.run_locked(&fresh, req, opts, start, deadline, held).await;
+            if let Some(what) = stale_part(plan, &fresh) {
+                return Err(SandboxError::PlanChanged { workspace: plan.workspace.clone(), what });
+            }
         }
         self.run_locked(plan, req, opts, start, deadline, held).await
     }
@@ -758,9 +885,9 @@ impl Sandbox {
             } else if req.degraded.is_some() {
                 // Sandbox::plan refused this unless a pids cgroup looked
                 // usable; it could not be made after all.
-                return Err(SandboxError::BadRequest(
-                    "--pids in landlock-only mode needs the cgroup pids controller, and no pids cgroup could be made"
-                        .into(),
+                return Err(SandboxError::unsupported(
+                    "--pids without a pids cgroup",
+                    "--pids in landlock-only mode needs the cgroup pids controller, and no pids cgroup could be made",
                 ));
             } else {
                 // Counted per uid of the sandbox's user namespace: pid 1 runs
@@ -918,7 +1045,7 @@ impl Sandbox {
                     kill_at = None;
                 }
                 _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() && outputs_open => {
-                    warnings.push("output pipes still open 2 s after the sandbox ended; stopped reading".into());
+                    warnings.push(Warning::OutputPipesOpen);
                     outputs_open = false;
                 }
             }
@@ -955,7 +1082,7 @@ impl Sandbox {
                         io::Error::from_raw_os_error(libc::EBUSY),
                     ));
                 } else {
-                    warnings.push(format!("cgroup {} could not be emptied and removed", c.path.display()));
+                    warnings.push(Warning::CgroupNotRemoved { path: c.path.clone() });
                 }
             }
         }
@@ -973,29 +1100,25 @@ impl Sandbox {
         for f in &plan.git_guard {
             match guard::remove(&roots, f, fail_guard) {
                 Ok(guard::Removed::Nothing) => {}
-                Ok(guard::Removed::Deleted { entry }) if entry == *f || entry == lexical(f) => warnings.push(format!(
-                    "removed {} created by the command: it would redirect git's config and hooks",
-                    f.display()
-                )),
-                Ok(guard::Removed::Deleted { entry }) => warnings.push(format!(
-                    "removed the symbolic link {} created by the command: through it git would read {}",
-                    entry.display(),
-                    f.display()
-                )),
-                Ok(guard::Removed::Quarantined { entry, to, error }) => warnings.push(format!(
-                    "{} was created by the command (git would read {} through it); it is renamed to {} (git no \
-                     longer reads it) but could not be deleted: {error}",
-                    entry.display(),
-                    f.display(),
-                    to.display()
-                )),
+                Ok(guard::Removed::Deleted { entry }) if entry == *f || entry == lexical(f) => {
+                    warnings.push(Warning::GitGuardRemoved { path: f.clone() })
+                }
+                Ok(guard::Removed::Deleted { entry }) => {
+                    warnings.push(Warning::GitGuardRemovedLink { link: entry, target: f.clone() })
+                }
+                Ok(guard::Removed::Quarantined { entry, to, error }) => warnings.push(Warning::GitGuardQuarantined {
+                    entry,
+                    target: f.clone(),
+                    to,
+                    error: error.to_string(),
+                }),
                 Err(guard::Failed { step, entry, source }) => {
-                    warnings.push(format!(
-                        "git guard: {} could not be made unreachable ({step} {}: {source}); do not run git on \
-                         the host before removing it",
-                        f.display(),
-                        entry.display()
-                    ));
+                    warnings.push(Warning::GitGuardFailed {
+                        target: f.clone(),
+                        step: step.to_string(),
+                        entry: entry.clone(),
+                        error: source.to_string(),
+                    });
                     failures.push((Cleanup::GitGuard, step, entry, source));
                 }
             }
@@ -1013,7 +1136,7 @@ impl Sandbox {
             Err(e) => return after_run(failures, Err(e)),
         };
         let mut applied: Option<Applied> = None;
-        let mut outcome: Option<(Option<i32>, Option<i32>)> = None;
+        let mut ended: Option<Outcome> = None;
         // Killed by the timeout before the command started (the helper was
         // still setting the sandbox up): a timeout, not a setup failure.
         if timed_out && !records.iter().any(|r| matches!(r, Record::Applied(_))) {
@@ -1032,29 +1155,21 @@ impl Sandbox {
                     return after_run(failures, Err(setup_error(plan, step, errno, detail)));
                 }
                 Record::Applied(a) => applied = Some(a),
-                Record::Exited(c) => outcome = Some((Some(c), None)),
-                Record::Signaled(s) => outcome = Some((None, Some(s))),
+                Record::Exited(code) => ended = Some(Outcome::Exited { code }),
+                Record::Signaled(signal) => ended = Some(Outcome::Signaled { signal }),
             }
         }
-        let (exit_code, signal) = match outcome {
+        // The sandbox's kill wins over what pid 1 reported: the command was
+        // killed (or raced the kill) because its time ran out.
+        let outcome = match ended {
+            _ if timed_out => Outcome::TimedOut,
+            _ if cancelled => Outcome::Cancelled,
             Some(o) => o,
-            None if timed_out || cancelled => (None, Some(libc::SIGKILL)),
             None => return after_run(failures, Err(SandboxError::HelperDied { status: helper_status.to_string() })),
         };
         let applied = applied.unwrap_or_default();
-        let result = ExecResult {
-            exit_code,
-            signal,
-            timed_out,
-            cancelled,
-            truncated,
-            writable: plan.writable,
-            write_grants: plan.write_grants.clone(),
-            duration: start.elapsed(),
-            kill_mechanism,
-            cgroup_fallback,
-            landlock_abi: applied.landlock_abi,
-            landlock_gaps: plan.landlock_gaps.clone(),
+        let enforcement = Enforcement {
+            mode: plan.spec.mode,
             landlock: if applied.landlock_full {
                 LandlockStatus::Full
             } else if applied.landlock_partial {
@@ -1062,11 +1177,24 @@ impl Sandbox {
             } else {
                 LandlockStatus::None
             },
+            landlock_abi: applied.landlock_abi,
+            landlock_gaps: plan.landlock_gaps.clone(),
             seccomp: applied.seccomp,
-            network: req.network,
-            degraded: req.degraded,
+            seccomp_sha256: plan.seccomp_sha256.clone(),
+            readonly_mounts: applied.readonly_mounts,
+            kill_mechanism,
+            cgroup_fallback,
             limits,
             clone: applied.clone,
+            network: plan.spec.network,
+        };
+        let result = ExecResult {
+            outcome,
+            truncated,
+            writable: plan.writable,
+            write_grants: plan.write_grants.clone(),
+            duration: start.elapsed(),
+            enforcement,
             stdout,
             stderr,
             refused_writes,
@@ -1074,6 +1202,38 @@ impl Sandbox {
         };
         after_run(failures, Ok(result))
     }
+}
+
+/// The first part of `given` that `fresh` (the same request planned again
+/// under the lock) does not match, ignoring `create_grants` (the grants
+/// `given` said would be created, and now are). Compared as their
+/// serialized form, so every field of the plan counts.
+fn stale_part(given: &Plan, fresh: &Plan) -> Option<String> {
+    let as_map = |p: &Plan| match serde_json::to_value(p) {
+        Ok(serde_json::Value::Object(m)) => Some(m),
+        _ => None,
+    };
+    let (Some(g), Some(f)) = (as_map(given), as_map(fresh)) else {
+        return Some("the plan (it could not be compared)".into());
+    };
+    let keys: std::collections::BTreeSet<String> = g.keys().chain(f.keys()).cloned().collect();
+    let stale = keys.into_iter().filter(|k| k.as_str() != "create_grants").find(|k| g.get(k) != f.get(k));
+    stale.map(|k| {
+        if k == "spec" {
+            // Name the part of the spawn spec (mounts, landlock, ...).
+            let part = |m: &serde_json::Map<String, serde_json::Value>| m.get("spec").cloned();
+            match (part(&g), part(&f)) {
+                (Some(serde_json::Value::Object(a)), Some(serde_json::Value::Object(b))) => a
+                    .keys()
+                    .chain(b.keys())
+                    .find(|x| a.get(*x) != b.get(*x))
+                    .map_or_else(|| "spec".to_string(), |x| format!("spec.{x}")),
+                _ => "spec".to_string(),
+            }
+        } else {
+            k
+        }
+    })
 }
 
 /// The run's outcome, unless a security step after it failed: then the

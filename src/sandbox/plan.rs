@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use portcullis_helper::spec::{Identity, LandlockSpec, Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
 
 use super::git;
-use super::{grants, ExecRequest, SandboxError};
+use super::{grants, ExecRequest, GrantRefusal, PathRefusal, SandboxError};
 use crate::path::glob::{self as deny_glob, MaskError};
 use crate::path::{in_areas, lexical, normalize_glob, replaceable_link, touches_system_root, SYSTEM_ROOTS};
 
@@ -124,11 +124,13 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     match req.argv.first() {
         None => return Err(SandboxError::EmptyCommand),
         Some(a) if a.is_empty() => {
-            return Err(SandboxError::BadRequest("the command name is empty (`-- ''`); name a program".into()))
+            return Err(SandboxError::invalid("command", "the command name is empty (`-- ''`); name a program"))
         }
         Some(_) => {}
     }
-    let limit = |what: &str, r: Result<(), String>| r.map_err(|why| SandboxError::BadRequest(format!("{what}: {why}")));
+    let limit = |what: &'static str, r: Result<(), String>| {
+        r.map_err(|why| SandboxError::invalid(what, format!("{what}: {why}")))
+    };
     if let Some(n) = req.limits.pids {
         limit("the process limit (--pids)", crate::units::check_pids(n))?;
     }
@@ -139,8 +141,9 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         limit("the timeout (--timeout)", crate::units::check_timeout(t))?;
     }
     if nix::unistd::getuid() != nix::unistd::geteuid() || nix::unistd::getgid() != nix::unistd::getegid() {
-        return Err(SandboxError::BadRequest(
-            "portcullis must not run with differing real and effective ids (setuid or setgid)".into(),
+        return Err(SandboxError::invalid(
+            "caller",
+            "portcullis must not run with differing real and effective ids (setuid or setgid)",
         ));
     }
     let ws = canon(&req.workspace, "workspace")?;
@@ -148,7 +151,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         return Err(SandboxError::NotADirectory { what: "workspace", path: ws });
     }
     if ws == Path::new("/") {
-        return Err(SandboxError::BadRequest("the workspace cannot be /".into()));
+        return Err(SandboxError::invalid("workspace", "the workspace cannot be /"));
     }
     let resolve_rel = |p: &Path| {
         if p.is_absolute() {
@@ -189,11 +192,15 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
                 let _ = named;
                 Err(SandboxError::PathEscape { what, path: p.to_path_buf(), resolved: real })
             }
-            Some(named) if lexical(&named) != real => Err(SandboxError::BadRequest(format!(
-                "{what} {} goes through a symbolic link (to {}); name the real path",
-                p.display(),
-                real.display()
-            ))),
+            Some(named) if lexical(&named) != real => Err(SandboxError::unsafe_path(
+                p.to_path_buf(),
+                PathRefusal::ThroughSymlink,
+                format!(
+                    "{what} {} goes through a symbolic link (to {}); name the real path",
+                    p.display(),
+                    real.display()
+                ),
+            )),
             _ => Ok(real),
         }
     };
@@ -237,19 +244,24 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
                 };
                 let rel = named.strip_prefix(&ws).unwrap_or(&named).to_path_buf();
                 if rel.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
-                    return Err(SandboxError::BadRequest(format!(
+                    return Err(SandboxError::grant_refused(
+                        g.to_path_buf(),
+                        GrantRefusal::NamedThroughDotDot,
+                        format!(
                         "write grant {} does not exist, and it is named through `..`: name the directory to create \
                          plainly (e.g. target/debug)",
                         g.display()
-                    )));
+                    ),
+                    ));
                 }
                 match grants::missing(&ws, &rel) {
                     Ok(true) => {}
                     Ok(false) => {
-                        return Err(SandboxError::BadRequest(format!(
-                            "write grant {} changed while it was being planned; try again",
-                            g.display()
-                        )))
+                        return Err(SandboxError::grant_refused(
+                            g.to_path_buf(),
+                            GrantRefusal::Changed,
+                            format!("write grant {} changed while it was being planned; try again", g.display()),
+                        ))
                     }
                     Err(source) => return Err(SandboxError::CreateGrant { path: named, source }),
                 }
@@ -270,22 +282,32 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         // workspace's bind lies over the grant's) and, where it can, in
         // Landlock (see `split`).
         if real == Path::new("/") {
-            return Err(SandboxError::BadRequest(
-                "write grant / would make every host directory writable; grant narrower paths".into(),
+            return Err(SandboxError::grant_refused(
+                real.clone(),
+                GrantRefusal::WholeHost,
+                "write grant / would make every host directory writable; grant narrower paths",
             ));
         }
         // The sandbox makes its own /dev (a private /dev/shm and devpts, a
         // few device nodes) and /proc: a host path there would be mounted
         // under them, so its grant would silently do nothing.
         if ["/dev", "/proc", "/sys"].iter().any(|r| real.starts_with(r)) && !is_within(&real, &ws) {
-            return Err(SandboxError::BadRequest(format!(
-                "write grant {}: the sandbox has its own /dev (a private /dev/shm), /proc and no /sys, so a host \
+            return Err(SandboxError::grant_refused(
+                real.clone(),
+                GrantRefusal::KernelFilesystem,
+                format!(
+                    "write grant {}: the sandbox has its own /dev (a private /dev/shm), /proc and no /sys, so a host \
                  path there cannot be granted; share files through the workspace, a grant elsewhere or --write /tmp",
-                real.display()
-            )));
+                    real.display()
+                ),
+            ));
         }
         if touches_system_root(&real) && !is_within(&real, &ws) {
-            return Err(SandboxError::BadRequest(format!("write grant {} touches a system directory", real.display())));
+            return Err(SandboxError::grant_refused(
+                real.clone(),
+                GrantRefusal::SystemDirectory,
+                format!("write grant {} touches a system directory", real.display()),
+            ));
         }
         if !grants.contains(&real) {
             grants.push(real);
@@ -379,12 +401,16 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     for (p, what) in named {
         let abs = if p.is_absolute() { p.clone() } else { ws.join(p) };
         if let Some(link) = replaceable_link(&abs, &protect_areas) {
-            return Err(SandboxError::BadRequest(format!(
-                "the {what} {} is reached through the symbolic link {} in a writable area, which the command \
+            return Err(SandboxError::unsafe_path(
+                p.to_path_buf(),
+                PathRefusal::ReplaceableLink,
+                format!(
+                    "the {what} {} is reached through the symbolic link {} in a writable area, which the command \
                  could replace; name the real path",
-                p.display(),
-                link.display()
-            )));
+                    p.display(),
+                    link.display()
+                ),
+            ));
         }
     }
     // Only files the command could have planted are judged (and named in
@@ -424,12 +450,16 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // elsewhere by a writable run, and the next run would mask that instead.
     for l in &denied_links {
         if in_areas(l, &protect_areas) {
-            return Err(SandboxError::BadRequest(format!(
-                "a deny glob matches the symbolic link {} in a writable area, which the command could point \
+            return Err(SandboxError::unsafe_path(
+                l.to_path_buf(),
+                PathRefusal::ReplaceableLink,
+                format!(
+                    "a deny glob matches the symbolic link {} in a writable area, which the command could point \
                  elsewhere before the next run; deny its target by its real path and remove the link, or run \
                  read-only",
-                l.display()
-            )));
+                    l.display()
+                ),
+            ));
         }
     }
     // The caller's workspace-lock directory must stay out of the command's
@@ -518,10 +548,10 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
                 && !read_roots.iter().any(|r| is_within(&real, r))
                 && !grants.iter().any(|g| is_within(&real, g))
             {
-                return Err(SandboxError::BadRequest(format!(
-                    "working directory {} is outside the sandbox",
-                    real.display()
-                )));
+                return Err(SandboxError::invalid(
+                    "--cwd",
+                    format!("working directory {} is outside the sandbox", real.display()),
+                ));
             }
             real
         }
@@ -567,10 +597,10 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         // mixed with unprivileged ones (a setuid start) never run.
         let roots = [ids.real, ids.effective, ids.saved].iter().filter(|u| u.is_root()).count();
         if roots != 0 && (roots != 3 || uid != 0) {
-            return Err(SandboxError::BadRequest(
+            return Err(SandboxError::unsupported(
+                "a mix of root and unprivileged uids",
                 "landlock-only mode refuses a mix of root and unprivileged uids (real, effective, saved): \
-                 run it as root or as an unprivileged user, not setuid"
-                    .into(),
+                 run it as root or as an unprivileged user, not setuid",
             ));
         }
         if crate::sys::landlock_abi() < 6 {
@@ -584,16 +614,20 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             });
         }
         if !req.deny.is_empty() {
-            return Err(SandboxError::BadRequest(
-                "deny globs need the mount namespace, which landlock-only mode does not have".into(),
+            return Err(SandboxError::unsupported(
+                "deny globs",
+                "deny globs need the mount namespace, which landlock-only mode does not have",
             ));
         }
         if !protected.is_empty() {
-            return Err(SandboxError::BadRequest(format!(
-                "landlock-only mode cannot keep {} read-only inside a writable area (Landlock can only allow); \
+            return Err(SandboxError::unsupported(
+                "protected paths inside a writable area",
+                format!(
+                    "landlock-only mode cannot keep {} read-only inside a writable area (Landlock can only allow); \
                  grant narrower paths with --write",
-                protected.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-            )));
+                    protected.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                ),
+            ));
         }
         landlock_readable = SYSTEM_ROOTS
             .iter()
@@ -631,12 +665,15 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             .chain(landlock_readable.iter())
             .find(|p| lock_dir.starts_with(p) || p.starts_with(&lock_dir))
         {
-            return Err(SandboxError::BadRequest(format!(
+            return Err(SandboxError::unsupported(
+                "a grant that holds the workspace-lock directory",
+                format!(
                 "landlock-only mode would let the command open portcullis's workspace-lock directory {} through {} \
                  (Landlock can only allow), and hold the lock; grant a narrower path",
                 lock_dir.display(),
                 p.display()
-            )));
+            ),
+            ));
         }
     }
 
@@ -645,10 +682,13 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         .filter(|a| landlock_writable.iter().chain(split_entries.iter()).any(|w| a.starts_with(w)))
         .collect();
     if degraded && !landlock_gaps.is_empty() {
-        return Err(SandboxError::BadRequest(format!(
-            "landlock-only mode cannot keep {} read-only beneath a writable path (Landlock can only allow)",
-            landlock_gaps.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        )));
+        return Err(SandboxError::unsupported(
+            "read-only areas beneath a writable path",
+            format!(
+                "landlock-only mode cannot keep {} read-only beneath a writable path (Landlock can only allow)",
+                landlock_gaps.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        ));
     }
 
     let env = build_env(req);
@@ -724,11 +764,15 @@ fn lock_view(base: &[MountOp], host: &Path) -> Result<Option<PathBuf>, SandboxEr
         };
         let (src, dst) = (path(src), path(dst));
         if src.starts_with(host) {
-            return Err(SandboxError::BadRequest(format!(
-                "{} lies inside portcullis's workspace-lock directory {}, which no command may see",
-                src.display(),
-                host.display()
-            )));
+            return Err(SandboxError::unsafe_path(
+                src.to_path_buf(),
+                PathRefusal::LockDirectory,
+                format!(
+                    "{} lies inside portcullis's workspace-lock directory {}, which no command may see",
+                    src.display(),
+                    host.display()
+                ),
+            ));
         }
         let Ok(rest) = host.strip_prefix(&src) else {
             continue;
@@ -792,29 +836,36 @@ fn protected_paths(
         let abs = if p.is_absolute() { p.clone() } else { ws.join(p) };
         let real = canon(&abs, "protected path")?;
         if real != lexical(&abs) {
-            return Err(SandboxError::BadRequest(format!(
-                "protected path {} goes through a symbolic link (to {}); protect the real path",
-                p.display(),
-                real.display()
-            )));
+            return Err(SandboxError::unsafe_path(
+                p.to_path_buf(),
+                PathRefusal::ThroughSymlink,
+                format!(
+                    "protected path {} goes through a symbolic link (to {}); protect the real path",
+                    p.display(),
+                    real.display()
+                ),
+            ));
         }
         // Never dropped in silence: a protected path that is (or holds) a
         // writable root would make the grant read-only.
         if let Some(root) = writable_areas.iter().find(|a| a.starts_with(&real)) {
             let fix = if root.as_path() == ws { "drop --writable instead" } else { "drop the grant instead" };
-            return Err(SandboxError::BadRequest(if *root == real {
-                format!(
-                    "protecting the writable root {} would make it read-only: {fix} (or protect paths inside it)",
-                    root.display()
-                )
-            } else {
-                format!(
-                    "protecting {} would make the writable root {} inside it read-only: {fix} (or protect paths \
+            return Err(SandboxError::invalid(
+                "--protect",
+                if *root == real {
+                    format!(
+                        "protecting the writable root {} would make it read-only: {fix} (or protect paths inside it)",
+                        root.display()
+                    )
+                } else {
+                    format!(
+                        "protecting {} would make the writable root {} inside it read-only: {fix} (or protect paths \
                      inside it)",
-                    real.display(),
-                    root.display()
-                )
-            }));
+                        real.display(),
+                        root.display()
+                    )
+                },
+            ));
         }
         own.push(real);
     }
@@ -836,12 +887,16 @@ fn protected_paths(
         // Its target is protected below; a link on the way (or the name
         // itself) in a writable area could be replaced instead.
         if let Some(link) = replaceable_link(&w, writable_areas) {
-            return Err(SandboxError::BadRequest(format!(
-                "{} is reached through the symbolic link {} in a writable area, which the command could replace \
+            return Err(SandboxError::unsafe_path(
+                w.to_path_buf(),
+                PathRefusal::ReplaceableLink,
+                format!(
+                    "{} is reached through the symbolic link {} in a writable area, which the command could replace \
                  (its target alone would be protected); replace the link with the real directory or file",
-                w.display(),
-                link.display()
-            )));
+                    w.display(),
+                    link.display()
+                ),
+            ));
         }
         let target = match fs::canonicalize(&w) {
             Ok(real) => real,

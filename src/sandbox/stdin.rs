@@ -99,14 +99,17 @@ pub(super) fn refuse_named_fifo() -> Result<(), SandboxError> {
         Ok(p) => format!(" {}", p.display()),
         Err(_) => String::new(),
     };
-    Err(SandboxError::BadRequest(format!(
-        "the caller's stdin is the named FIFO{name} ({} name(s)): the command could open it by a name in its view \
+    Err(SandboxError::invalid(
+        "stdin",
+        format!(
+            "the caller's stdin is the named FIFO{name} ({} name(s)): the command could open it by a name in its view \
          (this one, another hard link, or the same directory reached through another mount) and read the \
          caller's input or write into it, so a named FIFO is never passed; feed the input through an anonymous \
          pipe instead (cat FIFO | portcullis exec ...), or give the command no stdin (</dev/null; Stdin::Null \
          in the library)",
-        st.st_nlink
-    )))
+            st.st_nlink
+        ),
+    ))
 }
 
 /// Decide how the caller's stdin (fd 0) reaches the command.
@@ -255,8 +258,9 @@ fn again(e: &io::Error) -> bool {
 impl Relay {
     fn new(source: Source) -> Result<Relay, SandboxError> {
         if RELAYING.swap(true, Ordering::AcqRel) {
-            return Err(SandboxError::BadRequest(
-                "stdin is already relayed to another command that is running; give this run Stdin::Null".into(),
+            return Err(SandboxError::invalid(
+                "stdin",
+                "stdin is already relayed to another command that is running; give this run Stdin::Null",
             ));
         }
         // From here on, dropping the slot (on an error, or with the relay)
@@ -321,20 +325,10 @@ impl Relay {
 
     /// Stop relaying after the run has ended: take from the caller's input
     /// what the command read last, and say what went wrong, if anything.
-    pub(super) fn finish(mut self) -> Option<String> {
+    pub(super) fn finish(mut self) -> Option<super::Warning> {
         let outcome = self.stop()?;
-        let mut notes = Vec::new();
-        if let Some(e) = outcome.error {
-            notes.push(format!("stdin relay stopped early: {e}; the command saw end-of-input there"));
-        }
-        if outcome.missing > 0 {
-            notes.push(format!(
-                "{} bytes of stdin the command read were already gone from the caller's input (another process \
-                 reads it too)",
-                outcome.missing
-            ));
-        }
-        (!notes.is_empty()).then(|| notes.join("; "))
+        (outcome.error.is_some() || outcome.missing > 0)
+            .then_some(super::Warning::StdinRelay { error: outcome.error, missing: outcome.missing })
     }
 
     fn stop(&mut self) -> Option<Outcome> {

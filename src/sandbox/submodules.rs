@@ -16,14 +16,14 @@ use std::path::{Path, PathBuf};
 
 use super::git;
 use super::guard;
-use super::{Cleanup, Plan};
+use super::{Cleanup, Plan, Warning};
 
 /// A failure for the run's result: which cleanup, the step, the path, why.
 pub(super) type Failure = (Cleanup, &'static str, PathBuf, io::Error);
 
 /// Quarantine the `.git` of every gitlink the command added (see the module
 /// docs); warnings and failures are appended.
-pub(super) fn quarantine_new(plan: &Plan, roots: &[&Path], warnings: &mut Vec<String>, failures: &mut Vec<Failure>) {
+pub(super) fn quarantine_new(plan: &Plan, roots: &[&Path], warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) {
     let fail_rename = cfg!(debug_assertions) && plan.spec.test_switches.fail_git_guard;
     let known: BTreeSet<&Path> = plan.git_trees.iter().map(PathBuf::as_path).collect();
     for ix in &indexes_after(plan) {
@@ -32,10 +32,7 @@ pub(super) fn quarantine_new(plan: &Plan, roots: &[&Path], warnings: &mut Vec<St
             // What cannot be read cannot be checked: git on the host may
             // enter a submodule hidden in it.
             let text = why.explain(&file);
-            warnings.push(format!(
-                "git guard: {text}; the gitlinks in it could not be checked for repositories the command made: run \
-                 host git only with --ignore-submodules=all until it is repaired"
-            ));
+            warnings.push(Warning::SubmoduleIndexUnreadable { index: file.clone(), problem: text.clone() });
             failures.push((Cleanup::GitGuard, "reading the git index after the run", file, io::Error::other(text)));
         }
         // The reader gives gitlinks in git's canonical form only; an index
@@ -57,43 +54,30 @@ pub(super) fn quarantine_new(plan: &Plan, roots: &[&Path], warnings: &mut Vec<St
             match guard::quarantine(roots, &dotgit, fail_rename) {
                 Ok(guard::Held::Nothing) => {}
                 Ok(guard::Held::Link(removed)) => {
-                    let (entry, kept) = match &removed {
-                        guard::Removed::Deleted { entry } => (entry.clone(), String::new()),
-                        guard::Removed::Quarantined { entry, to, error } => (
-                            entry.clone(),
-                            format!(" (renamed to {}, whose deletion failed: {error}; delete it)", to.display()),
-                        ),
+                    let (link, renamed_to, error) = match removed {
+                        guard::Removed::Deleted { entry } => (entry, None, None),
+                        guard::Removed::Quarantined { entry, to, error } => (entry, Some(to), Some(error.to_string())),
                         guard::Removed::Nothing => continue,
                     };
-                    warnings.push(format!(
-                        "{} is a submodule the command added (a gitlink in {}) through the symbolic link {}, \
-                         through which git ls-files and git grep --recurse-submodules enter it and run the config \
-                         and hooks of the repository behind it; the link is removed{kept} (what it led to is kept: \
-                         review that repository's config and hooks before linking it again)",
-                        tree.display(),
-                        ix.index.display(),
-                        entry.display()
-                    ))
+                    warnings.push(Warning::SubmoduleLinkRemoved {
+                        tree,
+                        index: ix.index.clone(),
+                        link,
+                        renamed_to,
+                        error,
+                    })
                 }
-                Ok(guard::Held::Renamed(to)) => warnings.push(format!(
-                    "{} is a submodule the command added (a gitlink in {}), and git on the host would run the \
-                     config and hooks of its repository {}; that is renamed to {} (kept, unreachable for git). \
-                     Review its config and hooks, then restore it with: mv {} {}",
-                    tree.display(),
-                    ix.index.display(),
-                    dotgit.display(),
-                    to.display(),
-                    to.display(),
-                    dotgit.display()
-                )),
+                Ok(guard::Held::Renamed(to)) => {
+                    warnings.push(Warning::SubmoduleQuarantined { tree, index: ix.index.clone(), from: dotgit, to })
+                }
                 Err(guard::Failed { step, entry, source }) => {
-                    warnings.push(format!(
-                        "git guard: {} (of the submodule {} the command added) could not be made unreachable \
-                         ({step} {}: {source}); do not run git on the host before removing it",
-                        dotgit.display(),
-                        tree.display(),
-                        entry.display()
-                    ));
+                    warnings.push(Warning::SubmoduleGuardFailed {
+                        tree,
+                        dotgit,
+                        step: step.to_string(),
+                        entry: entry.clone(),
+                        error: source.to_string(),
+                    });
                     failures.push((Cleanup::GitGuard, step, entry, source));
                 }
             }

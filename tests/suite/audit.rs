@@ -558,7 +558,11 @@ fn r0173_grants_report_answers_who_could_write_where() {
         ),
         // c3: a writable make; a write to .git/hooks refused (protected).
         allowed("c3", shell("make", &ws, writable()), writable(), None),
-        outcome("c3", writable(), Some(RefusedWritesRecord { count: 1, sample: vec![PathBuf::from("/etc/passwd")], unresolved: 0 })),
+        outcome(
+            "c3",
+            writable(),
+            Some(RefusedWritesRecord { count: 1, sample: vec![PathBuf::from("/etc/passwd")], unresolved: 0 }),
+        ),
         // f1: a direct file write.
         allowed(
             "f1",

@@ -34,7 +34,7 @@ fn r0011_setup_failures_are_typed_errors() {
     // roots::r0087/r0088); only `/` is refused.
     let mut req = ws.req(&["true"]);
     req.write.push(PathBuf::from("/"));
-    assert!(matches!(run(&req), Err(SandboxError::BadRequest(_))), "a grant of / is refused");
+    assert!(matches!(run(&req), Err(SandboxError::GrantRefused { .. })), "a grant of / is refused");
     let mut req = ws.req(&["true"]);
     req.deny.push("[".into());
     assert!(matches!(run(&req), Err(SandboxError::Glob { .. })));
@@ -46,16 +46,16 @@ fn r0011_setup_failures_are_typed_errors() {
         other => panic!("expected Exec EACCES, got {other:?}"),
     }
     // Control: a real command runs.
-    assert_eq!(run_ok(&ws.req(&["true"])).exit_code, Some(0));
+    assert_eq!(run_ok(&ws.req(&["true"])).outcome.code(), Some(0));
 }
 
 #[test]
 fn r0012_exit_codes_and_signals_come_back() {
     let ws = Ws::new();
     let r = run_ok(&ws.req(&["sh", "-c", "exit 7"]));
-    assert_eq!((r.exit_code, r.signal), (Some(7), None));
+    assert_eq!((r.outcome.code(), r.outcome.signal()), (Some(7), None));
     let r = run_ok(&ws.req(&["sh", "-c", "kill -TERM $$"]));
-    assert_eq!((r.exit_code, r.signal), (None, Some(15)));
+    assert_eq!((r.outcome.code(), r.outcome.signal()), (None, Some(15)));
     let r = run_ok(&ws.req(&["sh", "-c", "echo out; echo err >&2"]));
     assert_eq!((stdout(&r).as_str(), stderr(&r).as_str()), ("out\n", "err\n"));
 }
@@ -82,10 +82,10 @@ fn r0014_cli_reports_json_exit_codes_and_explains() {
         .unwrap_or_else(|e| panic!("cli: {e}"));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("json: {e}: {}", String::from_utf8_lossy(&out.stdout)));
-    assert_eq!(v["exit_code"], 2);
+    assert_eq!(v["outcome"], serde_json::json!({"kind": "exited", "code": 2}));
     assert_eq!(v["writable"], false);
     assert!(v["stderr"].as_str().unwrap_or("").contains("Read-only file system"));
-    assert!(v["landlock_abi"].as_u64().is_some());
+    assert!(v["enforcement"]["landlock_abi"].as_u64().is_some());
     assert!(!ws.join("probe").exists());
     assert_eq!(out.status.code(), Some(2));
 
@@ -140,7 +140,7 @@ fn r0015_non_utf8_names_and_arguments_survive() {
     let mut req = ws.req(&["ls"]);
     req.argv.push(name.to_os_string());
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_eq!(r.stdout, b"caf\xe9.txt\n");
 }
 
@@ -155,7 +155,7 @@ fn r0017_device_nodes_work_and_nothing_else_is_a_device() {
         "-c",
         "echo x > /dev/null && head -c 4 /dev/zero | wc -c && (true &) && head -c 1 /dev/urandom | wc -c",
     ]));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_eq!(stdout(&r), "4\n1\n");
 }
 

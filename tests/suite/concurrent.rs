@@ -114,11 +114,11 @@ fn fd_passing_round(break_landlock: bool) -> (Ws, String, String) {
     let taker = py(&ws, TAKER, &[&wsp]);
     let t = std::thread::spawn(move || run_ok(&taker));
     let g = run_ok(&giver);
-    assert_eq!(g.exit_code, Some(0), "giver: {}", stderr(&g));
+    assert_eq!(g.outcome.code(), Some(0), "giver: {}", stderr(&g));
     // The writable run and its guard have ended: now the taker writes.
     fs::write(ws.join("go"), "").unwrap_or_else(|e| panic!("go: {e}"));
     let r = t.join().unwrap_or_else(|_| panic!("taker thread panicked"));
-    assert_eq!(r.exit_code, Some(0), "taker: {}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "taker: {}", stderr(&r));
     (ws, stdout(&g), stdout(&r))
 }
 
@@ -197,7 +197,7 @@ fn r0067_no_command_can_hold_the_workspace_lock() {
     // host can lock it (so the refusals below are about reach alone).
     let mut w = ws.req(&["true"]);
     w.writable = true;
-    assert_eq!(run_ok(&w).exit_code, Some(0));
+    assert_eq!(run_ok(&w).outcome.code(), Some(0));
     let (dir, file) = (lock_dir(), lock_file(&ws));
     assert!(file.is_file(), "{} missing", file.display());
     let dm = fs::metadata(&dir).unwrap_or_else(|e| panic!("stat {}: {e}", dir.display()));
@@ -221,7 +221,7 @@ fn r0067_no_command_can_hold_the_workspace_lock() {
     let mut req = ws.req(&["true"]);
     req.read.push(dir.clone());
     match run(&req) {
-        Err(SandboxError::BadRequest(m)) => assert!(m.contains("workspace-lock directory"), "{m}"),
+        Err(SandboxError::UnsafePath { message: m, .. }) => assert!(m.contains("workspace-lock directory"), "{m}"),
         other => panic!("--read of the lock directory: {other:?}"),
     }
 
@@ -249,7 +249,7 @@ fn r0067_no_command_can_hold_the_workspace_lock() {
     w.writable = true;
     w.timeout = Some(Duration::from_secs(1));
     let r = run_ok(&w);
-    assert!(!r.timed_out && r.exit_code == Some(0), "{r:?}");
+    assert!(!(r.outcome == portcullis::sandbox::Outcome::TimedOut) && r.outcome.code() == Some(0), "{r:?}");
     assert!(t0.elapsed() < Duration::from_millis(2500), "the writable run waited {:?}", t0.elapsed());
     let held = t.join().unwrap_or_else(|_| panic!("holder panicked")).unwrap_or_else(|e| panic!("holder: {e}"));
     assert!(stdout(&held).contains("locked"), "{}", stdout(&held));
@@ -304,7 +304,7 @@ fn r0068_a_timeout_covers_the_wait_for_the_workspace() {
     }
     assert!(t1.elapsed() < Duration::from_millis(1500), "cancel took {:?}", t1.elapsed());
     let r = t.join().unwrap_or_else(|_| panic!("first run panicked")).unwrap_or_else(|e| panic!("first run: {e}"));
-    assert_eq!(r.exit_code, Some(0));
+    assert_eq!(r.outcome.code(), Some(0));
     assert!(!marker.exists(), "a run that timed out or was cancelled while waiting started its command");
 
     // The CLI maps the wait's timeout to 124.
@@ -330,7 +330,7 @@ fn r0068_a_timeout_covers_the_wait_for_the_workspace() {
     rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|e| panic!("first run never started: {e}"));
     let t0 = Instant::now();
     let r = run_ok(&touch());
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert!(t0.elapsed() >= Duration::from_millis(300), "did not wait: {:?}", t0.elapsed());
     assert!(marker.exists());
     let _ = t.join();

@@ -175,14 +175,14 @@ fn r0070_container_profile_landlock_only_runs_confined() {
         &["--degraded", "landlock-only", "--workspace", &w],
         &["sh", "-c", &format!("echo ran; id -u; grep ^Cap /proc/self/status; /usr/bin/python3 -c \"{probe}\"")],
     );
-    assert_eq!(v["exit_code"], 0, "{v}\n{}", text(&out.stderr));
+    assert_eq!(v["outcome"]["code"], 0, "{v}\n{}", text(&out.stderr));
     let stdout = v["stdout"].as_str().unwrap_or_default().to_string();
     assert!(stdout.starts_with("ran\n"), "{stdout}");
     let uid = nix::unistd::getuid().as_raw().to_string();
     assert_eq!(stdout.lines().nth(1), Some(uid.as_str()), "{stdout}");
     assert!(stdout.contains("write EACCES"), "{stdout}");
-    assert_eq!(v["degraded"], "landlock-only");
-    assert_eq!(v["clone"], "clone", "clone3 answers ENOSYS under the profile: {v}");
+    assert_eq!(v["enforcement"]["mode"], "landlock-only");
+    assert_eq!(v["enforcement"]["clone"], "clone", "clone3 answers ENOSYS under the profile: {v}");
     // No capability after an execve (grep is one). As root the bounding set
     // is emptied too; an unprivileged caller cannot touch it (no
     // CAP_SETPCAP), and with no_new_privs it grants nothing.
@@ -201,7 +201,7 @@ fn r0070_container_profile_landlock_only_runs_confined() {
         &["--degraded", "landlock-only", "--writable", "--workspace", &w],
         &["/usr/bin/python3", "-c", &probe],
     );
-    assert_eq!(v["exit_code"], 0, "{v}\n{}", text(&out.stderr));
+    assert_eq!(v["outcome"]["code"], 0, "{v}\n{}", text(&out.stderr));
     assert_eq!(v["stdout"], "write OK\n", "{v}");
     assert_eq!(ws.read("f"), "x");
 
@@ -239,7 +239,7 @@ fn r0071_container_profile_timeout_kills_the_tree() {
         &["sh", "-c", &script],
     );
     assert_eq!(out.status.code(), Some(124), "{v}\n{}", text(&out.stderr));
-    assert_eq!(v["timed_out"], true, "{v}");
+    assert_eq!(v["outcome"]["kind"], "timed-out", "{v}");
     assert!(start.elapsed() < std::time::Duration::from_secs(30));
     // CONTROL: the tree was started (the background sleeper's pid landed).
     let pid = ws.read("target/pid");
@@ -353,21 +353,21 @@ fn r0074_without_clone3_the_full_sandbox_falls_back_to_clone() {
     let argv = ["sh", "-c", &format!("/usr/bin/python3 -c \"{probe}\"; grep '^0::' /proc/self/cgroup")];
     // CONTROL: without the filter pid 1 is made with clone3.
     let (out, v) = exec_json(None, &["--workspace", &w], &argv);
-    assert_eq!(v["exit_code"], 0, "{v}\n{}", text(&out.stderr));
-    assert_eq!(v["clone"], "clone3", "{v}");
+    assert_eq!(v["outcome"]["code"], 0, "{v}\n{}", text(&out.stderr));
+    assert_eq!(v["enforcement"]["clone"], "clone3", "{v}");
     let control_stdout = v["stdout"].as_str().unwrap_or_default().to_string();
     assert!(control_stdout.contains("write EROFS"), "{v}");
 
     // Under a filter that answers only clone3 with ENOSYS: the full sandbox
     // still runs (the clone fallback), with the same refusal.
     let (out, v) = exec_json(Some(Profile::Clone3Only), &["--workspace", &w], &argv);
-    assert_eq!(v["exit_code"], 0, "{v}\n{}", text(&out.stderr));
-    assert_eq!(v["clone"], "clone", "{v}");
-    assert_eq!(v["degraded"], serde_json::Value::Null);
+    assert_eq!(v["outcome"]["code"], 0, "{v}\n{}", text(&out.stderr));
+    assert_eq!(v["enforcement"]["clone"], "clone", "{v}");
+    assert_eq!(v["enforcement"]["mode"], "full");
     let stdout = v["stdout"].as_str().unwrap_or_default();
     assert!(stdout.contains("write EROFS"), "{v}");
     assert_eq!(ws.snapshot(), before, "the read-only workspace changed");
-    if v["kill_mechanism"] == "cgroup-kill" {
+    if v["enforcement"]["kill_mechanism"] == "cgroup-kill" {
         // Joined through cgroup.procs: the command runs in the per-command leaf.
         let leaf = stdout.lines().find(|l| l.starts_with("0::")).unwrap_or_default();
         assert!(leaf.rsplit('/').next().unwrap_or_default().starts_with("portcullis-"), "not in its leaf: {stdout}");

@@ -47,8 +47,8 @@ fn r0033_landlock_only_mode_is_a_named_degradation() {
     let mut req = ws.req(&["bash", "-c", &format!("(setsid {marker} &); echo started")]);
     req.degraded = Some(Mode::LandlockOnly);
     let r = run_ok(&req);
-    assert_eq!(r.degraded, Some(Mode::LandlockOnly));
-    assert!(matches!(r.kill_mechanism, KillMechanism::Subreaper | KillMechanism::CgroupKill));
+    assert_eq!(r.enforcement.mode, Mode::LandlockOnly);
+    assert!(matches!(r.enforcement.kill_mechanism, KillMechanism::Subreaper | KillMechanism::CgroupKill));
     let alive = host_procs_containing(&marker).iter().any(|c| c.trim() == marker);
     assert!(!alive, "a daemon survived the landlock-only run");
     // Control: the same write succeeds with the workspace writable.
@@ -61,13 +61,13 @@ fn r0033_landlock_only_mode_is_a_named_degradation() {
     let mut req = ws.req(&["true"]);
     req.degraded = Some(Mode::LandlockOnly);
     req.deny.push(".env".into());
-    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("mount namespace")));
+    assert!(matches!(run(&req), Err(SandboxError::Unsupported { message: m, .. }) if m.contains("mount namespace")));
     let pids_cgroup = sandbox().cgroup_host().is_ok_and(|h| h.controllers.iter().any(|c| c == "pids"));
     if !pids_cgroup {
         let mut req = ws.req(&["true"]);
         req.degraded = Some(Mode::LandlockOnly);
         req.limits.pids = Some(5);
-        assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("pids")));
+        assert!(matches!(run(&req), Err(SandboxError::Unsupported { message: m, .. }) if m.contains("pids")));
     }
 
     // Found in review of this mode: the sweepers could be crippled with

@@ -108,7 +108,7 @@ fn r0032_deny_and_grant_corner_cases() {
     std::os::unix::fs::symlink(".", ws2.join("target")).unwrap_or_else(|e| panic!("{e}"));
     let mut req = ws2.req(&["true"]);
     req.write.push(PathBuf::from("target"));
-    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("symbolic link")));
+    assert!(matches!(run(&req), Err(SandboxError::UnsafePath { message: m, .. }) if m.contains("symbolic link")));
 }
 
 #[test]
@@ -151,10 +151,10 @@ fn r0045_a_denied_link_in_a_writable_area_refuses_the_run() {
     let mut req = ws.req(&["true"]);
     req.deny.push(".env".into());
     req.writable = true;
-    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains(".env")));
+    assert!(matches!(run(&req), Err(SandboxError::UnsafePath { message: m, .. }) if m.contains(".env")));
     // Control: read-only, the target is masked.
     let mut req = ws.req(&["cat", "conf/production"]);
     req.deny.push(".env".into());
     let r = run_ok(&req);
-    assert!(r.exit_code != Some(0) && stderr(&r).contains("Permission denied"), "{}", stderr(&r));
+    assert!(r.outcome.code() != Some(0) && stderr(&r).contains("Permission denied"), "{}", stderr(&r));
 }

@@ -360,8 +360,8 @@ fn daemons_do_not_survive_the_command() {
     req.timeout = Some(SAFETY);
     let r = run_ok(&req);
     let out = stdout(&r);
-    assert!(!r.timed_out, "{test}: the command should end by itself");
-    assert_eq!(r.exit_code, Some(0), "{test}: {out}{}", stderr(&r));
+    assert!(!(r.outcome == portcullis::sandbox::Outcome::TimedOut), "{test}: the command should end by itself");
+    assert_eq!(r.outcome.code(), Some(0), "{test}: {out}{}", stderr(&r));
     assert!(
         out.contains("running=3\n") && out.contains("started"),
         "{test}: the daemons never ran inside: {out}{}",
@@ -413,8 +413,10 @@ fn timeout_kills_the_whole_tree_and_removes_the_cgroup() {
     let r = run_ok(&req);
     let took = start.elapsed();
     let out = stdout(&r);
-    assert!(r.timed_out, "{test}: not timed out: {r:?}");
-    assert_eq!((r.exit_code, r.signal), (None, Some(libc::SIGKILL)), "{test}: a timed-out command reports SIGKILL");
+    // The sandbox's kill (SIGKILL to the tree) is the outcome `TimedOut`,
+    // whatever pid 1 reported, and maps to 124.
+    assert_eq!(r.outcome, portcullis::sandbox::Outcome::TimedOut, "{test}: not timed out: {r:?}");
+    assert_eq!(r.outcome.exit_status(), 124, "{test}");
     assert!(took < Duration::from_secs(5), "{test}: took {took:?}");
     assert!(out.contains("running=3\n"), "{test}: the sleepers never ran: {out}{}", stderr(&r));
     let left = host_procs_with(&n);
@@ -426,8 +428,8 @@ fn timeout_kills_the_whole_tree_and_removes_the_cgroup() {
     let mut req = ws.req(&["/bin/sh", "-c", "echo quick"]);
     req.timeout = Some(Duration::from_secs(1));
     let r = run_ok(&req);
-    assert!(!r.timed_out, "{test}: control timed out");
-    assert_eq!(r.exit_code, Some(0), "{test}: control: {}", stderr(&r));
+    assert!(!(r.outcome == portcullis::sandbox::Outcome::TimedOut), "{test}: control timed out");
+    assert_eq!(r.outcome.code(), Some(0), "{test}: control: {}", stderr(&r));
     assert_eq!(stdout(&r), "quick\n");
 }
 
@@ -454,8 +456,8 @@ fn fork_bomb_is_contained() {
         forked < 16,
         "{test}: limits.pids=16 is not enforced: {forked} forks succeeded (mechanism {:?}, kill {:?}, uid {}); \
          refusing to run the fork bomb. (RLIMIT_NPROC binds only because no command runs as host uid 0)",
-        r.limits.pids,
-        r.kill_mechanism,
+        r.enforcement.limits.pids,
+        r.enforcement.kill_mechanism,
         nix::unistd::getuid(),
     );
     // Control: without the limit the same script forks all 40.
@@ -474,7 +476,12 @@ fn fork_bomb_is_contained() {
     let start = Instant::now();
     let r = run_ok(&req);
     let took = start.elapsed();
-    assert!(r.timed_out, "{test}: the bomb was not timed out: exit {:?} signal {:?}", r.exit_code, r.signal);
+    assert!(
+        (r.outcome == portcullis::sandbox::Outcome::TimedOut),
+        "{test}: the bomb was not timed out: exit {:?} signal {:?}",
+        r.outcome.code(),
+        r.outcome.signal()
+    );
     assert!(took < Duration::from_secs(3 + 7), "{test}: took {took:?}");
     let left = host_procs_with(&n);
     assert!(
@@ -590,8 +597,8 @@ fn output_flood_is_capped_without_hanging() {
     assert!(r.truncated, "{test}: not truncated");
     assert_eq!(r.stdout.len() + r.stderr.len(), 1 << 20, "{test}: kept {} + {}", r.stdout.len(), r.stderr.len());
     assert_eq!(r.stdout.len(), 1 << 20, "{test}: stderr: {}", stderr(&r));
-    assert_eq!(r.exit_code, Some(0), "{test}: the writer must not be blocked or killed by the cap");
-    assert!(!r.timed_out);
+    assert_eq!(r.outcome.code(), Some(0), "{test}: the writer must not be blocked or killed by the cap");
+    assert!(!(r.outcome == portcullis::sandbox::Outcome::TimedOut));
     assert!(took < Duration::from_secs(20), "{test}: took {took:?}");
 
     // An endless writer: the cap does not end it, the timeout does.
@@ -601,7 +608,12 @@ fn output_flood_is_capped_without_hanging() {
     let start = Instant::now();
     let r = run_ok(&req);
     let took = start.elapsed();
-    assert!(r.truncated && r.timed_out, "{test}: yes: truncated={} timed_out={}", r.truncated, r.timed_out);
+    assert!(
+        r.truncated && (r.outcome == portcullis::sandbox::Outcome::TimedOut),
+        "{test}: yes: truncated={} timed_out={}",
+        r.truncated,
+        (r.outcome == portcullis::sandbox::Outcome::TimedOut)
+    );
     assert_eq!(r.stdout.len(), 64 << 10, "{test}: yes kept {}", r.stdout.len());
     assert!(took < Duration::from_secs(10), "{test}: yes took {took:?}");
 
@@ -688,31 +700,36 @@ fn result_reports_the_kill_mechanism_and_layers_in_force() {
     let mut req: ExecRequest = ws.req(&["cat", "/proc/self/cgroup"]);
     req.timeout = Some(SAFETY);
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{test}: {}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{test}: {}", stderr(&r));
     let cg = leaf_from(&stdout(&r)).unwrap_or_default();
     let own = leaf_from(&fs::read_to_string("/proc/self/cgroup").unwrap_or_default()).unwrap_or_default();
     if is_root() {
         let sb = sandbox();
         if available(test, sb.cgroup_host().is_ok(), "no cgroup2 mount visible to this root caller") {
-            assert_eq!(r.kill_mechanism, KillMechanism::CgroupKill, "{test}: fallback: {:?}", r.cgroup_fallback);
-            assert_eq!(r.cgroup_fallback, None);
+            assert_eq!(
+                r.enforcement.kill_mechanism,
+                KillMechanism::CgroupKill,
+                "{test}: fallback: {:?}",
+                r.enforcement.cgroup_fallback
+            );
+            assert_eq!(r.enforcement.cgroup_fallback, None);
             // Control: the command really ran in a per-command leaf.
             assert!(cg.contains(&format!("/portcullis-{}-", std::process::id())), "{test}: command cgroup {cg}");
         }
     } else {
-        assert_eq!(r.kill_mechanism, KillMechanism::PidNamespace, "{test}");
+        assert_eq!(r.enforcement.kill_mechanism, KillMechanism::PidNamespace, "{test}");
         assert!(
-            r.cgroup_fallback.as_deref().is_some_and(|s| !s.is_empty()),
+            r.enforcement.cgroup_fallback.as_deref().is_some_and(|s| !s.is_empty()),
             "{test}: the fallback must say why: {:?}",
-            r.cgroup_fallback
+            r.enforcement.cgroup_fallback
         );
         // Control: no leaf, the command stayed in the caller's cgroup.
         assert_eq!(cg, own, "{test}");
     }
     let abi = portcullis::doctor_landlock_abi();
     assert!(abi > 0, "{test}: the kernel offers no Landlock; the sandbox should have refused to run");
-    assert_eq!(r.landlock_abi, abi, "{test}: Landlock ABI in force vs the kernel's");
-    assert_eq!(r.landlock, LandlockStatus::Full, "{test}");
-    assert!(r.seccomp, "{test}: seccomp not reported");
-    assert_eq!(r.network, Network::None, "{test}");
+    assert_eq!(r.enforcement.landlock_abi, abi, "{test}: Landlock ABI in force vs the kernel's");
+    assert_eq!(r.enforcement.landlock, LandlockStatus::Full, "{test}");
+    assert!(r.enforcement.seccomp, "{test}: seccomp not reported");
+    assert_eq!(r.enforcement.network, Network::None, "{test}");
 }

@@ -109,7 +109,7 @@ fn r0029_git_redirections_are_protected() {
     let mut req = ws.req(&["sh", "-c", "echo ../evil > .git/commondir"]);
     req.writable = true;
     let r = run_ok(&req);
-    assert!(r.warnings.iter().any(|w| w.contains("commondir")), "{:?}", r.warnings);
+    assert!(r.warnings.iter().any(|w| w.to_string().contains("commondir")), "{:?}", r.warnings);
     assert!(!ws.join(".git/commondir").exists());
     // A repository without .git/hooks: a hooks directory the command creates
     // is removed after the run.
@@ -120,9 +120,9 @@ fn r0029_git_redirections_are_protected() {
         ws2.req(&["sh", "-c", "mkdir .git/hooks && printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit"]);
     req.writable = true;
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "control: the command could create the hook: {}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "control: the command could create the hook: {}", stderr(&r));
     assert!(!ws2.join(".git/hooks").exists(), "a planted hooks directory survived the run");
-    assert!(r.warnings.iter().any(|w| w.contains("hooks")), "{:?}", r.warnings);
+    assert!(r.warnings.iter().any(|w| w.to_string().contains("hooks")), "{:?}", r.warnings);
 }
 
 #[test]
@@ -168,8 +168,8 @@ fn r0046_a_git_hooks_link_in_a_writable_workspace_refuses_the_run() {
     std::os::unix::fs::symlink("../tools/githooks", ws.join(".git/hooks")).unwrap_or_else(|e| panic!("{e}"));
     let mut req = ws.req(&["true"]);
     req.writable = true;
-    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("hooks")));
-    assert_eq!(run_ok(&ws.req(&["true"])).exit_code, Some(0), "read-only runs are fine");
+    assert!(matches!(run(&req), Err(SandboxError::UnsafePath { message: m, .. }) if m.contains("hooks")));
+    assert_eq!(run_ok(&ws.req(&["true"])).outcome.code(), Some(0), "read-only runs are fine");
 }
 
 /// Regression (review): a linked worktree's private git dir
@@ -201,7 +201,9 @@ fn r0048_planted_fifos_are_refused_and_explain_escapes_names() {
     nix::unistd::mkfifo(&ws.join(".git"), nix::sys::stat::Mode::from_bits_truncate(0o644))
         .unwrap_or_else(|e| panic!("{e}"));
     let start = std::time::Instant::now();
-    assert!(matches!(run(&ws.req(&["true"])), Err(SandboxError::BadRequest(m)) if m.contains("regular file")));
+    assert!(
+        matches!(run(&ws.req(&["true"])), Err(SandboxError::UnsafePath { message: m, .. }) if m.contains("regular file"))
+    );
     assert!(start.elapsed() < std::time::Duration::from_secs(5));
     std::fs::remove_file(ws.join(".git")).unwrap_or_else(|e| panic!("{e}"));
     ws.write(".envx\nforged: nothing is masked", "");
@@ -249,8 +251,8 @@ fn r0050_git_config_values_are_read_as_git_reads_them() {
 fn r0051_planted_includes_of_host_paths_are_not_probed() {
     let ws = Ws::with_git();
     ws.write(".git/modules/a/config", "[include]\n\tpath = /dev/kmsg\n[include]\n\tpath = /root/.bashrc\n");
-    assert_eq!(run_ok(&ws.req(&["true"])).exit_code, Some(0));
+    assert_eq!(run_ok(&ws.req(&["true"])).outcome.code(), Some(0));
     let mut req = ws.req(&["true"]);
     req.writable = true;
-    assert_eq!(run_ok(&req).exit_code, Some(0));
+    assert_eq!(run_ok(&req).outcome.code(), Some(0));
 }

@@ -94,13 +94,12 @@ fn r0060_an_include_planted_through_a_link_is_unreachable_after_the_run() {
         plant_filter(".cache/a/evil.gitconfig", "evil2", &m.path("dotdot"), "src/lib.rs"),
     );
     let r = run_ok(&writable(&ws, &script));
-    assert_eq!((r.exit_code, stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
+    assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
     for link in ["tools", "vendor"] {
         assert!(!exists(&ws.join(link)), "{link} is still there; warnings: {:?}", r.warnings);
         assert!(
-            r.warnings
-                .iter()
-                .any(|w| w.starts_with("removed the symbolic link") && w.contains(&format!("/{link} created"))),
+            r.warnings.iter().any(|w| w.to_string().starts_with("removed the symbolic link")
+                && w.to_string().contains(&format!("/{link} created"))),
             "{:?}",
             r.warnings
         );
@@ -138,9 +137,9 @@ fn r0061_a_hooks_path_planted_through_a_link_is_unreachable_after_the_run() {
         m.path("hook").display()
     );
     let r = run_ok(&writable(&ws, &format!("{hook} && ln -s .cache .husky")));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert!(!exists(&ws.join(".husky")), "the link is still there; warnings: {:?}", r.warnings);
-    assert!(r.warnings.iter().any(|w| w.starts_with("removed the symbolic link")), "{:?}", r.warnings);
+    assert!(r.warnings.iter().any(|w| w.to_string().starts_with("removed the symbolic link")), "{:?}", r.warnings);
     safe_status(&ws);
     let commit = |ws: &Ws| {
         let out = host_git(ws, &["commit", "-q", "--allow-empty", "-m", "x"]);
@@ -151,12 +150,16 @@ fn r0061_a_hooks_path_planted_through_a_link_is_unreachable_after_the_run() {
 
     // The final entry a link, in a directory the command made chmod 000.
     let r = run_ok(&writable(&ws, "mkdir .husky && ln -s ../.cache/_ .husky/_ && chmod 000 .husky"));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     let mode = fs::symlink_metadata(ws.join(".husky")).map(|m| m.permissions().mode() & 0o777).unwrap_or(0o777);
     assert_eq!(mode, 0, "the directory's mode is restored");
     fs::set_permissions(ws.join(".husky"), fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
     assert!(!exists(&ws.join(".husky/_")), "the link is still there; warnings: {:?}", r.warnings);
-    assert!(r.warnings.iter().any(|w| w.starts_with("removed ") && w.contains(".husky/_")), "{:?}", r.warnings);
+    assert!(
+        r.warnings.iter().any(|w| w.to_string().starts_with("removed ") && w.to_string().contains(".husky/_")),
+        "{:?}",
+        r.warnings
+    );
     commit(&ws);
     assert!(!m.hit("hook"), "the host's git ran a planted hook");
 
@@ -169,9 +172,13 @@ fn r0061_a_hooks_path_planted_through_a_link_is_unreachable_after_the_run() {
     let mut req = ws.req(&["/usr/bin/python3", "-c", deep]);
     req.writable = true;
     let r = run_ok(&req);
-    assert_eq!((r.exit_code, stdout(&r).as_str()), (Some(0), "deep\n"), "{}", stderr(&r));
+    assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "deep\n"), "{}", stderr(&r));
     assert!(!exists(&ws.join("HEAD")), "{:?}", r.warnings);
-    assert!(r.warnings.iter().any(|w| w.starts_with("removed ") && w.contains("/HEAD created")), "{:?}", r.warnings);
+    assert!(
+        r.warnings.iter().any(|w| w.to_string().starts_with("removed ") && w.to_string().contains("/HEAD created")),
+        "{:?}",
+        r.warnings
+    );
 
     // Control: with the link back, the same commit runs the planted hook.
     symlink("../.cache/_", ws.join(".husky/_")).unwrap_or_else(|e| panic!("{e}"));
@@ -206,8 +213,8 @@ fn r0062_a_guard_that_cannot_neutralise_fails_the_run() {
             assert_eq!(path, &ws.join("tools"), "{e}");
             assert!(step.contains("quarantine"), "{step}");
             let r = result.as_deref().unwrap_or_else(|| panic!("no result carried: {e}"));
-            assert_eq!((r.exit_code, stdout(r).as_str()), (Some(0), "planted\n"));
-            assert!(r.warnings.iter().any(|w| w.starts_with("git guard:")), "{:?}", r.warnings);
+            assert_eq!((r.outcome.code(), stdout(r).as_str()), (Some(0), "planted\n"));
+            assert!(r.warnings.iter().any(|w| w.to_string().starts_with("git guard:")), "{:?}", r.warnings);
             assert_eq!(e.exit_code(), 125);
         }
         other => panic!("expected SandboxError::AfterRun, got {other:?}"),
@@ -226,7 +233,7 @@ fn r0062_a_guard_that_cannot_neutralise_fails_the_run() {
     let msg = v["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("after the run") && msg.contains("/tools") && msg.contains("os error 1"), "{msg}");
     assert_eq!(v["error"]["exit_code"], 125);
-    assert_eq!((v["result"]["exit_code"].as_i64(), v["result"]["stdout"].as_str()), (Some(0), Some("planted\n")));
+    assert_eq!((v["result"]["outcome"]["code"].as_i64(), v["result"]["stdout"].as_str()), (Some(0), Some("planted\n")));
     let stderr_text = String::from_utf8_lossy(&out.stderr);
     assert!(stderr_text.contains("portcullis: after the run"), "{stderr_text}");
     // Without --json: the output streamed, the error on stderr, exit 125.
@@ -294,17 +301,19 @@ fn r0044_the_git_guard_never_deletes_through_a_link() {
         &format!("mkdir -p .git/modules/evil && printf '%s' '{config}' > .git/modules/evil/config"),
     ]);
     req.writable = true;
-    assert_eq!(run_ok(&req).exit_code, Some(0));
+    assert_eq!(run_ok(&req).outcome.code(), Some(0));
     let mut req = ws.req(&["ln", "-s", "/", "sub"]);
     req.writable = true;
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_eq!(std::fs::read_to_string(victim.path().join("file.txt")).unwrap_or_default(), "keep\n");
     // The link itself is what is removed (git would read through it), never
     // what it leads to.
     assert!(std::fs::symlink_metadata(ws.join("sub")).is_err(), "{:?}", r.warnings);
     assert!(
-        r.warnings.iter().any(|w| w.starts_with("removed the symbolic link") && w.contains("/sub ")),
+        r.warnings
+            .iter()
+            .any(|w| w.to_string().starts_with("removed the symbolic link") && w.to_string().contains("/sub ")),
         "{:?}",
         r.warnings
     );
@@ -315,7 +324,7 @@ fn r0044_the_git_guard_never_deletes_through_a_link() {
     ws.write(".git/modules/evil/config", &format!("[include]\n\tpath = ../../../sub2{v}/file.txt\n"));
     let r = run_ok(&req);
     assert!(!ws.join(&format!("sub2{v}/file.txt")).exists(), "{:?}", r.warnings);
-    assert!(r.warnings.iter().any(|w| w.starts_with("removed ")), "{:?}", r.warnings);
+    assert!(r.warnings.iter().any(|w| w.to_string().starts_with("removed ")), "{:?}", r.warnings);
 }
 
 /// Regression (review): the guard's removal failed when the command took
@@ -329,7 +338,7 @@ fn r0049_the_guard_removes_what_a_chmod_would_keep() {
     let mut req = ws.req(&["sh", "-c", "mkdir evilcommon && echo ../evilcommon > .git/commondir && chmod 555 .git"]);
     req.writable = true;
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert!(std::fs::symlink_metadata(ws.join(".git/commondir")).is_err(), "{:?}", r.warnings);
     let mode = std::fs::metadata(ws.join(".git")).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
     assert_eq!(mode, 0o555, "the command's chmod is kept");

@@ -70,11 +70,12 @@ fn r0090_a_gitlink_to_a_repository_the_command_made_is_quarantined() {
         m = m.path().display()
     );
     let r = run_ok(&writable(&ws, &script));
-    assert_eq!((r.exit_code, stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
+    assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
     assert!(!ws.join("evil/.git").exists(), "{:?}", r.warnings);
     let w = r
         .warnings
         .iter()
+        .map(ToString::to_string)
         .find(|w| w.contains("is a submodule the command added"))
         .unwrap_or_else(|| panic!("no warning: {:?}", r.warnings));
     let restore = w.split("restore it with: ").nth(1).unwrap_or_else(|| panic!("{w}"));
@@ -117,13 +118,14 @@ fn r0091_a_submodule_added_in_a_run_is_kept_and_restorable() {
          cd \"$OLDPWD\"; {G} submodule add -q /tmp/src vendor/lib; {G} commit -qm 'add lib'; echo added"
     );
     let r = run_ok(&writable(&ws, &script));
-    assert_eq!((r.exit_code, stdout(&r).as_str()), (Some(0), "added\n"), "{}\n{:?}", stderr(&r), r.warnings);
+    assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "added\n"), "{}\n{:?}", stderr(&r), r.warnings);
     assert!(!ws.join("vendor/lib/.git").exists(), "{:?}", r.warnings);
     assert_eq!(ws.read("vendor/lib/lib.c"), "lib\n");
     assert!(ws.join(".git/modules/vendor/lib/HEAD").is_file());
     let w = r
         .warnings
         .iter()
+        .map(ToString::to_string)
         .find(|w| w.contains("is a submodule the command added"))
         .unwrap_or_else(|| panic!("no warning: {:?}", r.warnings));
     let restore = w.split("restore it with: ").nth(1).unwrap_or_else(|| panic!("{w}"));
@@ -141,7 +143,7 @@ fn r0091_a_submodule_added_in_a_run_is_kept_and_restorable() {
     let r = run_ok(&writable(&ws, "echo x > vendor/lib/lib.c && echo ok"));
     assert_eq!(stdout(&r), "ok\n", "{}", stderr(&r));
     assert!(ws.join("vendor/lib/.git").is_file(), "{:?}", r.warnings);
-    assert!(!r.warnings.iter().any(|w| w.contains("submodule the command added")), "{:?}", r.warnings);
+    assert!(!r.warnings.iter().any(|w| w.to_string().contains("submodule the command added")), "{:?}", r.warnings);
 }
 
 /// The review's F2: an unpopulated submodule `vendor/lib`, only `--write
@@ -175,10 +177,10 @@ fn r0092_an_unpopulated_submodule_path_made_a_file_stays_guarded() {
         let mut req = ws.req(&["sh", "-c", script]);
         req.write = vec![PathBuf::from("vendor")];
         let r = run_ok(&req);
-        assert_eq!((r.exit_code, stdout(&r).as_str()), (Some(0), want), "{}", stderr(&r));
+        assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), want), "{}", stderr(&r));
         if want == "two\n" {
             assert!(
-                r.warnings.iter().any(|w| w.contains("vendor/lib/.git created by the command")),
+                r.warnings.iter().any(|w| w.to_string().contains("vendor/lib/.git created by the command")),
                 "{:?}",
                 r.warnings
             );
@@ -237,7 +239,7 @@ fn r0093_a_long_index_name_does_not_hide_a_submodule() {
     let r = run_ok(&writable(&ws, &run1));
     assert_eq!(stdout(&r), "one\n", "{}", stderr(&r));
     let r = run_ok(&writable(&ws, &plant_emb(&m)));
-    assert!(r.exit_code != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    assert!(r.outcome.code() != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
     assert_eq!(ws.read("emb/.git/config"), config);
     drop(git_in(ws.path(), &["status"]));
     assert!(!m.take(), "plain host git status ran the planted fsmonitor");
@@ -245,7 +247,7 @@ fn r0093_a_long_index_name_does_not_hide_a_submodule() {
     let r = run_ok(&writable(&ws, &format!("{G} rm -q --cached emb && echo out")));
     assert_eq!(stdout(&r), "out\n", "{}", stderr(&r));
     let r = run_ok(&writable(&ws, &plant_emb(&m)));
-    assert_eq!((r.exit_code, stdout(&r).as_str()), (Some(0), "wrote\n"), "{}", stderr(&r));
+    assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "wrote\n"), "{}", stderr(&r));
     assert_ne!(ws.read("emb/.git/config"), config);
 }
 
@@ -273,7 +275,7 @@ fn r0094_an_index_the_planner_cannot_read_refuses_a_writable_run() {
         other => panic!("expected AfterRun, got {other:?}"),
     }
     match run(&writable(&ws, &plant_emb(&m))) {
-        Err(SandboxError::BadRequest(msg)) => {
+        Err(SandboxError::UnsafePath { message: msg, .. }) => {
             assert!(msg.contains(".git/index is a symbolic link") && msg.contains("cp --remove-destination"), "{msg}")
         }
         other => panic!("expected a refusal, got {other:?}"),
@@ -283,19 +285,21 @@ fn r0094_an_index_the_planner_cannot_read_refuses_a_writable_run() {
     assert!(!m.take(), "plain host git status ran the planted fsmonitor");
     // A read-only run is not refused (nothing to protect).
     let r = run_ok(&ws.req(&["true"]));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     // Control: the link replaced by its file, the run goes ahead and is
     // stopped by the carve-out.
     fs::remove_file(ws.join(".git/index")).unwrap_or_else(|e| panic!("{e}"));
     fs::rename(ws.join(".git/index.real"), ws.join(".git/index")).unwrap_or_else(|e| panic!("{e}"));
     let r = run_ok(&writable(&ws, &plant_emb(&m)));
-    assert!(r.exit_code != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    assert!(r.outcome.code() != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
     assert_eq!(ws.read("emb/.git/config"), config);
     // A `.gitmodules` that is a link refuses too.
     fs::rename(ws.join(".gitmodules"), ws.join(".gitmodules.real")).unwrap_or_else(|e| panic!("{e}"));
     symlink(".gitmodules.real", ws.join(".gitmodules")).unwrap_or_else(|e| panic!("{e}"));
     match run(&writable(&ws, "true")) {
-        Err(SandboxError::BadRequest(msg)) => assert!(msg.contains(".gitmodules is a symbolic link"), "{msg}"),
+        Err(SandboxError::UnsafePath { message: msg, .. }) => {
+            assert!(msg.contains(".gitmodules is a symbolic link"), "{msg}")
+        }
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
@@ -427,7 +431,11 @@ fn r0105_a_split_index_cannot_hide_a_gitlink() {
                 .any(|e| e.file_name().to_string_lossy().starts_with("sharedindex.")));
         }
         assert!(!ws.join("a/.git").exists(), "split {split}: {:?}", r.warnings);
-        assert!(r.warnings.iter().any(|w| w.contains("is a submodule the command added")), "{:?}", r.warnings);
+        assert!(
+            r.warnings.iter().any(|w| w.to_string().contains("is a submodule the command added")),
+            "{:?}",
+            r.warnings
+        );
         four(&ws, &["status"]);
         assert!(!m.take(), "split {split}: host git status with the four flags ran the planted filter");
         touch_dirty(&ws.join("a/f"));
@@ -455,11 +463,11 @@ fn r0105_a_split_index_cannot_hide_a_gitlink() {
         };
         assert_eq!(stdout(&r), "one\n", "{}", stderr(&r));
         match run(&writable(&ws, &plant_emb(&m))) {
-            Err(SandboxError::BadRequest(msg)) if split => {
+            Err(SandboxError::UnsafePath { message: msg, .. }) if split => {
                 assert!(msg.contains(".git/index is a split index") && msg.contains("--no-split-index"), "{msg}")
             }
             Ok(r) if !split => {
-                assert!(r.exit_code != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r))
+                assert!(r.outcome.code() != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r))
             }
             other => panic!("split {split}: {other:?}"),
         }
@@ -470,7 +478,7 @@ fn r0105_a_split_index_cannot_hide_a_gitlink() {
             // Made whole as the refusal says, the next run is planned.
             git_ok(ws.path(), &["-c", "core.splitIndex=false", "update-index", "--no-split-index"]);
             let r = run_ok(&writable(&ws, &plant_emb(&m)));
-            assert!(r.exit_code != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+            assert!(r.outcome.code() != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
         }
     }
 }
@@ -532,11 +540,11 @@ fn r0106_a_gitlink_spelled_as_git_never_writes_is_refused() {
         };
         assert_eq!(stdout(&r), "one\n", "{}", stderr(&r));
         match run(&writable(&ws, &plant_emb(&m))) {
-            Err(SandboxError::BadRequest(msg)) if !canonical => {
+            Err(SandboxError::UnsafePath { message: msg, .. }) if !canonical => {
                 assert!(msg.contains("never writes, \"./emb\"") && msg.contains("reset -q"), "{msg}")
             }
             Ok(r) if canonical => {
-                assert!(r.exit_code != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r))
+                assert!(r.outcome.code() != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r))
             }
             other => panic!("{name}: {other:?}"),
         }
@@ -577,7 +585,7 @@ fn r0107_a_gitlink_of_any_gitlink_mode_and_a_sparse_index_are_caught() {
     git_ok(ws.path(), &["commit", "-qm", "dirs"]);
     git_ok(ws.path(), &["sparse-checkout", "set", "--cone", "--sparse-index", "d1"]);
     match run(&writable(&ws, "true")) {
-        Err(SandboxError::BadRequest(msg)) => {
+        Err(SandboxError::UnsafePath { message: msg, .. }) => {
             assert!(msg.contains("is a sparse index") && msg.contains("--no-sparse-index"), "{msg}")
         }
         other => panic!("expected a refusal, got {other:?}"),
@@ -671,11 +679,11 @@ fn r0109_a_name_whose_length_and_nul_disagree_is_refused() {
         let listed = host_git(ws.path(), &["ls-files", "-s"]).stdout;
         assert!(listed.ends_with(b"\temb\n"), "{}", String::from_utf8_lossy(&listed));
         match run(&writable(&ws, &plant_emb(&m))) {
-            Err(SandboxError::BadRequest(msg)) if desync => {
+            Err(SandboxError::UnsafePath { message: msg, .. }) if desync => {
                 assert!(msg.contains("name-length field says \"em\"") && msg.contains("reset -q"), "{msg}")
             }
             Ok(r) if !desync => {
-                assert!(r.exit_code != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r))
+                assert!(r.outcome.code() != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r))
             }
             other => panic!("{name}+{pad}: {other:?}"),
         }
@@ -710,9 +718,13 @@ fn r0110_a_gitlink_through_a_link_is_not_entered() {
         m.fsmonitor()
     );
     let r = run_ok(&writable(&ws, &script));
-    assert_eq!((r.exit_code, stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
+    assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
     let lnk = ws.join("lnk").display().to_string();
-    assert!(r.warnings.iter().any(|w| w.contains("through the symbolic link") && w.contains(&lnk)), "{:?}", r.warnings);
+    assert!(
+        r.warnings.iter().any(|w| w.to_string().contains("through the symbolic link") && w.to_string().contains(&lnk)),
+        "{:?}",
+        r.warnings
+    );
     assert!(fs::symlink_metadata(ws.join("lnk")).is_err() && ws.join("real/evil/.git/config").is_file());
     for args in [&["ls-files", "--recurse-submodules"][..], &["grep", "--recurse-submodules", "-l", "x"], &["status"]] {
         drop(git_in(ws.path(), args));
@@ -725,7 +737,7 @@ fn r0110_a_gitlink_through_a_link_is_not_entered() {
     // Planning: the same gitlink and link before a writable run.
     let config = ws.read("real/evil/.git/config");
     match run(&writable(&ws, &format!("{} >> real/evil/.git/config", m.fsmonitor()))) {
-        Err(SandboxError::BadRequest(msg)) => {
+        Err(SandboxError::UnsafePath { message: msg, .. }) => {
             assert!(msg.contains("symbolic link") && msg.contains(&lnk) && msg.contains("rm -q --cached"), "{msg}")
         }
         other => panic!("expected a refusal, got {other:?}"),
@@ -735,7 +747,7 @@ fn r0110_a_gitlink_through_a_link_is_not_entered() {
     fs::remove_file(ws.join("lnk")).unwrap_or_else(|e| panic!("{e}"));
     fs::rename(ws.join("real"), ws.join("lnk")).unwrap_or_else(|e| panic!("{e}"));
     let r = run_ok(&writable(&ws, &format!("{} >> lnk/evil/.git/config", m.fsmonitor())));
-    assert!(r.exit_code != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    assert!(r.outcome.code() != Some(0) && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
     assert_eq!(ws.read("lnk/evil/.git/config"), config);
 }
 
@@ -759,9 +771,9 @@ fn r0111_a_linked_worktrees_own_index_is_read() {
             evil_repo("evil", "evil", &m)
         );
         let r = run_ok(&writable(&ws, &script));
-        assert_eq!((r.exit_code, stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
+        assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
         let index = ws.join(".git/worktrees").join(wt).join("index").display().to_string();
-        assert!(r.warnings.iter().any(|w| w.contains(&index)), "{wt}: {:?}", r.warnings);
+        assert!(r.warnings.iter().any(|w| w.to_string().contains(&index)), "{wt}: {:?}", r.warnings);
         let tree = ws.join(wt);
         assert!(!tree.join("evil/.git").exists(), "{wt}: {:?}", r.warnings);
         let mut all = README_FLAGS.to_vec();
@@ -826,11 +838,13 @@ fn r0116_a_gitfile_naming_a_missing_git_dir_is_guarded() {
     let m = Marker::new();
     let ws = repo();
     let r = run_ok(&writable(&ws, first));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     let r = run_ok(&writable(&ws, &plant(&m)));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert!(
-        r.warnings.iter().any(|w| w.contains(".git/modules/x") && w.contains("created by the command")),
+        r.warnings
+            .iter()
+            .any(|w| w.to_string().contains(".git/modules/x") && w.to_string().contains("created by the command")),
         "{:?}",
         r.warnings
     );
@@ -875,9 +889,9 @@ fn r0117_a_dangling_dot_git_link_with_dotdot_refuses_the_next_writable_run() {
     let m = Marker::new();
     let ws = repo();
     let r = run_ok(&writable(&ws, first));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     match run(&writable(&ws, &plant(&m))) {
-        Err(SandboxError::BadRequest(msg)) => {
+        Err(SandboxError::UnsafePath { message: msg, .. }) => {
             assert!(msg.contains("evil/.git") && msg.contains("symbolic link"), "{msg}")
         }
         other => panic!("expected the run to be refused, got {other:?}"),

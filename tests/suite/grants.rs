@@ -96,7 +96,7 @@ fn r0008_no_stub_files_are_left_in_the_tree() {
     req.protect.push(PathBuf::from("src/lib.rs"));
     req.write.push(PathBuf::from("target"));
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_eq!(ws.snapshot(), before, "a run left files behind");
 }
 
@@ -127,7 +127,7 @@ fn r0020_a_symlink_cannot_redirect_a_grant_out_of_the_workspace() {
     // explicit host grant and works.
     let mut req = ws.req(&["sh", "-c", &format!("echo ok > {}/granted", outside.path().display())]);
     req.write.push(outside.path().to_path_buf());
-    assert_eq!(run_ok(&req).exit_code, Some(0));
+    assert_eq!(run_ok(&req).outcome.code(), Some(0));
     assert_eq!(outside.read("granted"), "ok\n");
 }
 
@@ -178,7 +178,7 @@ fn r0028_protect_refuses_missing_and_symlinked_paths() {
     let mut req = ws.req(&["true"]);
     req.writable = true;
     req.protect.push(PathBuf::from("Makefile"));
-    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("symbolic link")));
+    assert!(matches!(run(&req), Err(SandboxError::UnsafePath { message: m, .. }) if m.contains("symbolic link")));
     let mut req = ws.req(&["true"]);
     req.writable = true;
     req.protect.push(PathBuf::from("no/such/file"));
@@ -204,12 +204,12 @@ fn r0037_a_grant_of_host_tmp_reaches_the_host() {
     let line = format!("echo granted > /tmp/{name} && grep -c ' /tmp ' /proc/self/mountinfo");
     // Control: without the grant the write lands in the private /tmp only.
     let r = run_ok(&ws.req(&["sh", "-c", &line]));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert!(!host.exists(), "the private /tmp is not the host's");
     let mut req = ws.req(&["sh", "-c", &line]);
     req.write.push(PathBuf::from("/tmp"));
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_eq!(stdout(&r).trim(), "1", "exactly one mount at /tmp: the host's");
     assert_eq!(std::fs::read_to_string(&host).unwrap_or_default(), "granted\n");
     let _ = std::fs::remove_file(&host);
@@ -227,7 +227,7 @@ fn r0039_a_policy_reached_through_a_link_in_a_writable_area_is_refused() {
     req.writable = true;
     req.policy_file = Some(ws.join("policy.toml"));
     match run(&req) {
-        Err(SandboxError::BadRequest(m)) => assert!(m.contains("symbolic link"), "{m}"),
+        Err(SandboxError::UnsafePath { message: m, .. }) => assert!(m.contains("symbolic link"), "{m}"),
         other => panic!("a policy behind a replaceable link must be refused, got {other:?}"),
     }
     // Control: its real path is protected, and the link itself stays put in
@@ -239,7 +239,7 @@ fn r0039_a_policy_reached_through_a_link_in_a_writable_area_is_refused() {
     assert!(!stdout(&r).contains("rc=0") && stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
     let mut req = ws.req(&["true"]);
     req.policy_file = Some(ws.join("policy.toml"));
-    assert_eq!(run_ok(&req).exit_code, Some(0), "read-only: nothing can replace the link");
+    assert_eq!(run_ok(&req).outcome.code(), Some(0), "read-only: nothing can replace the link");
     assert_eq!(ws.read("conf/real.toml"), "[shell]\n");
 }
 
@@ -285,19 +285,21 @@ fn r0041_paths_through_a_link_in_a_write_grant_are_refused() {
     let mut req = ExecRequest::new(b.join("agents/current"), ["true"]);
     req.write.push(b.join("agents"));
     match run(&req) {
-        Err(SandboxError::BadRequest(m)) => assert!(m.contains("workspace") && m.contains("symbolic link"), "{m}"),
+        Err(SandboxError::UnsafePath { message: m, .. }) => {
+            assert!(m.contains("workspace") && m.contains("symbolic link"), "{m}")
+        }
         other => panic!("a workspace behind a replaceable link must be refused, got {other:?}"),
     }
     let mut req = ExecRequest::new(b.join("ws"), ["true"]);
     req.write.push(b.join("agents"));
     req.read.push(b.join("agents/bin"));
-    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("readable root")));
+    assert!(matches!(run(&req), Err(SandboxError::UnsafePath { message: m, .. }) if m.contains("readable root")));
     // Control: the real paths run, and a read-only run may follow the link.
     let mut req = ExecRequest::new(b.join("ws"), ["true"]);
     req.write.push(b.join("agents"));
     req.read.push(b.join("tools/bin"));
-    assert_eq!(run_ok(&req).exit_code, Some(0));
-    assert_eq!(run_ok(&ExecRequest::new(b.join("agents/current"), ["true"])).exit_code, Some(0));
+    assert_eq!(run_ok(&req).outcome.code(), Some(0));
+    assert_eq!(run_ok(&ExecRequest::new(b.join("agents/current"), ["true"])).outcome.code(), Some(0));
 }
 
 /// Regression (review): the policy-file check removed `..` by spelling, so
@@ -314,10 +316,10 @@ fn r0042_a_policy_path_with_dotdot_after_a_link_is_refused() {
     let mut req = ws.req(&["true"]);
     req.writable = true;
     req.policy_file = Some(ws.join("cfglink/../policy.toml"));
-    assert!(matches!(run(&req), Err(SandboxError::BadRequest(m)) if m.contains("cfglink")));
+    assert!(matches!(run(&req), Err(SandboxError::UnsafePath { message: m, .. }) if m.contains("cfglink")));
     // Control: its real path is fine.
     req.policy_file = Some(elsewhere.path().join("policy.toml"));
-    assert_eq!(run_ok(&req).exit_code, Some(0));
+    assert_eq!(run_ok(&req).outcome.code(), Some(0));
 }
 
 /// Regression (review): in a granted host /tmp the parents of protected

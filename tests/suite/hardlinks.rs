@@ -45,7 +45,7 @@ fn r0053_a_link_planted_by_a_writable_run_does_not_open_the_read_only_source() {
     let mut req = ws.req(&["ln", "src/main.rs", "target/libdep.rlib"]);
     req.writable = true;
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "the plant itself must work: {}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "the plant itself must work: {}", stderr(&r));
     assert_eq!(nlink(&src), 2, "src/main.rs now has a second name in target/");
 
     // The plan names it and binds it read-only.
@@ -104,9 +104,9 @@ fn r0053_a_link_planted_by_a_writable_run_does_not_open_the_read_only_source() {
     let mut req = ws.req(&["sh", "-c", &format!("echo x > {}", p(&marker))]);
     req.write.push("target".into());
     req.degraded = Some(Mode::LandlockOnly);
-    let e = run(&req).map(|r| r.exit_code);
+    let e = run(&req).map(|r| r.outcome.code());
     assert!(
-        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("landlock-only mode cannot keep hard-linked files")
+        matches!(&e, Err(SandboxError::Unsupported { message: m, .. }) if m.contains("landlock-only mode cannot keep hard-linked files")
             && m.contains(&p(&real(&planted)))),
         "{e:?}"
     );
@@ -114,7 +114,7 @@ fn r0053_a_link_planted_by_a_writable_run_does_not_open_the_read_only_source() {
     // Control: once the link is gone the same landlock-only run works.
     fs::remove_file(&planted).unwrap_or_else(|e| panic!("rm: {e}"));
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert!(marker.exists());
 }
 
@@ -172,9 +172,9 @@ fn r0054_a_link_from_outside_the_workspace_is_kept_read_only() {
     let marker = ws.join("node_modules/ran");
     let mut req = ws.req(&["sh", "-c", &format!("echo x > {}", p(&marker))]);
     req.write.push("node_modules".into());
-    let e = run(&req).map(|r| r.exit_code);
+    let e = run(&req).map(|r| r.outcome.code());
     assert!(
-        matches!(&e, Err(SandboxError::BadRequest(m)) if m.starts_with("101 names") && m.contains("l0.js")
+        matches!(&e, Err(SandboxError::LimitExceeded { message: m, .. }) if m.starts_with("101 names") && m.contains("l0.js")
             && m.contains("package-import-method=copy")),
         "{e:?}"
     );
@@ -205,7 +205,7 @@ fn r0055_cargo_links_within_target_keep_working() {
     let mut req = ws.req(&["sh", "-c", script]);
     req.write.push("target".into());
     let r = run_ok(&req);
-    assert_eq!((r.exit_code, super::util::stdout(&r).trim()), (Some(0), "done"), "{}", stderr(&r));
+    assert_eq!((r.outcome.code(), super::util::stdout(&r).trim()), (Some(0), "done"), "{}", stderr(&r));
     assert_eq!(ws.read("target/debug/foo"), "new binary\n");
     assert_eq!(nlink(&ws.join("target/debug/foo")), 2);
     assert_eq!(ws.read("target/debug/deps/libbar-4567.rlib"), "new rlib\n", "written in place through either name");

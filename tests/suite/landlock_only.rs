@@ -39,8 +39,8 @@ fn in_mode(ws: &Ws, script: &str, tweak: impl FnOnce(&mut ExecRequest)) -> Strin
     req.degraded = Some(Mode::LandlockOnly);
     tweak(&mut req);
     let r = run_ok(&req);
-    assert_eq!(r.degraded, Some(Mode::LandlockOnly));
-    assert_eq!(r.exit_code, Some(0), "script failed: {}", stderr(&r));
+    assert_eq!(r.enforcement.mode, Mode::LandlockOnly);
+    assert_eq!(r.outcome.code(), Some(0), "script failed: {}", stderr(&r));
     stdout(&r)
 }
 

@@ -25,8 +25,8 @@ fn r0023_cancellation_kills_the_whole_tree() {
         sandbox().run(&req, RunOptions { cancel: Some(cancel), ..RunOptions::default() }).await
     });
     let r = r.unwrap_or_else(|e| panic!("{e}"));
-    assert!(r.cancelled && !r.timed_out, "{r:?}");
-    assert_eq!(r.signal, Some(9));
+    assert_eq!(r.outcome, portcullis::sandbox::Outcome::Cancelled, "{r:?}");
+    assert_eq!(r.outcome.exit_status(), 130);
     assert!(start.elapsed() < std::time::Duration::from_secs(5));
     let left: Vec<String> = host_procs_containing(&marker);
     assert!(left.is_empty(), "survivors: {left:?}");
@@ -34,7 +34,7 @@ fn r0023_cancellation_kills_the_whole_tree() {
     let mut quick = ws.req(&["sleep", "0.2"]);
     quick.timeout = Some(std::time::Duration::from_secs(5));
     let r = run_ok(&quick);
-    assert!(!r.cancelled && r.exit_code == Some(0));
+    assert!(!(r.outcome == portcullis::sandbox::Outcome::Cancelled) && r.outcome.code() == Some(0));
 }
 
 #[test]
@@ -44,12 +44,12 @@ fn r0024_memory_limit_applies() {
     let mut req = ws.req(&grab);
     req.limits.memory = Some(128 << 20);
     let r = run_ok(&req);
-    assert_ne!(r.exit_code, Some(0), "300 MiB fit under a 128 MiB limit: {}", stdout(&r));
-    assert!(stderr(&r).contains("MemoryError") || r.signal.is_some(), "{}", stderr(&r));
-    assert!(r.limits.memory.is_some());
+    assert_ne!(r.outcome.code(), Some(0), "300 MiB fit under a 128 MiB limit: {}", stdout(&r));
+    assert!(stderr(&r).contains("MemoryError") || r.outcome.signal().is_some(), "{}", stderr(&r));
+    assert!(r.enforcement.limits.memory.is_some());
     // Control: without the limit the allocation succeeds.
     let r = run_ok(&ws.req(&grab));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_eq!(stdout(&r), "allocated\n");
 }
 

@@ -77,8 +77,19 @@ fn chown_tree(p: &Path, uid: u32) {
 }
 
 fn refused(e: &Result<portcullis::ExecResult, SandboxError>, needles: &[&str]) {
-    match e {
-        Err(SandboxError::BadRequest(m)) => {
+    // Refused as an unsafe path or as a write grant, with its message.
+    match e
+        .as_ref()
+        .err()
+        .filter(|e| {
+            matches!(
+                e,
+                SandboxError::UnsafePath { .. } | SandboxError::Invalid { .. } | SandboxError::GrantRefused { .. }
+            )
+        })
+        .and_then(SandboxError::refusal)
+    {
+        Some(m) => {
             for n in needles {
                 assert!(m.contains(n), "refusal should name {n:?}: {m}");
             }
@@ -112,7 +123,7 @@ fn r0095_a_host_mount_aliasing_a_read_only_area_into_a_grant_is_refused() {
     // Control without an alias: the link is kept read-only (EROFS), the run
     // itself works.
     let r = run_ok(&append("target/a/libdep.rlib"));
-    assert_ne!(r.exit_code, Some(0));
+    assert_ne!(r.outcome.code(), Some(0));
     assert!(stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
     assert_eq!(sha(&src), before);
 
@@ -163,7 +174,7 @@ fn r0095_a_host_mount_aliasing_a_read_only_area_into_a_grant_is_refused() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(fs::read_to_string(ws.join("target/vol/f")).unwrap_or_default(), "ok\n");
     let r = run_ok(&append("target/vol/f"));
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
 }
 
 #[test]
@@ -278,7 +289,7 @@ fn r0098_a_hard_linked_symbolic_link_stays_read_only() {
     let mut req = ws.req(&["ln", "-P", "src/link", "target/link"]);
     req.writable = true;
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     let mtime = || fs::symlink_metadata(&link).map(|m| m.mtime()).unwrap_or_else(|e| panic!("{e}"));
     let before = mtime();
     assert_eq!(fs::symlink_metadata(&link).map(|m| m.nlink()).unwrap_or(0), 2);
@@ -319,7 +330,7 @@ fn r0099_file_grants_work_and_a_timeout_before_the_start_is_a_timeout() {
     // ... unless that other name is granted too.
     req.write.push("src".into());
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert_ne!(sha(&src), before);
 
     // A timeout that passes while the run is planned: 124, nothing started,
@@ -353,7 +364,7 @@ fn r0099_file_grants_work_and_a_timeout_before_the_start_is_a_timeout() {
     // Control: with time to spare the same run starts.
     req.timeout = Some(Duration::from_secs(60));
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert!(ws.join("target/started").exists());
 }
 
@@ -391,7 +402,7 @@ fn r0108_an_overlay_whose_upper_directory_is_read_only_is_refused() {
     {
         let _m = HostMount::overlay(&a("low"), &a("up"), &a("work"), &ws.join("target/ov"));
         let r = run_ok(&append("target/ov/f"));
-        assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+        assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
         let out = nobody("target/ov/f");
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(fs::read_to_string(a("up/f")).unwrap_or_default(), "PWNED\nok\n");

@@ -29,7 +29,7 @@ fn py(ws: &Ws, script: &str) -> ExecRequest {
 /// Run `req` and return its stdout (it must exit 0).
 fn out_of(req: &ExecRequest) -> String {
     let r = run_ok(req);
-    assert_eq!(r.exit_code, Some(0), "script failed: {}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "script failed: {}", stderr(&r));
     stdout(&r)
 }
 
@@ -167,9 +167,9 @@ fn r0101_privileged_programs_refuse_landlock_only_runs_and_file_grants() {
     // A file grant that is itself a setuid program cannot also be read-only.
     let mut req = ws.req(&["sh", "-c", &sh]);
     req.write.push("dist/chrome-sandbox".into());
-    let e = run(&req).map(|r| r.exit_code);
+    let e = run(&req).map(|r| r.outcome.code());
     assert!(
-        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("is a privileged program (setuid")
+        matches!(&e, Err(SandboxError::GrantRefused { message: m, .. }) if m.contains("is a privileged program (setuid")
             && m.contains("chmod u-s")),
         "{e:?}"
     );
@@ -205,9 +205,9 @@ fn r0101_privileged_programs_refuse_landlock_only_runs_and_file_grants() {
     let mut req = ws.req(&["sh", "-c", &sh]);
     req.writable = true;
     req.degraded = Some(Mode::LandlockOnly);
-    let e = run(&req).map(|r| r.exit_code);
+    let e = run(&req).map(|r| r.outcome.code());
     assert!(
-        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("landlock-only mode cannot keep privileged programs")
+        matches!(&e, Err(SandboxError::Unsupported { message: m, .. }) if m.contains("landlock-only mode cannot keep privileged programs")
             && m.contains(&real(&suid).display().to_string()) && m.contains("chmod u-s")),
         "{e:?}"
     );
@@ -215,7 +215,7 @@ fn r0101_privileged_programs_refuse_landlock_only_runs_and_file_grants() {
     // Control: with the bit cleared the same run works.
     chmod(&suid, 0o755);
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert!(marker.exists());
 }
 
@@ -542,9 +542,9 @@ fn r0112_a_setgid_file_without_group_execute_cannot_become_a_setgid_program() {
     // A file grant that is such a file cannot also be read-only.
     let mut req = ws.req(&["true"]);
     req.write.push("dist/tool".into());
-    let e = run(&req).map(|r| r.exit_code);
+    let e = run(&req).map(|r| r.outcome.code());
     assert!(
-        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("is a privileged program (setgid to gid")),
+        matches!(&e, Err(SandboxError::GrantRefused { message: m, .. }) if m.contains("is a privileged program (setgid to gid")),
         "{e:?}"
     );
     if !landlock_only_available("r0112") {
@@ -553,9 +553,9 @@ fn r0112_a_setgid_file_without_group_execute_cannot_become_a_setgid_program() {
     let mut req = ws.req(&["true"]);
     req.writable = true;
     req.degraded = Some(Mode::LandlockOnly);
-    let e = run(&req).map(|r| r.exit_code);
+    let e = run(&req).map(|r| r.outcome.code());
     assert!(
-        matches!(&e, Err(SandboxError::BadRequest(m)) if m.contains("landlock-only mode cannot keep privileged programs")
+        matches!(&e, Err(SandboxError::Unsupported { message: m, .. }) if m.contains("landlock-only mode cannot keep privileged programs")
             && m.contains(&real(&tool).display().to_string())),
         "{e:?}"
     );

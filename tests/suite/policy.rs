@@ -310,7 +310,9 @@ timeout = "20s"
             args.extend(line.iter().copied());
             let o = run(&args);
             assert_eq!(code(&o), 125, "{line:?}: {}", String::from_utf8_lossy(&o.stderr));
-            assert!(String::from_utf8_lossy(&o.stdout).contains("\"verdict\":\"refused\""));
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+            assert_eq!(v["error"]["kind"], "refused-by-policy", "{v}");
+            assert_eq!(v["writable"], false, "{v}");
         }
         assert_eq!(ws.snapshot(), before, "nothing ran");
         let multi = run(&["exec", "--policy", &p, "--sh", "--", "echo", "two"]);

@@ -426,8 +426,8 @@ fn executables_on_host() -> BTreeSet<String> {
 /// Whether a `command -p` (which ignores PATH) is planned.
 fn uses_default_path(cmds: &[PlannedCommand]) -> bool {
     cmds.iter().any(|c| {
-        let opts = c.argv.iter().skip(1).take_while(|w| w.starts_with('-') && w.as_str() != "--");
-        (c.argv.first().is_some_and(|n| n == "command") && opts.into_iter().any(|w| w.contains('p')))
+        let opts = c.argv.iter().skip(1).take_while(|w| w.to_string().starts_with('-') && w.as_str() != "--");
+        (c.argv.first().is_some_and(|n| n == "command") && opts.into_iter().any(|w| w.to_string().contains('p')))
             || uses_default_path(&c.runs)
     })
 }

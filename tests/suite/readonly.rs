@@ -33,7 +33,7 @@ fn r0001_find_delete_in_read_only_workspace_changes_nothing() {
     let before = ws.snapshot();
     let target = ws.path().display().to_string();
     let r = run_ok(&ws.req(&["find", &target, "-mindepth", "1", "-delete"]));
-    assert_ne!(r.exit_code, Some(0));
+    assert_ne!(r.outcome.code(), Some(0));
     assert!(stderr(&r).contains("Read-only file system"), "expected EROFS, got: {}", stderr(&r));
     assert_eq!(ws.snapshot(), before, "the read-only workspace changed");
     assert!(!r.writable);
@@ -42,7 +42,7 @@ fn r0001_find_delete_in_read_only_workspace_changes_nothing() {
     let mut req = ws.req(&["find", &target, "-mindepth", "1", "-delete"]);
     req.writable = true;
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     assert!(ws.snapshot().is_empty(), "the writable control did not delete the tree");
 }
 

@@ -9,7 +9,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use portcullis::policy::{Verdict, WorkspacePolicy};
+use portcullis::policy::WorkspacePolicy;
 use portcullis::sandbox::{ExecRequest, Mode, RefusedWrites, ReportState, SAMPLE_CAP};
 
 use super::util::*;
@@ -77,7 +77,7 @@ fn r0120_control_writable_run_lands_the_same_writes_unreported() {
 fn r0121_pure_readers_report_nothing() {
     let ws = Ws::new();
     let r = sh(&ws, "cat README.md src/main.rs >/dev/null; ls -R >/dev/null; grep -r fn . >/dev/null; find . -type f >/dev/null; echo done > /dev/null", |_| {});
-    assert_eq!(r.exit_code, Some(0), "{}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
     let w = observed(&r);
     assert_eq!((w.count, w.unresolved), (0, 0), "{w:?}");
     assert!(w.sample.is_empty());
@@ -135,12 +135,17 @@ fn r0125_policy_key_switches_the_report_off() {
         [("", true), ("report_refused_writes = true\n", true), ("report_refused_writes = false\n", false)]
     {
         let p = WorkspacePolicy::from_toml(&text(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
-        let checker = p.checker().unwrap_or_else(|e| panic!("{e}"));
-        let Verdict::Accepted(plan) = checker.check_argv(&["touch".to_string(), "x".to_string()]) else {
-            panic!("touch refused under {line:?}")
-        };
-        let req = p.exec_request(&plan, false).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(req.report_refused_writes, want, "{line:?}");
+        let runner = portcullis::runner::Runner::builder()
+            .policy(p)
+            .sandbox(super::util::sandbox())
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap_or_else(|e| panic!("{e}"));
+        let prepared = rt
+            .block_on(runner.prepare(&["touch".into(), "x".into()], &Default::default()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let portcullis::runner::Prepared::Ready(ready) = prepared else { panic!("touch refused under {line:?}") };
+        assert_eq!(ready.request.report_refused_writes, want, "{line:?}");
     }
 }
 
@@ -242,7 +247,7 @@ fn r0128_under_another_seccomp_listener_the_report_is_unavailable_and_the_run_go
     assert_eq!(w["state"], "unavailable", "{v}");
     assert!(w["reason"].as_str().is_some_and(|r| r.contains("already installed")), "{w}");
     // The command ran, and the kernel still refused its write.
-    assert_eq!(v["exit_code"], 1, "{v}");
+    assert_eq!(v["outcome"]["code"], 1, "{v}");
     assert!(v["stderr"].as_str().is_some_and(|s| s.contains("Read-only file system")), "{v}");
     assert!(!ws.join("x").exists());
     // Control: without the other listener the same run is observed.

@@ -97,7 +97,7 @@ fn r0085_a_toolchain_in_a_mode_700_home_runs_and_the_command_stays_nobody() {
     req.read.push(tool.clone());
     req.write.push("/tmp".into());
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "the tool runs from the mode-700 home: {}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "the tool runs from the mode-700 home: {}", stderr(&r));
     assert_eq!(stdout(&r), "toolchain-data-7\n");
     // From outside: the file the command made in the host's /tmp (not
     // idmapped) belongs to the command's host uid: nobody for root.
@@ -152,7 +152,7 @@ fn r0085_a_toolchain_in_a_mode_700_home_runs_and_the_command_stays_nobody() {
     }
     // Control: made readable to others, the same root works.
     chmod(other.path(), 0o755);
-    assert_eq!(run_ok(&req).exit_code, Some(0));
+    assert_eq!(run_ok(&req).outcome.code(), Some(0));
 }
 
 #[test]

@@ -116,60 +116,86 @@ fn r0180_every_row_of_the_access_table() {
         name: &'static str,
         asked_writable: bool,
         asked_grants: Vec<&'static str>,
-        answer: Decision,
+        /// The gate's answer, for a workspace whose real path is given.
+        answer: fn(&Path) -> Decision,
         lands: &'static [&'static str],
     }
-    let rows = |ws: &Path| {
-        let sub = real(&ws.join("sub"));
-        let other = real(&ws.join("other"));
-        vec![
-            Row { name: "writable, gate allows", asked_writable: true, asked_grants: vec![], answer: allow(true, None), lands: &["probe", "sub/probe"] },
-            Row { name: "writable, gate takes it away", asked_writable: true, asked_grants: vec![], answer: allow(false, None), lands: &[] },
-            Row { name: "read-only, gate tries to grant", asked_writable: false, asked_grants: vec![], answer: allow(true, None), lands: &[] },
-            Row { name: "read-only, gate allows", asked_writable: false, asked_grants: vec![], answer: allow(false, None), lands: &[] },
-            Row { name: "writable, gate narrows to sub", asked_writable: true, asked_grants: vec![], answer: allow(true, Some(vec![sub.clone()])), lands: &["sub/probe"] },
-            Row { name: "grant sub, gate widens to sub and the workspace", asked_writable: false, asked_grants: vec!["sub"], answer: allow(true, Some(vec![sub.clone(), real(ws)])), lands: &["sub/probe"] },
-            Row { name: "grant other, gate names sub", asked_writable: false, asked_grants: vec!["other"], answer: allow(false, Some(vec![sub, other])), lands: &[] },
-        ]
-    };
+    let rows = vec![
+        Row {
+            name: "writable, gate allows",
+            asked_writable: true,
+            asked_grants: vec![],
+            answer: |_| allow(true, None),
+            lands: &["probe", "sub/probe"],
+        },
+        Row {
+            name: "writable, gate takes it away",
+            asked_writable: true,
+            asked_grants: vec![],
+            answer: |_| allow(false, None),
+            lands: &[],
+        },
+        Row {
+            name: "read-only, gate tries to grant",
+            asked_writable: false,
+            asked_grants: vec![],
+            answer: |_| allow(true, None),
+            lands: &[],
+        },
+        Row {
+            name: "read-only, gate allows",
+            asked_writable: false,
+            asked_grants: vec![],
+            answer: |_| allow(false, None),
+            lands: &[],
+        },
+        Row {
+            name: "writable, gate narrows to sub",
+            asked_writable: true,
+            asked_grants: vec![],
+            answer: |ws| allow(false, Some(vec![ws.join("sub")])),
+            lands: &["sub/probe"],
+        },
+        Row {
+            name: "grant sub, gate widens to sub and the workspace",
+            asked_writable: false,
+            asked_grants: vec!["sub"],
+            answer: |ws| allow(true, Some(vec![ws.join("sub"), ws.to_path_buf()])),
+            lands: &["sub/probe"],
+        },
+        Row {
+            name: "grant other, gate names sub",
+            asked_writable: false,
+            asked_grants: vec!["other"],
+            answer: |ws| allow(false, Some(vec![ws.join("sub")])),
+            lands: &[],
+        },
+    ];
     for refuse_writable in [true, false] {
         // Either way, a refusal runs nothing.
         let ws = Ws::new();
         let audit = Arc::new(Mem::default());
-        let r = runner(&ws, Some(Fixed::new(Decision::Refuse { reason: "needs review".into(), rule: None })), Some(audit.clone()));
+        let r = runner(
+            &ws,
+            Some(Fixed::new(Decision::Refuse { reason: "needs review".into(), rule: None })),
+            Some(audit.clone()),
+        );
         let opts = ExecOptions { writable: refuse_writable, ..Default::default() };
         match exec(&r, &["sh", "-c", "echo x > probe"], &opts) {
             Ok(Exec::Refused(f)) => {
                 assert_eq!(f.kind, RefusalKind::RefusedByGate);
-                assert_eq!(f.reason, "needs review");
+                assert_eq!(f.message, "needs review");
             }
             other => panic!("a refusing gate let it run: {other:?}"),
         }
         assert!(!ws.join("probe").exists(), "nothing runs after a refusal");
         assert_eq!(audit.kinds(), ["denied"]);
     }
-    let probe_ws = Ws::new();
-    for row in rows(probe_ws.path()) {
+    for row in rows {
         let ws = Ws::new();
         ws.write("sub/.keep", "");
         ws.write("other/.keep", "");
-        // The rows name paths of their own workspace.
-        let answer = match &row.answer {
-            Decision::Allow { writable, write_grants, rule } => Decision::Allow {
-                writable: *writable,
-                write_grants: write_grants.as_ref().map(|gs| {
-                    gs.iter()
-                        .map(|g| {
-                            let rel = g.strip_prefix(real(probe_ws.path())).unwrap_or(Path::new(""));
-                            real(ws.path()).join(rel)
-                        })
-                        .map(|p| PathBuf::from(p.to_string_lossy().trim_end_matches('/')))
-                        .collect()
-                }),
-                rule: rule.clone(),
-            },
-            d => d.clone(),
-        };
+        let answer = (row.answer)(&real(ws.path()));
         let r = runner(&ws, Some(Fixed::new(answer)), None);
         let opts = ExecOptions {
             writable: row.asked_writable,
@@ -341,7 +367,13 @@ fn r0183_a_refused_rm_rf_is_intact_and_audited_as_refused() {
     let events: Vec<String> = log_lines(&log).iter().map(|l| l["event"].as_str().unwrap_or("").to_string()).collect();
     assert_eq!(events, ["denied", "denied", "allowed", "outcome"]);
     let o = cli().args(["audit", "verify"]).arg(&log).output().unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(o.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// Two commands at once over one workspace through one runner: the

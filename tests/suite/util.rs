@@ -253,7 +253,7 @@ pub fn probe_in<S: AsRef<str>>(ws: &Ws, ops: &[S], tweak: impl FnOnce(&mut ExecR
     req.read.push(pd.dir.path().to_path_buf());
     tweak(&mut req);
     let r = run_ok(&req);
-    assert_eq!(r.exit_code, Some(0), "probe failed: {}", stderr(&r));
+    assert_eq!(r.outcome.code(), Some(0), "probe failed: {}", stderr(&r));
     probe_results(&stdout(&r))
 }
 
