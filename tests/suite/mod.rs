@@ -21,6 +21,7 @@ mod limits;
 mod links_review;
 mod meta;
 mod modes_review;
+mod observe_review;
 mod policy;
 mod policy_corpus;
 mod policy_diff;
