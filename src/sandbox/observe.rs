@@ -315,14 +315,17 @@ fn decide(n: &libc::seccomp_notif, listener: &OwnedFd, rules: &Rules, root: &mut
             base: Some(Base { fd, shown }),
         })],
     };
-    if root.is_none() {
-        // Every process of the run shares one root: chroot, pivot_root and
-        // new mount namespaces are refused by the main filter.
-        *root = open_proc(pid, "root").ok();
-    }
+    // Every process of the run shares one root: chroot, pivot_root and new
+    // mount namespaces are refused by the main filter. It is kept only once
+    // `ID_VALID` has shown that `pid` still named the caller: the root of a
+    // process that took a recycled pid must not serve the rest of the run.
+    let fresh = if root.is_none() { open_proc(pid, "root").ok() } else { None };
     // Only now is it known that `pid` still named the caller throughout.
     if !id_valid(listener, n.id) {
         return Verdict::Gone;
+    }
+    if fresh.is_some() {
+        *root = fresh;
     }
     let Some(root) = root.as_ref() else { return Verdict::Unresolved };
     let mut got = Vec::with_capacity(files.len());
@@ -485,8 +488,14 @@ fn is_special(kind: u32) -> bool {
 impl Ctx<'_> {
     /// Open `path` (O_PATH) as the command would reach it from `base`.
     fn open(&self, f: &Named, path: &[u8], flags: i32) -> io::Result<OwnedFd> {
+        self.open_from(f.base.as_ref(), path, flags)
+    }
+
+    /// Open `path` (O_PATH) as the command would reach it from `base` (the
+    /// root for `None`).
+    fn open_from(&self, base: Option<&Base>, path: &[u8], flags: i32) -> io::Result<OwnedFd> {
         let in_root = |p: &[u8]| openat2(self.root, p, flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS);
-        match &f.base {
+        match base {
             None => in_root(path),
             Some(base) => match openat2(base.fd.as_fd(), path, flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) {
                 // A `..` above the directory or an absolute symbolic link:
@@ -548,8 +557,50 @@ impl Ctx<'_> {
 
     fn judge(&self, op: Op, n: &libc::seccomp_notif, files: &[Named]) -> io::Result<Verdict> {
         match self.judge_call(op, n, files) {
+            // Resolved here, a path into the command's /proc stops where the
+            // kernel, resolving for the command, goes on: at a magic link
+            // (`/proc/2/fd/3`: ELOOP) or at `/proc/self`, which names the
+            // resolver and so nothing for us (ENOENT). Such a write may
+            // well be refused (`exec 3<f; echo >>/dev/fd/3`): unresolved.
+            Err(e) if fails_first(&e) && files.iter().any(|f| self.via_proc(f.base.as_ref(), &f.path, 8)) => {
+                Ok(Verdict::Unresolved)
+            }
             Err(e) if fails_first(&e) => Ok(Verdict::NotRefused),
             r => r,
+        }
+    }
+
+    /// Whether resolving `path` from `base` stops inside a procfs: the
+    /// deepest prefix that resolves here (final component not followed) lies
+    /// on a procfs, or is a symbolic link whose target, with the rest of
+    /// the path, does (`/dev/fd/3` → `/proc/self/fd/3`; at most `depth`
+    /// links). Only O_PATH opens, like every other resolution here.
+    fn via_proc(&self, base: Option<&Base>, path: &[u8], depth: u8) -> bool {
+        let base = if path.first() == Some(&b'/') { None } else { base };
+        let mut p = path;
+        loop {
+            if let Ok(fd) = self.open_from(base, p, libc::O_NOFOLLOW) {
+                if on_proc(fd.as_fd()) {
+                    return true;
+                }
+                if depth == 0 || !matches!(mode_of(fd.as_fd()), Ok(libc::S_IFLNK)) {
+                    return false;
+                }
+                let Ok(target) = nix::fcntl::readlinkat(fd.as_fd(), "") else { return false };
+                let target = target.into_vec();
+                let rest = &path[p.len()..];
+                let (dir, _) = split_last(p);
+                let next = if target.first() == Some(&b'/') || dir.is_empty() {
+                    [target.as_slice(), rest].concat()
+                } else {
+                    [dir, b"/", target.as_slice(), rest].concat()
+                };
+                return self.via_proc(base, &next, depth - 1);
+            }
+            if p.is_empty() || p == b"/" {
+                return false;
+            }
+            p = split_last(p).0;
         }
     }
 
@@ -584,11 +635,10 @@ impl Ctx<'_> {
             }
             Op::Create { .. } => self.judge_create(f),
             Op::Link { .. } => match rest.first() {
-                Some(new) => match self.open(f, &f.path, libc::O_NOFOLLOW) {
-                    Ok(_) => self.judge_create(new),
-                    Err(e) if fails_first(&e) => Ok(Verdict::NotRefused),
-                    Err(e) => Err(e),
-                },
+                Some(new) => {
+                    self.open(f, &f.path, libc::O_NOFOLLOW)?;
+                    self.judge_create(new)
+                }
                 None => Ok(Verdict::NotRefused),
             },
             Op::Remove { .. } => {
@@ -702,6 +752,11 @@ impl Ctx<'_> {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Whether the object open on `fd` lies on a procfs (`PROC_SUPER_MAGIC`).
+fn on_proc(fd: BorrowedFd<'_>) -> bool {
+    nix::sys::statfs::fstatfs(fd).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC)
 }
 
 /// The mount an fd lies on (`statx` `STATX_MNT_ID`).

@@ -22,6 +22,7 @@ mod limits;
 mod links_review;
 mod meta;
 mod modes_review;
+mod observe_review;
 mod plan_run;
 mod policy;
 mod policy_corpus;
