@@ -66,7 +66,7 @@ pub struct Granted {
 
 /// Writes of one command refused in one area.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Refused {
+pub struct RefusedHere {
     /// The action's id.
     pub id: String,
     /// The command line.
@@ -89,20 +89,20 @@ pub struct AreaReport {
     pub kind: AreaKind,
     /// Commands granted write access here, in log order.
     pub granted: Vec<Granted>,
-    /// Refused writes here (sampled paths only), in all.
+    /// RefusedHere writes here (sampled paths only), in all.
     pub refused_writes: u64,
     /// Per command.
-    pub refused: Vec<Refused>,
+    pub refused: Vec<RefusedHere>,
 }
 
-/// Refused writes beyond a command's sample: no path is known for them.
+/// RefusedHere writes beyond a command's sample: no path is known for them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Unsampled {
     /// The action's id.
     pub id: String,
     /// The command line.
     pub command: String,
-    /// As in [`Refused::by`].
+    /// As in [`RefusedHere::by`].
     pub by: String,
     /// How many (the outcome's count minus its sample).
     pub count: u64,
@@ -134,9 +134,9 @@ pub struct GrantsReport {
     pub chain: VerifyReport,
     /// Per path, sorted by path.
     pub areas: Vec<AreaReport>,
-    /// Refused writes with no sampled path, per command.
+    /// RefusedHere writes with no sampled path, per command.
     pub unsampled: Vec<Unsampled>,
-    /// Refused actions, in log order.
+    /// RefusedHere actions, in log order.
     pub denied: Vec<DeniedEntry>,
     /// Lines that are not records (skipped), 1-based.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -297,7 +297,7 @@ pub fn grants(path: &Path) -> Result<GrantsReport, VerifyError> {
             if let Some(r) = areas.get_mut(&k) {
                 let count = u64::try_from(paths.len()).unwrap_or(u64::MAX);
                 r.refused_writes += count;
-                r.refused.push(Refused { id: id.clone(), command: command.clone(), by: by.clone(), count, paths });
+                r.refused.push(RefusedHere { id: id.clone(), command: command.clone(), by: by.clone(), count, paths });
             }
         }
         let beyond = rw.count.saturating_sub(u64::try_from(rw.sample.len()).unwrap_or(u64::MAX));

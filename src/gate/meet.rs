@@ -30,7 +30,7 @@ pub struct Met {
 /// The gate refused the action: nothing runs.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("refused by the gate: {reason}")]
-pub struct Refused {
+pub struct GateRefusal {
     /// Why, as the gate said it.
     pub reason: String,
     /// The rule that refused, if the gate has rules.
@@ -48,9 +48,11 @@ impl Access {
     ///   that lie within an asked grant, or within the workspace when it was
     ///   asked writable; every other path is dropped and listed in
     ///   [`Met::dropped`].
-    pub fn meet(&self, decision: &Decision, workspace: &Path) -> Result<Met, Refused> {
+    pub fn meet(&self, decision: &Decision, workspace: &Path) -> Result<Met, GateRefusal> {
         let (writable, grants, rule) = match decision {
-            Decision::Refuse { reason, rule } => return Err(Refused { reason: reason.clone(), rule: rule.clone() }),
+            Decision::Refuse { reason, rule } => {
+                return Err(GateRefusal { reason: reason.clone(), rule: rule.clone() })
+            }
             Decision::Allow { writable, write_grants, rule } => (*writable, write_grants, rule),
         };
         let mut effective = Access { writable: self.writable && writable, write_grants: Vec::new() };
@@ -163,7 +165,7 @@ mod tests {
         for a in [asked(true, &[]), asked(false, &[]), asked(false, &["/tmp"])] {
             let d = Decision::Refuse { reason: "needs review".into(), rule: Some("no-push".into()) };
             let r = a.meet(&d, Path::new(WS));
-            assert_eq!(r, Err(Refused { reason: "needs review".into(), rule: Some("no-push".into()) }));
+            assert_eq!(r, Err(GateRefusal { reason: "needs review".into(), rule: Some("no-push".into()) }));
         }
     }
 

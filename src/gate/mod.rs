@@ -17,7 +17,7 @@
 mod meet;
 pub mod rules;
 
-pub use meet::{Met, Refused};
+pub use meet::{GateRefusal, Met};
 pub use rules::Rules;
 
 use std::future::Future;

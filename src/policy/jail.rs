@@ -9,7 +9,7 @@ use crate::path::{link_in_glob_prefix, normalize_glob, touches_system_root, Deny
 
 /// What the path is wanted for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
+pub enum PathAccess {
     /// Reading: the workspace, an allowed root, or a write grant.
     Read,
     /// Writing: the workspace or a write grant. A path that does not exist
@@ -94,13 +94,13 @@ impl PathJail {
     }
 
     /// Resolve `path` (relative to the workspace, or absolute) and judge it.
-    pub fn resolve(&self, path: &Path, access: Access) -> Result<PathBuf, PolicyError> {
+    pub fn resolve(&self, path: &Path, access: PathAccess) -> Result<PathBuf, PolicyError> {
         self.resolve_in(&self.root, path, access)
     }
 
     /// Resolve `path` relative to `base` (a directory this jail accepted)
     /// and judge it.
-    pub fn resolve_in(&self, base: &Path, path: &Path, access: Access) -> Result<PathBuf, PolicyError> {
+    pub fn resolve_in(&self, base: &Path, path: &Path, access: PathAccess) -> Result<PathBuf, PolicyError> {
         let escape = |why: String| PolicyError::PathEscape { path: path.to_path_buf(), why };
         if path.as_os_str().is_empty() {
             return Err(escape("an empty path".into()));
@@ -121,7 +121,7 @@ impl PathJail {
     }
 
     /// Whether an already resolved path is acceptable.
-    fn judge(&self, real: &Path, access: Access) -> Result<(), String> {
+    fn judge(&self, real: &Path, access: PathAccess) -> Result<(), String> {
         let denied = |g: &str| format!("{} matches the deny glob {g:?}", real.display());
         if real.starts_with(&self.root) {
             return match self.deny.matching(&self.root, real) {
@@ -142,8 +142,8 @@ impl PathJail {
         }
         if allow.is_some() {
             return match access {
-                Access::Read => Ok(()),
-                Access::Write => Err(format!("{} is in a read-only root (allow_paths)", real.display())),
+                PathAccess::Read => Ok(()),
+                PathAccess::Write => Err(format!("{} is in a read-only root (allow_paths)", real.display())),
             };
         }
         Err(format!("resolves to {}, outside the workspace {}", real.display(), self.root.display()))

@@ -31,10 +31,10 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::path::DenyGlobs;
 pub use gate::{GateAnswer, GateKind, GateRule};
-pub use jail::{Access, PathJail};
+pub use jail::{PathAccess, PathJail};
 pub use shell::{
-    check_shell_command, quote_argv, quote_word, tokenize_command, CommandCtx, Decision, LinePlan, PlannedCommand,
-    PlannedRedirect, Refusal, RefusalReason, ShellChecker, Verdict,
+    check_shell_command, quote_argv, quote_word, tokenize_command, CommandCtx, LinePlan, PlannedCommand,
+    PlannedRedirect, PredicateDecision, Refusal, RefusalReason, ShellChecker, Verdict,
 };
 
 use crate::sandbox::DEFAULT_MAX_OUTPUT;
@@ -465,7 +465,7 @@ pub struct CommandRule {
 }
 
 /// The verdict of a predicate on one command.
-pub type CommandPredicate = Arc<dyn Fn(&[String], &shell::CommandCtx<'_>) -> Decision + Send + Sync>;
+pub type CommandPredicate = Arc<dyn Fn(&[String], &shell::CommandCtx<'_>) -> PredicateDecision + Send + Sync>;
 
 impl WorkspacePolicy {
     /// Read a policy file: TOML, or JSON when the name ends in `.json`. It

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::audit::{Event, RefusalKind, Status};
 use crate::gate::{Access, Action, Backend, FsAction};
-use crate::policy::{Access as JailAccess, PathJail, PolicyError, WorkspacePolicy};
+use crate::policy::{PathAccess, PathJail, PolicyError, WorkspacePolicy};
 use crate::sandbox::DEFAULT_PROTECTED;
 
 use super::{millis, new_id, Refused, RunError, Runner};
@@ -100,7 +100,7 @@ impl Runner {
             reason: None,
             rule: None,
         };
-        let (resolved, refused) = match jail.resolve(path, JailAccess::Write) {
+        let (resolved, refused) = match jail.resolve(path, PathAccess::Write) {
             Ok(real) => {
                 let why = self.protected(jail.root(), &real);
                 (real, why.map(policy_refusal))
@@ -143,9 +143,15 @@ impl Runner {
             }
         };
         if let Some(r) = refused {
-            self.record(&Event::Denied { id, action, refusal: r.kind, reason: r.message.clone(), rule: r.rule.clone() })
-                .await
-                .map_err(RunError::Audit)?;
+            self.record(&Event::Denied {
+                id,
+                action,
+                refusal: r.kind,
+                reason: r.message.clone(),
+                rule: r.rule.clone(),
+            })
+            .await
+            .map_err(RunError::Audit)?;
             return Ok(Fs::Refused(r));
         }
         let started = std::time::Instant::now();

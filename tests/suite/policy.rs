@@ -61,7 +61,7 @@ mod jail {
     use std::os::unix::fs::symlink;
     use std::path::{Path, PathBuf};
 
-    use portcullis::policy::{Access, PathJail, PolicyError, WorkspacePolicy};
+    use portcullis::policy::{PathAccess, PathJail, PolicyError, WorkspacePolicy};
 
     use super::super::util::{test_root, Ws};
 
@@ -109,14 +109,14 @@ mod jail {
             self.base.path().join("ws")
         }
 
-        fn ok(&self, p: impl AsRef<Path>, access: Access) -> PathBuf {
+        fn ok(&self, p: impl AsRef<Path>, access: PathAccess) -> PathBuf {
             match self.jail.resolve(p.as_ref(), access) {
                 Ok(r) => r,
                 Err(e) => panic!("{} refused: {e}", p.as_ref().display()),
             }
         }
 
-        fn escape(&self, p: impl AsRef<Path>, access: Access) -> String {
+        fn escape(&self, p: impl AsRef<Path>, access: PathAccess) -> String {
             match self.jail.resolve(p.as_ref(), access) {
                 Err(PolicyError::PathEscape { why, .. }) => why,
                 other => panic!("{}: want PathEscape, got {other:?}", p.as_ref().display()),
@@ -135,37 +135,44 @@ mod jail {
     fn inside_paths_resolve_to_real_paths() {
         let f = Fixture::new();
         let ws = f.ws();
-        assert_eq!(f.ok("src/main.rs", Access::Read), ws.join("src/main.rs"));
-        assert_eq!(f.ok(ws.join("src/main.rs"), Access::Read), ws.join("src/main.rs"), "absolute inside");
-        assert_eq!(f.ok("in-link/main.rs", Access::Write), ws.join("src/main.rs"), "a link that stays inside");
-        assert_eq!(f.ok("src/../src/./main.rs", Access::Read), ws.join("src/main.rs"));
-        assert_eq!(f.ok("target/new/deeper/file", Access::Write), ws.join("target/new/deeper/file"), "missing parents");
-        assert_eq!(f.ok("dangling", Access::Write), ws.join("missing-target"), "a dangling link inside");
-        assert_eq!(f.ok("ro-link/a.txt", Access::Read), f.base.path().join("ro/lib/a.txt"), "into an allowed root");
-        assert_eq!(f.ok(f.base.path().join("grant/x"), Access::Write), f.base.path().join("grant/x"));
+        assert_eq!(f.ok("src/main.rs", PathAccess::Read), ws.join("src/main.rs"));
+        assert_eq!(f.ok(ws.join("src/main.rs"), PathAccess::Read), ws.join("src/main.rs"), "absolute inside");
+        assert_eq!(f.ok("in-link/main.rs", PathAccess::Write), ws.join("src/main.rs"), "a link that stays inside");
+        assert_eq!(f.ok("src/../src/./main.rs", PathAccess::Read), ws.join("src/main.rs"));
+        assert_eq!(
+            f.ok("target/new/deeper/file", PathAccess::Write),
+            ws.join("target/new/deeper/file"),
+            "missing parents"
+        );
+        assert_eq!(f.ok("dangling", PathAccess::Write), ws.join("missing-target"), "a dangling link inside");
+        assert_eq!(f.ok("ro-link/a.txt", PathAccess::Read), f.base.path().join("ro/lib/a.txt"), "into an allowed root");
+        assert_eq!(f.ok(f.base.path().join("grant/x"), PathAccess::Write), f.base.path().join("grant/x"));
         // Leaving and coming back resolves inside: what counts is where it leads.
-        assert_eq!(f.ok("../ws/src/main.rs", Access::Read), ws.join("src/main.rs"));
+        assert_eq!(f.ok("../ws/src/main.rs", PathAccess::Read), ws.join("src/main.rs"));
     }
 
     #[test]
     fn escapes_are_refused_with_the_reason() {
         let f = Fixture::new();
-        assert!(f.escape("../ws-evil/loot", Access::Read).contains("outside the workspace"));
-        assert!(f.escape(f.base.path().join("ws-evil/loot"), Access::Read).contains("outside"), "prefix sibling");
-        assert!(f.escape("out-link/loot", Access::Read).contains("outside"), "a link leading out");
-        assert!(f.escape("src/../../ws-evil", Access::Read).contains("outside"));
-        assert!(f.escape("/etc/passwd", Access::Read).contains("outside"));
-        assert!(f.escape("/", Access::Read).contains("outside"));
-        assert!(f.escape("proc-link/etc/passwd", Access::Read).contains("/proc"), "a /proc detour");
-        assert!(f.escape("/proc/self/root/etc/passwd", Access::Read).contains("/proc"));
-        assert!(f.escape("/proc/self/cwd/src/main.rs", Access::Read).contains("/proc"), "even if it leads back");
-        assert!(f.escape("loop1", Access::Read).contains("symbolic links"));
-        assert!(f.escape("nope/../../ws-evil", Access::Write).contains("does not exist"), "`..` after a missing part");
-        assert!(f.escape("secrets/key", Access::Read).contains("secrets/**"));
-        assert!(f.escape("secrets", Access::Read).contains("secrets/**"));
-        assert!(f.escape("src/.env.local", Access::Write).contains(".env*"));
-        assert!(f.escape("ro-link/a.txt", Access::Write).contains("read-only root"), "allowed roots are read-only");
-        assert!(f.escape("", Access::Read).contains("empty"));
+        assert!(f.escape("../ws-evil/loot", PathAccess::Read).contains("outside the workspace"));
+        assert!(f.escape(f.base.path().join("ws-evil/loot"), PathAccess::Read).contains("outside"), "prefix sibling");
+        assert!(f.escape("out-link/loot", PathAccess::Read).contains("outside"), "a link leading out");
+        assert!(f.escape("src/../../ws-evil", PathAccess::Read).contains("outside"));
+        assert!(f.escape("/etc/passwd", PathAccess::Read).contains("outside"));
+        assert!(f.escape("/", PathAccess::Read).contains("outside"));
+        assert!(f.escape("proc-link/etc/passwd", PathAccess::Read).contains("/proc"), "a /proc detour");
+        assert!(f.escape("/proc/self/root/etc/passwd", PathAccess::Read).contains("/proc"));
+        assert!(f.escape("/proc/self/cwd/src/main.rs", PathAccess::Read).contains("/proc"), "even if it leads back");
+        assert!(f.escape("loop1", PathAccess::Read).contains("symbolic links"));
+        assert!(
+            f.escape("nope/../../ws-evil", PathAccess::Write).contains("does not exist"),
+            "`..` after a missing part"
+        );
+        assert!(f.escape("secrets/key", PathAccess::Read).contains("secrets/**"));
+        assert!(f.escape("secrets", PathAccess::Read).contains("secrets/**"));
+        assert!(f.escape("src/.env.local", PathAccess::Write).contains(".env*"));
+        assert!(f.escape("ro-link/a.txt", PathAccess::Write).contains("read-only root"), "allowed roots are read-only");
+        assert!(f.escape("", PathAccess::Read).contains("empty"));
     }
 
     #[test]
@@ -174,7 +181,7 @@ mod jail {
         let b = f.base.path();
         // A link whose name is denied is refused, as the sandbox masks it.
         mk(symlink("src/main.rs", f.ws().join(".env.local")));
-        assert!(f.escape(".env.local", Access::Read).contains(".env*"));
+        assert!(f.escape(".env.local", PathAccess::Read).contains(".env*"));
         // A grant spelled inside the workspace through a link that leads out
         // grants nothing outside (the sandbox refuses it).
         mk(symlink(b.join("ws-evil"), f.ws().join("cache")));
@@ -189,7 +196,7 @@ mod jail {
         };
         for target in [b.join("ws-evil/loot"), f.ws().join("cache/loot")] {
             assert!(
-                matches!(jail.resolve(&target, Access::Write), Err(PolicyError::PathEscape { .. })),
+                matches!(jail.resolve(&target, PathAccess::Write), Err(PolicyError::PathEscape { .. })),
                 "{} must not be writable",
                 target.display()
             );
@@ -201,7 +208,7 @@ mod jail {
             Ok(j) => j,
             Err(e) => panic!("{e}"),
         };
-        assert!(jail.resolve(&b.join("ws-evil/loot"), Access::Write).is_ok());
+        assert!(jail.resolve(&b.join("ws-evil/loot"), PathAccess::Write).is_ok());
         // A deny glob whose directories go through a link would match
         // nothing: the policy is refused, naming it.
         mk(symlink("src", f.ws().join("srclink")));
@@ -218,10 +225,10 @@ mod jail {
         let f = Fixture::new();
         let name = OsStr::from_bytes(b"caf\xe9-\xff.txt");
         mk(std::fs::write(f.ws().join(name), "x"));
-        assert_eq!(f.ok(Path::new(name), Access::Read), f.ws().join(name));
-        assert_eq!(f.ok(Path::new("src").join(name), Access::Write), f.ws().join("src").join(name));
+        assert_eq!(f.ok(Path::new(name), PathAccess::Read), f.ws().join(name));
+        assert_eq!(f.ok(Path::new("src").join(name), PathAccess::Write), f.ws().join("src").join(name));
         let out = Path::new("..").join(OsStr::from_bytes(b"ws-evil")).join(name);
-        assert!(f.escape(out, Access::Write).contains("outside"));
+        assert!(f.escape(out, PathAccess::Write).contains("outside"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::gate::{Access, Backend, Refused};
+use crate::gate::{Access, Backend, GateRefusal};
 use crate::policy::{Interpreter, PolicyError, WorkspacePolicy};
 
 /// A workspace directory (its real path) and the temporary dir holding it.
@@ -428,7 +428,7 @@ fn with_the_meet_the_trio_gives_what_the_examples_promise() {
     assert_eq!(m.dropped, vec![tmp]);
     // git push: refused, with the rule.
     let e = meet(&shell(&fx, vec![pc(&["git", "push"])], writable()));
-    assert!(matches!(e, Err(Refused { rule: Some(ref n), .. }) if n == "no-push"), "{e:?}");
+    assert!(matches!(e, Err(GateRefusal { rule: Some(ref n), .. }) if n == "no-push"), "{e:?}");
 }
 
 #[test]

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 pub use argv::{quote_argv, quote_word, tokenize_command};
 
-use super::{Access, Interpreter, PathJail, PolicyError, WorkspacePolicy};
+use super::{Interpreter, PathAccess, PathJail, PolicyError, WorkspacePolicy};
 use rules::Rules;
 use sh::{Event, RedirOp, SimpleCommand, Word};
 
@@ -106,7 +106,7 @@ impl std::error::Error for Refusal {}
 
 /// A predicate's decision on one command.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub enum PredicateDecision {
     /// The command may run (other rules still apply).
     Allow,
     /// The command is refused (`not-allowed`), optionally saying why.
@@ -226,7 +226,7 @@ impl<'p> ShellChecker<'p> {
     /// be inside the jail) instead of the workspace root: redirections and
     /// `cd` are resolved from there.
     pub fn with_cwd(mut self, cwd: &Path) -> Result<Self, PolicyError> {
-        self.cwd = self.jail.resolve(cwd, Access::Read)?;
+        self.cwd = self.jail.resolve(cwd, PathAccess::Read)?;
         Ok(self)
     }
 
@@ -372,8 +372,8 @@ impl<'p> ShellChecker<'p> {
         for r in &cmd.redirs {
             let access = match r.op {
                 RedirOp::Dup | RedirOp::HereDoc => continue,
-                RedirOp::Read => Access::Read,
-                RedirOp::Write | RedirOp::Append | RedirOp::ReadWrite => Access::Write,
+                RedirOp::Read => PathAccess::Read,
+                RedirOp::Write | RedirOp::Append | RedirOp::ReadWrite => PathAccess::Write,
             };
             if !r.target.is_literal() {
                 return Err(refuse(
@@ -438,7 +438,7 @@ impl<'p> ShellChecker<'p> {
         let escape = |why: String| refuse(RefusalReason::PathEscape, src, format!("cd directory `{dir}`: {why}"));
         for cwd in cwds {
             let physical =
-                self.judge_path(dir, Access::Read, std::slice::from_ref(&cwd.physical), src, "cd directory")?;
+                self.judge_path(dir, PathAccess::Read, std::slice::from_ref(&cwd.physical), src, "cd directory")?;
             for p in physical {
                 out.push(Cwd { logical: p.clone(), physical: p });
             }
@@ -453,7 +453,7 @@ impl<'p> ShellChecker<'p> {
                     logical.display()
                 )));
             }
-            let real = self.jail.resolve(&logical, Access::Read).map_err(|e| match e {
+            let real = self.jail.resolve(&logical, PathAccess::Read).map_err(|e| match e {
                 PolicyError::PathEscape { why, .. } => escape(why),
                 e => escape(crate::error_chain(&e)),
             })?;
@@ -467,14 +467,14 @@ impl<'p> ShellChecker<'p> {
     fn judge_path(
         &self,
         path: &str,
-        access: Access,
+        access: PathAccess,
         cwds: &[PathBuf],
         src: &str,
         what: &str,
     ) -> Result<Vec<PathBuf>, Refusal> {
         let devices = match access {
-            Access::Read => READ_DEVICES,
-            Access::Write => WRITE_DEVICES,
+            PathAccess::Read => READ_DEVICES,
+            PathAccess::Write => WRITE_DEVICES,
         };
         if devices.contains(&path) {
             return Ok(vec![PathBuf::from(path)]);

@@ -5,7 +5,7 @@ use std::ops::Range;
 use std::path::Path;
 
 use super::sh::{is_digits, is_name, Word};
-use super::{quote_word, CommandCtx, Decision, PlannedCommand, Refusal, RefusalReason};
+use super::{quote_word, CommandCtx, PlannedCommand, PredicateDecision, Refusal, RefusalReason};
 use crate::policy::{is_startup_var, DenyPattern, RuleAction, ShellPolicy};
 
 /// Deepest chain of wrappers followed (`nice timeout env … cmd`).
@@ -382,7 +382,7 @@ impl<'p> Rules<'p> {
             let texts: Vec<String> = args.iter().map(|a| a.text.clone()).collect();
             let dynamic: Vec<bool> = args.iter().map(|a| a.dynamic).collect();
             let cctx = CommandCtx { line: ctx.line, via, dynamic: &dynamic, workspace: ctx.workspace };
-            if let Decision::Deny(why) = pred(&texts, &cctx) {
+            if let PredicateDecision::Deny(why) = pred(&texts, &cctx) {
                 let why = why.unwrap_or_else(|| "this workspace's policy refuses it".into());
                 return Err(self.refusal(RefusalReason::NotAllowed, args, format!("`{shown_cmd}`: {why}")));
             }

@@ -28,9 +28,9 @@ fn the_predicate_sees_every_command_and_can_refuse_with_a_reason() {
                 v.push((argv.to_vec(), ctx.via.to_vec()));
             }
             if argv.first().map(String::as_str) == Some("git") && argv.get(1).map(String::as_str) == Some("push") {
-                Decision::Deny(Some("CI pushes.".into()))
+                PredicateDecision::Deny(Some("CI pushes.".into()))
             } else {
-                Decision::Allow
+                PredicateDecision::Allow
             }
         })),
         ..ShellPolicy::default()
