@@ -39,13 +39,32 @@ pub fn run(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) 
 
 enum Never {}
 
+/// The command's process, one line per step (see `Step`).
 fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) -> Result<Never, Fail> {
     nix::unistd::setsid().map_err(|e| Fail::io(Step::NewSession, errno(e)))?;
     nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
-        .map_err(|e| Fail::io(Step::NewSession, errno(e)))?;
-    let cwd = CString::new(spec.cwd.clone()).map_err(|_| Fail::errno(Step::Chdir, libc::EINVAL))?;
-    nix::unistd::chdir(cwd.as_c_str()).map_err(|e| Fail::io(Step::Chdir, errno(e)))?;
+        .map_err(|e| Fail::io(Step::UnblockSignals, errno(e)))?;
+    change_dir(spec)?;
+    set_rlimits(spec)?;
+    drop_privileges(spec)?;
+    nix::sys::prctl::set_no_new_privs().map_err(|e| Fail::io(Step::NoNewPrivs, errno(e)))?;
+    let mut applied = restrict_writes(spec, via)?;
+    crate::sys::close_range_from(3, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::CloseFds, e))?;
+    crate::notify::start(prep.observer.as_ref())?;
+    applied.seccomp = true;
+    seccomp(&prep.filter)?;
+    crate::report(report, Record::Applied(applied));
+    Err(exec(prep))
+}
 
+/// `Chdir`.
+fn change_dir(spec: &SpawnSpec) -> Result<(), Fail> {
+    let cwd = CString::new(spec.cwd.clone()).map_err(|_| Fail::errno(Step::Chdir, libc::EINVAL))?;
+    nix::unistd::chdir(cwd.as_c_str()).map_err(|e| Fail::io(Step::Chdir, errno(e)))
+}
+
+/// `Rlimits`: exactly the spec's.
+fn set_rlimits(spec: &SpawnSpec) -> Result<(), Fail> {
     for r in &spec.rlimits {
         let res = match r.resource {
             RlimitKind::Nproc => Resource::RLIMIT_NPROC,
@@ -55,10 +74,13 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) ->
         };
         setrlimit(res, r.value, r.value).map_err(|e| Fail::io(Step::Rlimits, errno(e)))?;
     }
+    Ok(())
+}
 
-    // A root caller in landlock-only mode: the command stays uid 0 (so that a
-    // root-owned workspace it may write stays writable) but holds no
-    // capability, cannot get one back at execve, and cannot unlock that.
+/// `DropCaps`. A root caller in landlock-only mode: the command stays uid 0
+/// (so that a root-owned workspace it may write stays writable) but holds
+/// no capability, cannot get one back at execve, and cannot unlock that.
+fn drop_privileges(spec: &SpawnSpec) -> Result<(), Fail> {
     let root_without_userns = spec.mode == Mode::LandlockOnly && nix::unistd::getuid().is_root();
     if root_without_userns {
         lock_root().map_err(|e| Fail::io(Step::DropCaps, e))?;
@@ -67,8 +89,11 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) ->
     if root_without_userns {
         check_root_locked().map_err(|e| Fail::io(Step::DropCaps, e))?;
     }
-    nix::sys::prctl::set_no_new_privs().map_err(|e| Fail::io(Step::NoNewPrivs, errno(e)))?;
+    Ok(())
+}
 
+/// `Landlock` (unless a debug test switch skips it), and what is in force.
+fn restrict_writes(spec: &SpawnSpec, via: CloneCall) -> Result<Applied, Fail> {
     let mut applied = Applied {
         readonly_mounts: !(cfg!(debug_assertions) && spec.test_switches.skip_readonly),
         clone: via,
@@ -79,13 +104,7 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) ->
     } else {
         applied.landlock_abi = crate::sys::landlock_abi();
     }
-
-    crate::sys::close_range_from(3, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::CloseFds, e))?;
-    crate::notify::start(prep.observer.as_ref())?;
-    applied.seccomp = true;
-    seccomp(&prep.filter)?;
-    crate::report(report, Record::Applied(applied));
-    Err(exec(prep))
+    Ok(applied)
 }
 
 /// Clear the bounding set first (it needs CAP_SETPCAP, still effective),
@@ -255,17 +274,17 @@ fn landlock(spec: &SpawnSpec, applied: &mut Applied) -> Result<(), Fail> {
 /// only processes of their own (and nested) domains.
 pub fn scope_signals() -> Result<(), Fail> {
     if crate::sys::landlock_abi() < 6 {
-        return Err(Fail::errno(Step::Landlock, libc::EOPNOTSUPP));
+        return Err(Fail::errno(Step::ScopeSignals, libc::EOPNOTSUPP));
     }
-    let fail = |_: &dyn std::fmt::Display| Fail::errno(Step::Landlock, libc::EINVAL);
-    nix::sys::prctl::set_no_new_privs().map_err(|e| Fail::io(Step::NoNewPrivs, errno(e)))?;
+    let fail = |_: &dyn std::fmt::Display| Fail::errno(Step::ScopeSignals, libc::EINVAL);
+    nix::sys::prctl::set_no_new_privs().map_err(|e| Fail::io(Step::ScopeSignals, errno(e)))?;
     // Every layer of a Landlock domain refuses `Refer` (linking or renaming
     // into another directory) unless it grants it, even a layer that handles
     // no filesystem right at all: without this rule, every cross-directory
     // rename or link in the command's writable areas failed with EXDEV. This
     // layer handles `Refer` alone and grants it everywhere, so the command's
     // own ruleset, nested inside, is what decides.
-    let root = PathFd::new("/").map_err(|_| Fail::errno(Step::Landlock, libc::ENOENT))?;
+    let root = PathFd::new("/").map_err(|_| Fail::errno(Step::ScopeSignals, libc::ENOENT))?;
     let status = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::Refer)
@@ -279,7 +298,7 @@ pub fn scope_signals() -> Result<(), Fail> {
         .restrict_self()
         .map_err(|e| fail(&e))?;
     if status.ruleset == RulesetStatus::NotEnforced {
-        return Err(Fail::errno(Step::Landlock, libc::EOPNOTSUPP));
+        return Err(Fail::errno(Step::ScopeSignals, libc::EOPNOTSUPP));
     }
     Ok(())
 }

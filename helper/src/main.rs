@@ -44,9 +44,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use portcullis_helper::report::{
-    CloneCall, Record, Step, CLONE_DETAIL_CGROUP_PROCS, CLONE_DETAIL_CLONE, CLONE_DETAIL_CLONE3, NO_DETAIL,
-};
+use portcullis_helper::report::{CloneCall, Record, Step, CLONE_DETAIL_CLONE, CLONE_DETAIL_CLONE3, NO_DETAIL};
 use portcullis_helper::spec::{Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
 use portcullis_helper::CGROUP_FD;
 use portcullis_helper::{filter, observe, LIFELINE_FD, OBSERVE_FD, REPORT_FD, SPEC_FD};
@@ -192,97 +190,143 @@ fn prepare(spec: &SpawnSpec) -> Result<Prepared, Fail> {
     Ok(Prepared { argv, envp, candidates, filter, observer })
 }
 
+/// The outer helper, one line per step (see `Step`, in this order): pid 1
+/// goes on in [`pid1`], the command in `command::setup`.
 fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
-    // Keep 0-2 and the protocol fds; anything else inherited is closed, and
-    // the protocol fds become close-on-exec so the command never sees them.
-    sys::close_range_from(OBSERVE_FD as u32 + 1, 0).map_err(|e| Fail::io(Step::Sanitize, e))?;
-    sys::close_range_from(SPEC_FD as u32, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::Sanitize, e))?;
+    sanitize_fds()?;
     let spec = read_spec()?;
     let prep = prepare(&spec)?;
-    // SAFETY: fd 5 is the lifeline the library passed; nothing else owns it.
-    let lifeline = unsafe { sys::adopt(LIFELINE_FD) };
-    let cgroup = if spec.cgroup {
-        // SAFETY: fd 6 is the cgroup directory the library passed.
-        Some(unsafe { sys::adopt(CGROUP_FD) })
-    } else {
-        None
-    };
-
-    // Block the signals we handle; the command unblocks them before exec.
-    let set = handled_signals();
-    nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None)
-        .map_err(|e| Fail::io(Step::Sanitize, errno(e)))?;
-    let (chan_outer, chan_pid1) = chan::pair().map_err(|e| Fail::io(Step::Clone, e))?;
-
-    if nix::unistd::getuid().is_root() {
-        // A root caller: drop host root's supplementary groups, which no
-        // mapping could hide (setgroups is denied inside), and which the
-        // landlock-only mode's uid-0 command must not keep either.
-        nix::unistd::setgroups(&[]).map_err(|e| Fail::io(Step::DenySetgroups, errno(e)))?;
-    }
-
-    // The network namespace is not made by clone3: the outer helper makes it
-    // on the other core while pid 1 builds the root (see `parallel_netns`).
-    // The landlock-only mode makes no namespace at all; then both this
-    // process and pid 1 become child subreapers, so that nothing the command
-    // starts (setsid, double fork) escapes the final sweep.
-    let full = spec.mode == Mode::Full;
-    let flags = if full {
-        (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64
-    } else {
-        let ids = nix::unistd::getresuid().map_err(|e| Fail::io(Step::Clone, errno(e)))?;
-        let roots = [ids.real, ids.effective, ids.saved].iter().filter(|u| u.is_root()).count();
-        if roots != 0 && roots != 3 {
-            // A root effective or saved uid behind an unprivileged real one
-            // (or the reverse): a setuid start, never run. A root caller
-            // (all three 0) is allowed: its command drops every capability
-            // and locks the securebits (command.rs).
-            return Err(Fail::errno(Step::Clone, libc::EPERM));
+    let (lifeline, cgroup) = adopt_run_fds(&spec);
+    let set = block_signals()?;
+    let (chan_outer, chan_pid1) = chan::pair().map_err(|e| Fail::io(Step::Channel, e))?;
+    drop_host_groups()?;
+    let flags = clone_flags(&spec)?;
+    let (pid, pidfd, via) = match spawn_pid1(flags, cgroup.as_ref())? {
+        (sys::Forked::Child, via) => {
+            drop((chan_outer, lifeline, cgroup));
+            run_pid1(&spec, &prep, via, chan_pid1, report_fd)
         }
-        nix::sys::prctl::set_child_subreaper(true).map_err(|e| Fail::io(Step::Clone, errno(e)))?;
-        command::scope_signals()?;
-        0
-    };
-    let (forked, via) = spawn_pid1(flags, cgroup.as_ref())?;
-    let (pid, pidfd) = match forked {
-        sys::Forked::Child => {
-            drop(chan_outer);
-            drop(lifeline);
-            drop(cgroup);
-            let f = match pid1(&spec, &prep, via, chan_pid1, report_fd) {
-                Ok(never) => match never {},
-                Err(f) => f,
-            };
-            report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
-            sys::exit_now(f.exit_code());
-        }
-        sys::Forked::Parent { pid, pidfd } => (pid, pidfd),
+        (sys::Forked::Parent { pid, pidfd }, via) => (pid, pidfd, via),
     };
     drop(chan_pid1);
-    // Without clone3 pid 1 was born in our cgroup: move it into the
-    // per-command one now. It waits for our first message before it does
-    // anything, so it runs nothing (and forks no command) outside the leaf.
-    let joined = match (via, &cgroup) {
-        (CloneCall::Clone, Some(cg)) => sys::join_cgroup(cg.as_fd(), pid)
-            .map_err(|e| Fail::io(Step::Clone, e).clone_detail(CLONE_DETAIL_CGROUP_PROCS)),
+    release_pid1(pid, pidfd.as_fd(), via, cgroup.as_ref(), &spec, &chan_outer)?;
+    drop(chan_outer);
+    let (code, orphaned) = supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
+    clean_up(&spec, orphaned, cgroup);
+    Ok(code)
+}
+
+/// `Sanitize`: keep 0-2 and the protocol fds; anything else inherited is
+/// closed, and the protocol fds become close-on-exec so the command never
+/// sees them.
+fn sanitize_fds() -> Result<(), Fail> {
+    sys::close_range_from(OBSERVE_FD as u32 + 1, 0).map_err(|e| Fail::io(Step::Sanitize, e))?;
+    sys::close_range_from(SPEC_FD as u32, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::Sanitize, e))
+}
+
+/// The lifeline (fd 5) and, when the spec says one is passed, the cgroup
+/// directory (fd 6).
+fn adopt_run_fds(spec: &SpawnSpec) -> (OwnedFd, Option<OwnedFd>) {
+    // SAFETY: fd 5 is the lifeline the library passed (checked open in
+    // main); nothing else owns it.
+    let lifeline = unsafe { sys::adopt(LIFELINE_FD) };
+    // SAFETY: fd 6 is the cgroup directory the library passed.
+    let cgroup = spec.cgroup.then(|| unsafe { sys::adopt(CGROUP_FD) });
+    (lifeline, cgroup)
+}
+
+/// `BlockSignals`: block the signals we handle; the command unblocks them
+/// before exec.
+fn block_signals() -> Result<SigSet, Fail> {
+    let set = handled_signals();
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None)
+        .map_err(|e| Fail::io(Step::BlockSignals, errno(e)))?;
+    Ok(set)
+}
+
+/// `DropGroups`: a root caller drops host root's supplementary groups,
+/// which no mapping could hide (setgroups is denied inside), and which the
+/// landlock-only mode's uid-0 command must not keep either.
+fn drop_host_groups() -> Result<(), Fail> {
+    if nix::unistd::getuid().is_root() {
+        nix::unistd::setgroups(&[]).map_err(|e| Fail::io(Step::DropGroups, errno(e)))?;
+    }
+    Ok(())
+}
+
+/// The clone flags. The network namespace is not made by clone3: the outer
+/// helper makes it on the other core while pid 1 builds the root (see
+/// `parallel_netns`). The landlock-only mode makes no namespace at all
+/// (`CheckIds`, `Subreaper`, `ScopeSignals`): then both this process and
+/// pid 1 become child subreapers, so that nothing the command starts
+/// (setsid, double fork) escapes the final sweep.
+fn clone_flags(spec: &SpawnSpec) -> Result<u64, Fail> {
+    if spec.mode == Mode::Full {
+        return Ok((libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS) as u64);
+    }
+    let ids = nix::unistd::getresuid().map_err(|e| Fail::io(Step::CheckIds, errno(e)))?;
+    let roots = [ids.real, ids.effective, ids.saved].iter().filter(|u| u.is_root()).count();
+    if roots != 0 && roots != 3 {
+        // A root effective or saved uid behind an unprivileged real one
+        // (or the reverse): a setuid start, never run. A root caller
+        // (all three 0) is allowed: its command drops every capability
+        // and locks the securebits (command.rs).
+        return Err(Fail::errno(Step::CheckIds, libc::EPERM));
+    }
+    nix::sys::prctl::set_child_subreaper(true).map_err(|e| Fail::io(Step::Subreaper, errno(e)))?;
+    command::scope_signals()?;
+    Ok(0)
+}
+
+/// In the new child: become pid 1; never returns.
+fn run_pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: OwnedFd, report_fd: &OwnedFd) -> ! {
+    let f = match pid1(spec, prep, via, chan, report_fd) {
+        Ok(never) => match never {},
+        Err(f) => f,
+    };
+    report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
+    sys::exit_now(f.exit_code())
+}
+
+/// `JoinCgroup`, then the maps, idmapped trees and network namespace
+/// (`start_pid1`). Without clone3 pid 1 was born in our cgroup: move it into
+/// the per-command one now. It waits for our first message before it does
+/// anything, so it runs nothing (and forks no command) outside the leaf. On
+/// a failure pid 1 is killed and reaped.
+fn release_pid1(
+    pid: libc::pid_t,
+    pidfd: BorrowedFd<'_>,
+    via: CloneCall,
+    cgroup: Option<&OwnedFd>,
+    spec: &SpawnSpec,
+    chan_outer: &OwnedFd,
+) -> Result<(), Fail> {
+    let joined = match (via, cgroup) {
+        (CloneCall::Clone, Some(cg)) => sys::join_cgroup(cg.as_fd(), pid).map_err(|e| Fail::io(Step::JoinCgroup, e)),
         _ => Ok(()),
     };
-    if let Err(f) = joined.and_then(|()| start_pid1(pid, &spec, &chan_outer)) {
-        let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+    if let Err(f) = joined.and_then(|()| start_pid1(pid, spec, chan_outer)) {
+        let _ = sys::pidfd_send_signal(pidfd, libc::SIGKILL);
         let _ = waitpid(Pid::from_raw(pid), None);
         return Err(f);
     }
-    drop(chan_outer);
-    let (code, orphaned) = supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
-    if !full {
-        // Pid 1 sweeps on a normal exit; when it was killed (timeout, lost
-        // caller) its orphans came to us.
+    Ok(())
+}
+
+/// Pid 1 is gone. In landlock-only mode pid 1 sweeps on a normal exit;
+/// when it was killed (timeout, lost caller) its orphans came to us. When
+/// the library is gone, nobody else removes the cgroup.
+fn clean_up(spec: &SpawnSpec, orphaned: bool, cgroup: Option<OwnedFd>) {
+    if spec.mode != Mode::Full {
         sweep_descendants();
     }
     if let (true, Some(cg)) = (orphaned, cgroup) {
         remove_orphaned_cgroup(&cg);
     }
-    Ok(code)
 }
 
 /// Make pid 1: `clone3` (born in the cgroup), or, where `clone3` answers
@@ -326,18 +370,19 @@ fn remove_orphaned_cgroup(cg: &OwnedFd) {
 /// send them; then make the network namespace and send it too.
 fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &OwnedFd) -> Result<(), Fail> {
     if spec.mode == Mode::LandlockOnly {
-        return chan::send(chan_outer, b'm', &[]).map_err(|e| Fail::io(Step::Clone, e));
+        return chan::send(chan_outer, b'm', &[]).map_err(|e| Fail::io(Step::HandOver, e));
     }
     write_maps(pid, spec)?;
-    let userns =
-        std::fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from).map_err(|e| Fail::io(Step::Clone, e))?;
+    let userns = std::fs::File::open(format!("/proc/{pid}/ns/user"))
+        .map(OwnedFd::from)
+        .map_err(|e| Fail::io(Step::OpenUserns, e))?;
     let trees = if spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })) {
         mounts::idmapped_trees(spec, userns.as_fd())?
     } else {
         Vec::new()
     };
     let raw: Vec<i32> = trees.iter().flatten().map(|t| t.as_raw_fd()).collect();
-    chan::send(chan_outer, b'm', &raw).map_err(|e| Fail::io(Step::Idmap, e))?;
+    chan::send(chan_outer, b'm', &raw).map_err(|e| Fail::io(Step::HandOver, e))?;
     drop(trees);
     if spec.network == Network::None {
         let netns = parallel_netns(&userns)?;
@@ -380,7 +425,7 @@ fn write_maps(pid: libc::pid_t, spec: &SpawnSpec) -> Result<(), Fail> {
 /// Returns pid 1's status and whether the lifeline closed first (the library
 /// is gone).
 fn supervise(pid: libc::pid_t, pidfd: BorrowedFd<'_>, lifeline: &OwnedFd, set: &SigSet) -> Result<(i32, bool), Fail> {
-    let sfd = SignalFd::with_flags(set, SfdFlags::SFD_CLOEXEC).map_err(|e| Fail::io(Step::Clone, errno(e)))?;
+    let sfd = SignalFd::with_flags(set, SfdFlags::SFD_CLOEXEC).map_err(|e| Fail::io(Step::SignalFd, errno(e)))?;
     let mut lifeline_open = true;
     loop {
         let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN), PollFd::new(pidfd, PollFlags::POLLIN)];
@@ -390,7 +435,7 @@ fn supervise(pid: libc::pid_t, pidfd: BorrowedFd<'_>, lifeline: &OwnedFd, set: &
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) => {}
             Err(nix::Error::EINTR) => continue,
-            Err(e) => return Err(Fail::io(Step::Clone, errno(e))),
+            Err(e) => return Err(Fail::io(Step::Supervise, errno(e))),
         }
         let ready = |i: usize| fds.get(i).and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
         let (sig_ready, child_ready, life_ready) = (ready(0), ready(1), ready(2));
@@ -414,7 +459,7 @@ fn supervise(pid: libc::pid_t, pidfd: BorrowedFd<'_>, lifeline: &OwnedFd, set: &
                 Ok(WaitStatus::Signaled(_, sig, _)) => return Ok((128 + sig as i32, !lifeline_open)),
                 Ok(_) => {}
                 Err(nix::Error::EINTR) => {}
-                Err(e) => return Err(Fail::io(Step::Clone, errno(e))),
+                Err(e) => return Err(Fail::io(Step::Supervise, errno(e))),
             }
         }
     }
@@ -422,52 +467,73 @@ fn supervise(pid: libc::pid_t, pidfd: BorrowedFd<'_>, lifeline: &OwnedFd, set: &
 
 enum Never {}
 
-/// Pid 1 of the sandbox.
+/// Pid 1 of the sandbox, one line per step (see `Step`).
 fn pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: OwnedFd, report_fd: &OwnedFd) -> Result<Never, Fail> {
-    // The outer helper is single-threaded, so the parent-death signal is tied
-    // to the right thread; waiting for its first message afterwards closes
-    // the race with a parent that died before the prctl (EOF, not a message).
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
-    let trees = match chan::recv(&chan) {
-        Ok(Some((b'm', fds))) => fds,
-        _ => sys::exit_now(EXIT_SETUP),
-    };
+    let trees = await_go_ahead(&chan)?;
     if spec.mode == Mode::LandlockOnly {
         return landlock_only_pid1(spec, prep, via, report_fd);
     }
-    // Become the mapped ids. A clone keeps its parent's host ids; for a root
-    // caller those (host root) are unmapped here, so switch to the inside
-    // ids, which map to `nobody`. Capabilities in this namespace stay.
-    let id = &spec.identity;
-    let (gid, uid) = (nix::unistd::Gid::from_raw(id.inside_gid), nix::unistd::Uid::from_raw(id.inside_uid));
-    nix::unistd::setresgid(gid, gid, gid).map_err(|e| Fail::io(Step::MapGid, errno(e)))?;
-    nix::unistd::setresuid(uid, uid, uid).map_err(|e| Fail::io(Step::MapUid, errno(e)))?;
-
-    // The idmapped trees arrive in plan order, one per `idmap` bind.
-    let mut trees = trees.into_iter();
-    let premade: Vec<Option<OwnedFd>> = spec
-        .mounts
-        .iter()
-        .map(|m| if matches!(m, MountOp::Bind { idmap: true, .. }) { trees.next() } else { None })
-        .collect();
-    let sources = mounts::open_sources(spec, premade)?;
+    switch_ids(spec)?;
+    let sources = mounts::open_sources(spec, premade_trees(spec, trees))?;
     mounts::build_root(spec, &sources)?;
     drop(sources);
     nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, errno(e)))?;
-    if spec.network == Network::None {
-        let netns = match chan::recv(&chan) {
-            Ok(Some((b'n', mut fds))) if fds.len() == 1 => fds.remove(0),
-            _ => return Err(Fail::errno(Step::JoinNetwork, libc::EPIPE)),
-        };
-        nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET)
-            .map_err(|e| Fail::io(Step::JoinNetwork, errno(e)))?;
-    }
+    join_network(spec, &chan)?;
     drop(chan);
-    nix::sys::prctl::set_dumpable(false).map_err(|e| Fail::io(Step::NonDumpable, errno(e)))?;
-    let _ = nix::sys::prctl::set_name(c"portcullis-init");
-
+    become_init()?;
     let child = fork_command(spec, prep, via, report_fd)?;
     sys::exit_now(reap(child, report_fd))
+}
+
+/// `ParentDeath`: the outer helper is single-threaded, so the parent-death
+/// signal is tied to the right thread; waiting for its first message
+/// afterwards closes the race with a parent that died before the prctl
+/// (EOF, not a message). The message carries the idmapped trees.
+fn await_go_ahead(chan: &OwnedFd) -> Result<Vec<OwnedFd>, Fail> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
+    match chan::recv(chan) {
+        Ok(Some((b'm', fds))) => Ok(fds),
+        _ => sys::exit_now(EXIT_SETUP),
+    }
+}
+
+/// `SwitchIds`: become the mapped ids. A clone keeps its parent's host ids;
+/// for a root caller those (host root) are unmapped here, so switch to the
+/// inside ids, which map to `nobody`. Capabilities in this namespace stay.
+fn switch_ids(spec: &SpawnSpec) -> Result<(), Fail> {
+    let id = &spec.identity;
+    let (gid, uid) = (nix::unistd::Gid::from_raw(id.inside_gid), nix::unistd::Uid::from_raw(id.inside_uid));
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| Fail::io(Step::SwitchIds, errno(e)))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| Fail::io(Step::SwitchIds, errno(e)))
+}
+
+/// The idmapped trees arrive in plan order, one per `idmap` bind.
+fn premade_trees(spec: &SpawnSpec, trees: Vec<OwnedFd>) -> Vec<Option<OwnedFd>> {
+    let mut trees = trees.into_iter();
+    spec.mounts
+        .iter()
+        .map(|m| if matches!(m, MountOp::Bind { idmap: true, .. }) { trees.next() } else { None })
+        .collect()
+}
+
+/// `JoinNetwork`: with `--network none`, join the network namespace the
+/// outer helper made meanwhile.
+fn join_network(spec: &SpawnSpec, chan: &OwnedFd) -> Result<(), Fail> {
+    if spec.network != Network::None {
+        return Ok(());
+    }
+    let netns = match chan::recv(chan) {
+        Ok(Some((b'n', mut fds))) if fds.len() == 1 => fds.remove(0),
+        _ => return Err(Fail::errno(Step::JoinNetwork, libc::EPIPE)),
+    };
+    nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| Fail::io(Step::JoinNetwork, errno(e)))
+}
+
+/// `NonDumpable`, and the name `ps` shows.
+fn become_init() -> Result<(), Fail> {
+    nix::sys::prctl::set_dumpable(false).map_err(|e| Fail::io(Step::NonDumpable, errno(e)))?;
+    let _ = nix::sys::prctl::set_name(c"portcullis-init");
+    Ok(())
 }
 
 /// Fork the command; the child becomes it (or reports why not and exits).
@@ -487,7 +553,7 @@ fn fork_command(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report_fd: &O
 /// Pid 1 in landlock-only mode: no namespaces and no mounts; a child
 /// subreaper that sweeps every descendant when the command ends.
 fn landlock_only_pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report_fd: &OwnedFd) -> Result<Never, Fail> {
-    nix::sys::prctl::set_child_subreaper(true).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
+    nix::sys::prctl::set_child_subreaper(true).map_err(|e| Fail::io(Step::Subreaper, errno(e)))?;
     // With no pid namespace, dying by SIGKILL with the outer helper would
     // leave the command's tree running (its orphans would pass to a process
     // outside the sandbox). So the parent-death signal becomes SIGCHLD, which
@@ -505,8 +571,7 @@ fn landlock_only_pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report_
     // A domain of our own, nested in the outer helper's: our kill(-1) sweep
     // then reaches the command's tree but not the outer helper.
     command::scope_signals()?;
-    nix::sys::prctl::set_dumpable(false).map_err(|e| Fail::io(Step::NonDumpable, errno(e)))?;
-    let _ = nix::sys::prctl::set_name(c"portcullis-init");
+    become_init()?;
     let child = fork_command(spec, prep, via, report_fd)?;
     let Some((code, record)) = reap_command(child, Some(parent)) else {
         // The outer helper is gone: nobody waits for a report.

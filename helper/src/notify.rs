@@ -70,7 +70,7 @@ pub fn start(program: Option<&BpfProgram>) -> Result<(), Fail> {
     let sock = unsafe { crate::sys::adopt(OBSERVE_FD) };
     match install(program) {
         Ok(listener) => {
-            send(&sock, &[TAG_LISTENER], &[listener.as_raw_fd()]).map_err(|e| Fail::io(Step::Seccomp, e))?;
+            send(&sock, &[TAG_LISTENER], &[listener.as_raw_fd()]).map_err(|e| Fail::io(Step::Observer, e))?;
             drop(listener);
         }
         Err(e) => {

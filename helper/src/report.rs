@@ -50,70 +50,108 @@ steps! {
     /// Close inherited fds above the protocol fds; the environment is
     /// already empty (the library spawns the helper with a cleared one).
     Sanitize = 1, "sanitizing inherited file descriptors";
-    /// Read and validate the spec from the memfd on fd 3.
+    /// Read and validate the spec from the memfd on fd 3 (and build argv,
+    /// envp and the `PATH` candidates from it).
     ReadSpec = 2, "reading the spawn spec";
     /// Compile the seccomp filter, before any namespace exists.
     CompileSeccomp = 3, "compiling the seccomp filter";
-    /// `clone3` into new user, mount, pid, ipc, uts (and net) namespaces,
-    /// born inside the per-command cgroup; where `clone3` answers `ENOSYS`,
-    /// `clone(2)` with the same flags, then a write to `cgroup.procs`.
-    Clone = 4, "creating the namespaces (clone3)";
+    /// Block the signals the helper forwards (and `SIGCHLD`), to read them
+    /// from a signalfd later.
+    BlockSignals = 4, "blocking the forwarded signals";
+    /// Make the socket pair the outer helper and pid 1 talk over.
+    Channel = 5, "making the setup channel to pid 1";
+    /// Root callers only: drop host root's supplementary groups.
+    DropGroups = 6, "dropping host root's supplementary groups";
+    /// Landlock-only mode: refuse real, effective and saved uids that mix
+    /// 0 and non-0 (a setuid start).
+    CheckIds = 7, "checking the caller's uids (a setuid start is refused)";
+    /// Landlock-only mode: become a child subreaper (the outer helper, and
+    /// later pid 1), so that nothing the command starts escapes the sweep.
+    Subreaper = 8, "becoming a child subreaper";
+    /// Landlock-only mode: no_new_privs and a scope-only Landlock domain
+    /// (signals, abstract sockets; `Refer` granted beneath `/`), entered by
+    /// the outer helper and again, nested, by pid 1.
+    ScopeSignals = 9, "entering the scope-only Landlock domain";
+    /// `clone3` into new user, mount, pid, ipc, uts namespaces, born inside
+    /// the per-command cgroup; where `clone3` answers `ENOSYS`, `clone(2)`
+    /// with the same flags (`detail` names the call that failed).
+    Clone = 10, "creating the namespaces (clone3)";
+    /// After the `clone(2)` fallback, write pid 1 into the per-command
+    /// cgroup's `cgroup.procs`.
+    JoinCgroup = 11, "moving pid 1 into its cgroup (cgroup.procs)";
     /// Write the child's `uid_map`: an unprivileged caller to itself, a root
     /// caller's inside uid 0 to host `nobody`.
-    MapUid = 5, "writing uid_map";
+    MapUid = 12, "writing uid_map";
     /// Write `deny` to `setgroups` (required before gid_map, CVE-2014-8989).
-    DenySetgroups = 6, "denying setgroups";
+    DenySetgroups = 13, "denying setgroups";
     /// Write the child's `gid_map`.
-    MapGid = 7, "writing gid_map";
+    MapGid = 14, "writing gid_map";
+    /// Open pid 1's user namespace (`/proc/<pid>/ns/user`).
+    OpenUserns = 15, "opening pid 1's user namespace";
     /// Root callers only: clone the `idmap` binds on the host side and
     /// idmap them through pid 1's user namespace (host root to the command's
-    /// id); they travel to pid 1 over the setup socket.
-    Idmap = 8, "preparing idmapped mounts";
+    /// id).
+    Idmap = 16, "preparing idmapped mounts";
+    /// Send pid 1 its go-ahead (`m`) over the setup channel, with the
+    /// idmapped trees.
+    HandOver = 17, "handing the idmapped mounts to pid 1";
     /// The outer helper joins pid 1's user namespace and makes the network
-    /// namespace with loopback up, in parallel with pid 1 building the root.
-    NetNamespace = 9, "making the network namespace";
+    /// namespace with loopback up, in parallel with pid 1 building the root,
+    /// and sends it to pid 1 (`n`).
+    NetNamespace = 18, "making the network namespace";
+    /// Make the signalfd the outer helper supervises pid 1 with.
+    SignalFd = 19, "making the signalfd";
+    /// Supervise pid 1: poll the signalfd, pid 1's pidfd and the lifeline,
+    /// and reap pid 1.
+    Supervise = 20, "supervising pid 1 (poll, waitpid)";
     /// Pid 1 arms `PR_SET_PDEATHSIG` and waits for the maps.
-    ParentDeath = 10, "arming parent-death signal";
+    ParentDeath = 21, "arming parent-death signal";
+    /// Pid 1 switches to the mapped inside ids (`setresgid`, `setresuid`).
+    SwitchIds = 22, "switching pid 1 to the mapped ids";
     /// Open every other bind source with `RESOLVE_NO_SYMLINKS`.
-    OpenSources = 11, "opening mount sources";
+    OpenSources = 23, "opening mount sources";
     /// Make every mount private, so nothing propagates to the host.
-    MakePrivate = 12, "making mounts private";
+    MakePrivate = 24, "making mounts private";
     /// Create and attach the sandbox's root tmpfs.
-    MountRoot = 13, "mounting the root tmpfs";
+    MountRoot = 25, "mounting the root tmpfs";
     /// Carry out one mount op of the plan (`detail` is its index).
-    Mount = 14, "carrying out a mount";
+    Mount = 26, "carrying out a mount";
     /// `pivot_root` into the new root.
-    PivotRoot = 15, "pivoting into the new root";
+    PivotRoot = 27, "pivoting into the new root";
     /// Detach the old root.
-    DetachOldRoot = 16, "detaching the old root";
+    DetachOldRoot = 28, "detaching the old root";
     /// Make the root tmpfs itself read-only.
-    RemountRoot = 17, "making the root read-only";
+    RemountRoot = 29, "making the root read-only";
     /// Set the hostname of the private uts namespace.
-    Hostname = 18, "setting the hostname";
+    Hostname = 30, "setting the hostname";
     /// Pid 1 joins the network namespace the outer helper made.
-    JoinNetwork = 19, "joining the network namespace";
+    JoinNetwork = 31, "joining the network namespace";
     /// Make pid 1 non-dumpable: no ptrace, no `/proc/1/mem`, no `/proc/1/environ`.
-    NonDumpable = 20, "making pid 1 non-dumpable";
+    NonDumpable = 32, "making pid 1 non-dumpable";
     /// Fork the command process.
-    ForkCommand = 21, "forking the command";
+    ForkCommand = 33, "forking the command";
     /// `setsid`: no controlling terminal, no TIOCSTI into the caller's tty.
-    NewSession = 22, "starting a new session";
+    NewSession = 34, "starting a new session";
+    /// Unblock the signals the helper blocked, so the command gets them.
+    UnblockSignals = 35, "unblocking signals";
     /// Change to the working directory.
-    Chdir = 23, "changing to the working directory";
+    Chdir = 36, "changing to the working directory";
     /// Set resource limits.
-    Rlimits = 24, "setting resource limits";
+    Rlimits = 37, "setting resource limits";
     /// Drop every capability from all five sets.
-    DropCaps = 25, "dropping capabilities";
+    DropCaps = 38, "dropping capabilities";
     /// `PR_SET_NO_NEW_PRIVS`.
-    NoNewPrivs = 26, "setting no_new_privs";
+    NoNewPrivs = 39, "setting no_new_privs";
     /// Install the Landlock write rules.
-    Landlock = 27, "installing landlock rules";
+    Landlock = 40, "installing landlock rules";
     /// Mark every fd above 2 close-on-exec.
-    CloseFds = 28, "closing file descriptors";
+    CloseFds = 41, "closing file descriptors";
+    /// Hand the refused-write observer's listener to the library over fd 7.
+    Observer = 42, "handing over the refused-write observer's listener";
     /// Install the seccomp filter (last, before exec).
-    Seccomp = 29, "installing the seccomp filter";
+    Seccomp = 43, "installing the seccomp filter";
     /// `execve` the command.
-    Exec = 30, "executing the command";
+    Exec = 44, "executing the command";
 }
 
 /// Which system call made the sandbox's pid 1.
@@ -134,9 +172,6 @@ pub const CLONE_DETAIL_CLONE3: u32 = 0;
 /// `detail` for [`Step::Clone`]: `clone3` answered `ENOSYS`, then the
 /// `clone(2)` fallback failed with the record's errno.
 pub const CLONE_DETAIL_CLONE: u32 = 1;
-/// `detail` for [`Step::Clone`]: after the `clone(2)` fallback, writing pid 1
-/// into the cgroup's `cgroup.procs` failed.
-pub const CLONE_DETAIL_CGROUP_PROCS: u32 = 2;
 
 /// What a record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,5 +305,23 @@ mod tests {
         for w in Step::ALL.windows(2) {
             assert!((w[0] as u16) < (w[1] as u16));
         }
+    }
+
+    #[test]
+    fn r0201_every_step_has_its_own_number_and_description() {
+        let mut descriptions = std::collections::BTreeSet::new();
+        for s in Step::ALL {
+            assert_eq!(Step::try_from(*s as u16), Ok(*s), "{s:?} round-trips");
+            assert!(!s.describe().is_empty(), "{s:?} has a description");
+            assert!(descriptions.insert(s.describe()), "{s:?}'s description is shared");
+            let r = Record::Error { step: Ok(*s), errno: 5, detail: NO_DETAIL };
+            assert_eq!(Record::decode(&r.encode()), Some(r), "{s:?} travels in a record");
+        }
+        // Numbers are distinct (strictly increasing, above) and dense: no
+        // number between the first and the last means nothing.
+        let (first, last) = (Step::ALL[0] as u16, Step::ALL[Step::ALL.len() - 1] as u16);
+        assert_eq!(usize::from(last - first) + 1, Step::ALL.len());
+        assert_eq!(Step::try_from(last + 1), Err(last + 1));
+        assert_eq!(Step::try_from(0), Err(0));
     }
 }

@@ -9,7 +9,7 @@
 
 use std::fs;
 
-use portcullis_helper::report::{Step, CLONE_DETAIL_CGROUP_PROCS, CLONE_DETAIL_CLONE, CLONE_DETAIL_CLONE3};
+use portcullis_helper::report::{Step, CLONE_DETAIL_CLONE, CLONE_DETAIL_CLONE3};
 
 /// The namespace flags pid 1 is made with, as they are named in the message.
 const FLAGS: &str = "CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC|CLONE_NEWUTS";
@@ -50,7 +50,6 @@ impl std::fmt::Display for Blocked {
 pub fn diagnose(step: Step, errno: i32, detail: u32) -> Option<Blocked> {
     let host = Host::read();
     match step {
-        Step::Clone if detail == CLONE_DETAIL_CGROUP_PROCS => None,
         Step::Clone if matches!(errno, libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS | libc::ENOSYS) => {
             let call = match detail {
                 CLONE_DETAIL_CLONE => format!("clone({FLAGS}), after clone3 answered ENOSYS,"),
@@ -60,11 +59,15 @@ pub fn diagnose(step: Step, errno: i32, detail: u32) -> Option<Blocked> {
             let (cause, remedy) = host.explain(detail == CLONE_DETAIL_CLONE || errno == libc::ENOSYS);
             Some(Blocked { call, errno, cause, remedy })
         }
-        Step::MapUid | Step::MapGid | Step::DenySetgroups if matches!(errno, libc::EPERM | libc::EACCES) => {
-            let file = match step {
-                Step::MapUid => "uid_map",
-                Step::MapGid => "gid_map",
-                _ => "setgroups",
+        Step::MapUid | Step::MapGid | Step::DenySetgroups | Step::SwitchIds
+            if matches!(errno, libc::EPERM | libc::EACCES) =>
+        {
+            let call = match step {
+                Step::MapUid => "writing /proc/<pid1>/uid_map",
+                Step::MapGid => "writing /proc/<pid1>/gid_map",
+                // Mapped, but pid 1 holds no capability in its namespace.
+                Step::SwitchIds => "switching pid 1 to its mapped ids (setresuid)",
+                _ => "writing /proc/<pid1>/setgroups",
             };
             let (cause, remedy) = if host.apparmor == Some(1) {
                 (
@@ -81,7 +84,7 @@ pub fn diagnose(step: Step, errno: i32, detail: u32) -> Option<Blocked> {
                     format!("run with --degraded landlock-only, or see {GUIDE}"),
                 )
             };
-            Some(Blocked { call: format!("writing /proc/<pid1>/{file}"), errno, cause, remedy })
+            Some(Blocked { call: call.to_string(), errno, cause, remedy })
         }
         _ => None,
     }
@@ -221,7 +224,7 @@ mod tests {
     #[test]
     fn other_failures_are_not_blocked_namespaces() {
         assert_eq!(diagnose(Step::Mount, libc::EPERM, 3), None);
-        assert_eq!(diagnose(Step::Clone, libc::EACCES, CLONE_DETAIL_CGROUP_PROCS), None);
+        assert_eq!(diagnose(Step::JoinCgroup, libc::EACCES, portcullis_helper::report::NO_DETAIL), None);
         assert!(diagnose(Step::Clone, libc::EPERM, CLONE_DETAIL_CLONE).is_some());
     }
 }

@@ -29,7 +29,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use portcullis_helper::report::{Applied, Record, Step, CLONE_DETAIL_CGROUP_PROCS, NO_DETAIL, RECORD_LEN};
+use portcullis_helper::report::{Applied, Record, Step, NO_DETAIL, RECORD_LEN};
 pub use portcullis_helper::spec::Mode;
 pub use portcullis_helper::spec::TestSwitches;
 use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind};
@@ -1273,8 +1273,10 @@ async fn read_records(mut rx: tokio::net::unix::pipe::Receiver) -> Vec<Record> {
 fn setup_error(plan: &Plan, step: Result<Step, u16>, errno: i32, detail: u32) -> SandboxError {
     let source = io::Error::from_raw_os_error(errno);
     let step = step.ok();
-    // For `Clone`, `detail` names the failed call, not a mount.
-    let path = (detail != NO_DETAIL && step != Some(Step::Clone))
+    // Only the mount steps' `detail` indexes the mounts (for `Clone` it
+    // names the failed call).
+    let indexes_mounts = matches!(step, Some(Step::OpenSources | Step::Idmap | Step::Mount));
+    let path = (detail != NO_DETAIL && indexes_mounts)
         .then(|| usize::try_from(detail).ok())
         .flatten()
         .and_then(|i| plan.spec.mounts.get(i))
@@ -1290,7 +1292,7 @@ fn setup_error(plan: &Plan, step: Result<Step, u16>, errno: i32, detail: u32) ->
             let hint = if errno == libc::ENOENT { hint::not_found(plan, &program) } else { String::new() };
             SandboxError::Exec { program, hint, source }
         }
-        (Some(Step::Clone), _) if detail == CLONE_DETAIL_CGROUP_PROCS => SandboxError::Io {
+        (Some(Step::JoinCgroup), _) => SandboxError::Io {
             stage: "moving pid 1 into its cgroup through cgroup.procs (clone3 is refused here, so CLONE_INTO_CGROUP \
                     is not available)",
             source,
@@ -1310,7 +1312,7 @@ fn setup_error(plan: &Plan, step: Result<Step, u16>, errno: i32, detail: u32) ->
             };
             SandboxError::IdmapRefused { what, path, source }
         }
-        (Some(Step::Landlock), libc::EOPNOTSUPP | libc::ENOSYS) => SandboxError::LayerUnavailable {
+        (Some(Step::Landlock | Step::ScopeSignals), libc::EOPNOTSUPP | libc::ENOSYS) => SandboxError::LayerUnavailable {
             layer: "Landlock",
             hint: "the kernel does not enforce Landlock; it needs Linux 5.13+ with landlock in the lsm= boot parameter (CONFIG_LSM)".into(),
             source,
@@ -1355,4 +1357,42 @@ fn canonical_workspace(req: &ExecRequest) -> Result<PathBuf, SandboxError> {
         path: req.workspace.clone(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every step the helper can report comes back as a typed error naming
+    /// it (or, for the steps with a meaning of their own, as that error).
+    #[test]
+    fn r0201_the_library_maps_every_step() {
+        let d = tempfile::Builder::new().prefix("pc-steps-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
+        let plan = plan::build(&ExecRequest::new(d.path(), ["true"]), 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        for s in Step::ALL {
+            let e = setup_error(&plan, Ok(*s), libc::EIO, NO_DETAIL);
+            match (&e, s) {
+                (SandboxError::Setup { step: Some(got), path: None, .. }, _) => {
+                    assert_eq!(got, s);
+                    assert!(e.to_string().contains(s.describe()), "{s:?}: {e}");
+                }
+                (SandboxError::Exec { .. }, Step::Exec) => {}
+                (SandboxError::Io { stage, .. }, Step::JoinCgroup) => assert!(stage.contains("cgroup.procs"), "{e}"),
+                _ => panic!("{s:?} maps to {e:?}"),
+            }
+            assert_eq!(io_errno(&e), Some(libc::EIO), "{s:?} keeps its errno");
+        }
+        // An unknown step (a newer helper) is still an error, not a panic.
+        let e = setup_error(&plan, Err(999), libc::EIO, NO_DETAIL);
+        assert!(matches!(e, SandboxError::Setup { step: None, .. }), "{e:?}");
+        // Only the mount steps' detail names a mount.
+        let e = setup_error(&plan, Ok(Step::Clone), libc::EIO, 0);
+        assert!(matches!(e, SandboxError::Setup { path: None, .. }), "{e:?}");
+        let e = setup_error(&plan, Ok(Step::Mount), libc::EIO, 0);
+        assert!(matches!(e, SandboxError::Setup { path: Some(_), .. }), "{e:?}");
+    }
+
+    fn io_errno(e: &SandboxError) -> Option<i32> {
+        std::error::Error::source(e).and_then(|s| s.downcast_ref::<io::Error>()).and_then(io::Error::raw_os_error)
+    }
 }

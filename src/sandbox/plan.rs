@@ -120,7 +120,55 @@ fn is_within(p: &Path, root: &Path) -> bool {
 
 /// Build the plan. Does I/O (canonicalisation, the deny walk) but starts
 /// nothing.
+/// Build the plan. Does I/O (canonicalisation, the deny walk) but starts
+/// nothing. One line per step; each passes plain data to the next.
 pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError> {
+    check_request(req)?;
+    let at = Resolver::workspace(req)?;
+    let mut base = system_mounts();
+    let access = resolve_grants(req, &at)?;
+    base.push(tmp_mount(req, access.host_tmp)?);
+    let remap = uid == 0;
+    let read_roots = resolve_read_roots(req, &at, &mut base, remap)?;
+    add_sandbox_mounts(&mut base, &at.ws, &access, remap);
+    let areas = Areas::of(&at.ws, &access);
+    check_followed_links(req, &at.ws, &areas.protect)?;
+    let git = protect_git(req, &at.ws, &access, &areas)?;
+    let lock_dir = super::lock::dir(uid);
+    let masked = deny_masks_for(req, uid, &at.ws, &base, &lock_dir, &read_roots, &access, &areas)?;
+    let pinned = pins(&at.ws, &access, &read_roots, &git.protected, &masked, &areas);
+    let kept = read_only_names(req, &at.ws, &access, &read_roots, &git.protected, &masked, &areas)?;
+    let mounts = mount_plan(base, &git.protected, &kept, &pinned, &masked);
+    let cwd = working_directory(req, &at, &read_roots, &access)?;
+    let ll = landlock_rules(req, uid, &at.ws, &access, &read_roots, &git.protected, &kept, &lock_dir)?;
+    let (spec, seccomp_sha256) = spawn_spec(req, uid, gid, &cwd, mounts, &ll)?;
+    let super::links::Kept { hard_linked, privileged, unlistable } = kept;
+    Ok(Plan {
+        workspace: at.ws,
+        writable: access.writable,
+        write_grants: access.grants,
+        create_grants: access.create_grants,
+        read_roots,
+        protected: git.protected,
+        pinned,
+        git_guard: git.guard,
+        git_indexes: git.indexes,
+        git_trees: git.trees,
+        masked,
+        hard_linked,
+        privileged,
+        unlistable,
+        landlock_writable: ll.writable,
+        landlock_sockets: ll.sockets,
+        landlock_gaps: ll.gaps,
+        landlock_split: ll.split,
+        seccomp_sha256,
+        spec,
+    })
+}
+
+/// The request itself: a command, limits in range, no setuid caller.
+fn check_request(req: &ExecRequest) -> Result<(), SandboxError> {
     match req.argv.first() {
         None => return Err(SandboxError::EmptyCommand),
         Some(a) if a.is_empty() => {
@@ -146,20 +194,40 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             "portcullis must not run with differing real and effective ids (setuid or setgid)",
         ));
     }
-    let ws = canon(&req.workspace, "workspace")?;
-    if !ws.is_dir() {
-        return Err(SandboxError::NotADirectory { what: "workspace", path: ws });
+    Ok(())
+}
+
+/// The workspace's real path, and how the request's paths resolve
+/// against it.
+struct Resolver<'a> {
+    /// The workspace as the request names it.
+    given: &'a Path,
+    /// Its real path.
+    ws: PathBuf,
+}
+
+impl<'a> Resolver<'a> {
+    /// Resolve the workspace: a directory, not `/`.
+    fn workspace(req: &'a ExecRequest) -> Result<Resolver<'a>, SandboxError> {
+        let ws = canon(&req.workspace, "workspace")?;
+        if !ws.is_dir() {
+            return Err(SandboxError::NotADirectory { what: "workspace", path: ws });
+        }
+        if ws == Path::new("/") {
+            return Err(SandboxError::invalid("workspace", "the workspace cannot be /"));
+        }
+        Ok(Resolver { given: &req.workspace, ws })
     }
-    if ws == Path::new("/") {
-        return Err(SandboxError::invalid("workspace", "the workspace cannot be /"));
-    }
-    let resolve_rel = |p: &Path| {
+
+    /// A request path: absolute as given, relative to the workspace.
+    fn rel(&self, p: &Path) -> PathBuf {
         if p.is_absolute() {
             p.to_path_buf()
         } else {
-            ws.join(p)
+            self.ws.join(p)
         }
-    };
+    }
+
     // A path meant to be inside the workspace (relative, or absolute under
     // it) must still be inside once links are resolved: a symlink planted
     // in the workspace must not turn `--write target` into a grant on
@@ -167,28 +235,31 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // Stricter still: inside the workspace a path must name itself — no link
     // on the way at all (`target -> .` would otherwise turn `--write target`
     // into a writable workspace).
-    // What a path meant to be inside the workspace names there, lexically
-    // (`None`: an absolute path outside it); refused when its `..` leads out.
-    let named_inside = |p: &Path, what: &'static str| -> Result<Option<PathBuf>, SandboxError> {
-        let abs = resolve_rel(p);
-        let named = if let Ok(rel) = abs.strip_prefix(&req.workspace) {
-            ws.join(rel)
-        } else if abs.starts_with(&ws) {
+    /// What a path meant to be inside the workspace names there, lexically
+    /// (`None`: an absolute path outside it); refused when its `..` leads out.
+    fn named_inside(&self, p: &Path, what: &'static str) -> Result<Option<PathBuf>, SandboxError> {
+        let abs = self.rel(p);
+        let named = if let Ok(rel) = abs.strip_prefix(self.given) {
+            self.ws.join(rel)
+        } else if abs.starts_with(&self.ws) {
             abs
         } else {
             return Ok(None);
         };
         let lex = lexical(&named);
-        if !lex.starts_with(&ws) {
+        if !lex.starts_with(&self.ws) {
             return Err(SandboxError::PathOutside { what, path: p.to_path_buf(), resolved: lex });
         }
         Ok(Some(named))
-    };
-    let canon_in = |p: &Path, what: &'static str| -> Result<PathBuf, SandboxError> {
-        let inside = named_inside(p, what)?;
-        let real = canon(&resolve_rel(p), what)?;
+    }
+
+    /// The real path of a request path; one meant inside the workspace must
+    /// stay inside and name itself.
+    fn canon_in(&self, p: &Path, what: &'static str) -> Result<PathBuf, SandboxError> {
+        let inside = self.named_inside(p, what)?;
+        let real = canon(&self.rel(p), what)?;
         match inside {
-            Some(named) if !real.starts_with(&ws) => {
+            Some(named) if !real.starts_with(&self.ws) => {
                 let _ = named;
                 Err(SandboxError::PathEscape { what, path: p.to_path_buf(), resolved: real })
             }
@@ -203,8 +274,11 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             )),
             _ => Ok(real),
         }
-    };
+    }
+}
 
+/// The system directories, bound read-only (their links recreated).
+fn system_mounts() -> Vec<MountOp> {
     let mut base: Vec<MountOp> = Vec::new();
     for root in SYSTEM_ROOTS {
         let p = Path::new(root);
@@ -219,14 +293,30 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             base.push(MountOp::Bind { src: bytes(p), dst: bytes(p), writable: false, idmap: false });
         }
     }
+    base
+}
 
-    // Write grants.
+/// The write access the request asks for, resolved.
+struct Access {
+    /// The whole workspace is writable.
+    writable: bool,
+    /// The write grants (real paths; `/tmp` for the host's).
+    grants: Vec<PathBuf>,
+    /// Grants inside the workspace still to be created.
+    create_grants: Vec<PathBuf>,
+    /// The host's `/tmp` is granted.
+    host_tmp: bool,
+}
+
+/// Resolve the write grants.
+fn resolve_grants(req: &ExecRequest, at: &Resolver<'_>) -> Result<Access, SandboxError> {
+    let ws = &at.ws;
     let mut writable = req.writable;
     let mut grants: Vec<PathBuf> = Vec::new();
     let mut create_grants: Vec<PathBuf> = Vec::new();
     let mut host_tmp = false;
     for g in &req.write {
-        let abs = resolve_rel(g);
+        let abs = at.rel(g);
         if abs == Path::new("/tmp") {
             // A workspace (or a read root) beneath it stays read-only: the
             // narrower rule wins (its own bind lies over the host's /tmp).
@@ -234,15 +324,15 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             grants.push(canon(&abs, "write grant")?);
             continue;
         }
-        let real = match canon_in(g, "write grant") {
+        let real = match at.canon_in(g, "write grant") {
             Ok(real) => real,
             Err(SandboxError::Path { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 // Missing: created before the run when it lies inside the
                 // workspace and is named plainly (no `..`, no link on the way).
-                let Some(named) = named_inside(g, "write grant")? else {
+                let Some(named) = at.named_inside(g, "write grant")? else {
                     return Err(SandboxError::MissingGrant { path: g.clone() });
                 };
-                let rel = named.strip_prefix(&ws).unwrap_or(&named).to_path_buf();
+                let rel = named.strip_prefix(ws).unwrap_or(&named).to_path_buf();
                 if rel.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
                     return Err(SandboxError::grant_refused(
                         g.to_path_buf(),
@@ -254,7 +344,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
                     ),
                     ));
                 }
-                match grants::missing(&ws, &rel) {
+                match grants::missing(ws, &rel) {
                     Ok(true) => {}
                     Ok(false) => {
                         return Err(SandboxError::grant_refused(
@@ -273,7 +363,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             }
             Err(e) => return Err(e),
         };
-        if real == ws {
+        if real == *ws {
             writable = true;
             continue;
         }
@@ -291,7 +381,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         // The sandbox makes its own /dev (a private /dev/shm and devpts, a
         // few device nodes) and /proc: a host path there would be mounted
         // under them, so its grant would silently do nothing.
-        if ["/dev", "/proc", "/sys"].iter().any(|r| real.starts_with(r)) && !is_within(&real, &ws) {
+        if ["/dev", "/proc", "/sys"].iter().any(|r| real.starts_with(r)) && !is_within(&real, ws) {
             return Err(SandboxError::grant_refused(
                 real.clone(),
                 GrantRefusal::KernelFilesystem,
@@ -302,7 +392,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
                 ),
             ));
         }
-        if touches_system_root(&real) && !is_within(&real, &ws) {
+        if touches_system_root(&real) && !is_within(&real, ws) {
             return Err(SandboxError::grant_refused(
                 real.clone(),
                 GrantRefusal::SystemDirectory,
@@ -314,42 +404,58 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         }
     }
 
-    // The private (or host) /tmp.
-    if host_tmp {
+    Ok(Access { writable, grants, create_grants, host_tmp })
+}
+
+/// The private (or host) /tmp.
+fn tmp_mount(req: &ExecRequest, host_tmp: bool) -> Result<MountOp, SandboxError> {
+    Ok(if host_tmp {
         let real = canon(Path::new("/tmp"), "write grant")?;
-        base.push(MountOp::Bind { src: bytes(&real), dst: b"/tmp".to_vec(), writable: true, idmap: false });
+        MountOp::Bind { src: bytes(&real), dst: b"/tmp".to_vec(), writable: true, idmap: false }
     } else {
-        base.push(MountOp::Tmpfs {
+        MountOp::Tmpfs {
             dst: b"/tmp".to_vec(),
             mode: 0o1777,
             size: req.limits.memory.unwrap_or(TMP_SIZE).min(TMP_SIZE),
-        });
-    }
+        }
+    })
+}
 
-    // A root caller's command runs as host `nobody`; its workspace, grants
-    // and readable roots are idmapped so that root-owned files there are its
-    // own (and the helper opens them as host root, on the host side).
-    let remap = uid == 0;
+/// Extra readable roots, bound read-only. A root caller's command runs as
+/// host `nobody`; its workspace, grants and readable roots are idmapped so
+/// that root-owned files there are its own (and the helper opens them as
+/// host root, on the host side).
+fn resolve_read_roots(
+    req: &ExecRequest,
+    at: &Resolver<'_>,
+    base: &mut Vec<MountOp>,
+    remap: bool,
+) -> Result<Vec<PathBuf>, SandboxError> {
+    let ws = &at.ws;
     let (run_uid, run_gid) = (ROOT_RUNS_AS, ROOT_RUNS_AS);
-
-    // Extra readable roots.
     let mut read_roots = Vec::new();
     for r in &req.read {
-        let real = canon_in(r, "readable root")?;
-        if is_within(&real, &ws) || real == Path::new("/") {
+        let real = at.canon_in(r, "readable root")?;
+        if is_within(&real, ws) || real == Path::new("/") {
             continue;
         }
         // Exact for a root caller (no supplementary groups, no capabilities);
         // an unprivileged caller's own groups also count, so its reads are
         // left to the kernel.
         if remap && !degraded_req(req) {
-            super::roots::check_readable(&real, &base, remap, run_uid, run_gid)?;
+            super::roots::check_readable(&real, base, remap, run_uid, run_gid)?;
         }
         base.push(MountOp::Bind { src: bytes(&real), dst: bytes(&real), writable: false, idmap: remap });
         read_roots.push(real);
     }
+    Ok(read_roots)
+}
 
-    base.push(MountOp::Bind { src: bytes(&ws), dst: bytes(&ws), writable, idmap: remap });
+/// The workspace, the grants, /proc and a minimal /dev; then parents before
+/// children.
+fn add_sandbox_mounts(base: &mut Vec<MountOp>, ws: &Path, access: &Access, remap: bool) {
+    let (writable, grants) = (access.writable, &access.grants);
+    base.push(MountOp::Bind { src: bytes(ws), dst: bytes(ws), writable, idmap: remap });
     for g in grants.iter().filter(|g| g.as_path() != Path::new("/tmp")) {
         base.push(MountOp::Bind { src: bytes(g), dst: bytes(g), writable: true, idmap: remap });
     }
@@ -375,23 +481,39 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // Parents before children; the sort is stable, so equal depths keep
     // their order (system, /tmp, read roots, workspace, grants).
     base.sort_by_key(|op| depth(op.dst()));
+}
 
-    // Protected carve-outs, only where something is writable.
-    let writable_areas: Vec<PathBuf> = if writable { vec![ws.clone()] } else { Vec::new() }
-        .into_iter()
-        .chain(grants.iter().filter(|g| g.as_path() != Path::new("/tmp")).cloned())
-        .collect();
-    // The host's /tmp, when granted, is writable too: a policy file or a
-    // protected path there needs its carve-out as much as one in a grant.
-    let protect_areas: Vec<PathBuf> = writable_areas
-        .iter()
-        .cloned()
-        .chain(grants.iter().filter(|g| g.as_path() == Path::new("/tmp")).cloned())
-        .collect();
-    // A path the next run will follow again (the workspace, a readable root,
-    // a grant, the working directory, a protected path, the policy file)
-    // must not go through a symbolic link this run could replace: one that
-    // sits in a writable area.
+/// The writable areas: where carve-outs are needed.
+struct Areas {
+    /// The writable workspace and the grants but the host's `/tmp`.
+    writable: Vec<PathBuf>,
+    /// Those and the host's `/tmp` when granted.
+    protect: Vec<PathBuf>,
+}
+
+impl Areas {
+    fn of(ws: &Path, access: &Access) -> Areas {
+        let (writable, grants) = (access.writable, &access.grants);
+        // Protected carve-outs, only where something is writable.
+        let writable_areas: Vec<PathBuf> = if writable { vec![ws.to_path_buf()] } else { Vec::new() }
+            .into_iter()
+            .chain(grants.iter().filter(|g| g.as_path() != Path::new("/tmp")).cloned())
+            .collect();
+        // protected path there needs its carve-out as much as one in a grant.
+        let protect_areas: Vec<PathBuf> = writable_areas
+            .iter()
+            .cloned()
+            .chain(grants.iter().filter(|g| g.as_path() == Path::new("/tmp")).cloned())
+            .collect();
+        Areas { writable: writable_areas, protect: protect_areas }
+    }
+}
+
+/// A path the next run will follow again (the workspace, a readable root,
+/// a grant, the working directory, a protected path, the policy file) must
+/// not go through a symbolic link this run could replace: one that sits in
+/// a writable area.
+fn check_followed_links(req: &ExecRequest, ws: &Path, protect_areas: &[PathBuf]) -> Result<(), SandboxError> {
     let named = std::iter::once((&req.workspace, "workspace"))
         .chain(req.read.iter().map(|p| (p, "readable root")))
         .chain(req.write.iter().filter(|p| p.is_absolute()).map(|p| (p, "write grant")))
@@ -400,7 +522,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         .chain(req.policy_file.iter().map(|p| (p, "policy file")));
     for (p, what) in named {
         let abs = if p.is_absolute() { p.clone() } else { ws.join(p) };
-        if let Some(link) = replaceable_link(&abs, &protect_areas) {
+        if let Some(link) = replaceable_link(&abs, protect_areas) {
             return Err(SandboxError::unsafe_path(
                 p.to_path_buf(),
                 PathRefusal::ReplaceableLink,
@@ -413,28 +535,42 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             ));
         }
     }
+    Ok(())
+}
+
+/// What git discovery leaves the plan.
+struct GitPlan {
+    protected: Vec<PathBuf>,
+    guard: Vec<PathBuf>,
+    indexes: Vec<git::GitIndex>,
+    trees: Vec<PathBuf>,
+}
+
+/// Git discovery, its checks, the protected carve-outs and the git guard.
+fn protect_git(req: &ExecRequest, ws: &Path, access: &Access, areas: &Areas) -> Result<GitPlan, SandboxError> {
+    let (writable, writable_areas, protect_areas) = (access.writable, &areas.writable, &areas.protect);
     // Only files the command could have planted are judged (and named in
     // the error): ones in the workspace or a writable area.
     // Git paths keep their `..` (spelled as git opens them); containment
     // is judged on their lexical form.
     let ours = |p: &Path| {
         let p = lexical(p);
-        p.starts_with(&ws) || protect_areas.iter().any(|a| p.starts_with(a))
+        p.starts_with(ws) || protect_areas.iter().any(|a| p.starts_with(a))
     };
     // Submodule working trees are looked for (indexes read) only when
     // something is writable: a read-only run has nothing to protect.
-    let git = git::discover(&ws, &protect_areas, !protect_areas.is_empty())?;
-    git.check_files(&ws, &ours)?;
-    git.check_spelled(&protect_areas)?;
-    let hook_targets = git.hook_link_targets(&ws, &protect_areas)?;
-    let protected = protected_paths(req, &ws, &protect_areas, &git, &hook_targets)?;
+    let git = git::discover(ws, protect_areas, !protect_areas.is_empty())?;
+    git.check_files(ws, &ours)?;
+    git.check_spelled(protect_areas)?;
+    let hook_targets = git.hook_link_targets(ws, protect_areas)?;
+    let protected = protected_paths(req, ws, protect_areas, &git, &hook_targets)?;
     // Files git would read config or hooks from that do not exist yet (so
     // nothing can be mounted over them): each git dir's redirections, the
     // configured hooksPath and include targets, unpopulated submodules'
     // `.git`, missing hook link targets, and a HEAD at the workspace root
     // (with it, git's bare-repository fallback would make the workspace
     // itself a git dir with a config of the command's choosing).
-    let git_guard = git.guard(&ws, &writable_areas, writable, &hook_targets);
+    let git_guard = git.guard(ws, writable_areas, writable, &hook_targets);
     let git_indexes: Vec<git::GitIndex> = git
         .indexes
         .iter()
@@ -442,14 +578,31 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         .cloned()
         .collect();
     let git_trees = git.trees.clone();
+    Ok(GitPlan { protected, guard: git_guard, indexes: git_indexes, trees: git_trees })
+}
+
+/// The deny list's masks (and the workspace-lock directory's, where a bind
+/// shows it), only what the sandbox can see, shallowest first.
+#[allow(clippy::too_many_arguments)]
+fn deny_masks_for(
+    req: &ExecRequest,
+    uid: u32,
+    ws: &Path,
+    base: &[MountOp],
+    lock_dir: &Path,
+    read_roots: &[PathBuf],
+    access: &Access,
+    areas: &Areas,
+) -> Result<Vec<PathBuf>, SandboxError> {
+    let (grants, protect_areas) = (&access.grants, &areas.protect);
     // Masks: the deny list.
     // `a//b`, `a/./b` and `./a/` name what `a/b` and `a` name.
     let deny: Vec<String> = req.deny.iter().map(|g| normalize_glob(g)).collect();
-    let deny_glob::Masks { paths: mut masked, links: denied_links } = deny_masks(&deny, &ws)?;
+    let deny_glob::Masks { paths: mut masked, links: denied_links } = deny_masks(&deny, ws)?;
     // A denied link's target is masked, but the link itself could be pointed
     // elsewhere by a writable run, and the next run would mask that instead.
     for l in &denied_links {
-        if in_areas(l, &protect_areas) {
+        if in_areas(l, protect_areas) {
             return Err(SandboxError::unsafe_path(
                 l.to_path_buf(),
                 PathRefusal::ReplaceableLink,
@@ -466,9 +619,8 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // reach (it could hold the lock and stall every writable run): it lies
     // on a private tmpfs in the sandbox, unless a bind shows the host's.
     // Then it is masked; a bind from inside it is refused.
-    let lock_dir = super::lock::dir(uid);
     if !degraded_req(req) {
-        if let Some(view) = lock_view(&base, &lock_dir)? {
+        if let Some(view) = lock_view(base, lock_dir)? {
             super::lock::open_dir(uid)?;
             masked.push(view);
         }
@@ -477,7 +629,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // inside a masked directory is already hidden (its mount point would be
     // gone).
     masked.retain(|m| {
-        m.starts_with(&ws)
+        m.starts_with(ws)
             || read_roots.iter().any(|r| m.starts_with(r))
             || grants.iter().any(|g| m.starts_with(g))
             || SYSTEM_ROOTS.iter().any(|r| m.starts_with(r))
@@ -487,6 +639,19 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     let dirs: Vec<PathBuf> = masked.iter().filter(|m| m.is_dir()).cloned().collect();
     masked.retain(|m| !dirs.iter().any(|d| m.starts_with(d) && m != d));
     masked.sort_by_key(|p| depth(p.as_os_str().as_bytes()));
+    Ok(masked)
+}
+
+/// Pin the parents of protected paths and of masks in writable areas.
+fn pins(
+    ws: &Path,
+    access: &Access,
+    read_roots: &[PathBuf],
+    protected: &[PathBuf],
+    masked: &[PathBuf],
+    areas: &Areas,
+) -> Vec<PathBuf> {
+    let (writable, protect_areas) = (access.writable, &areas.protect);
     // Pin the parents of protected paths and of masks in writable areas:
     // renaming a parent would carry the read-only file or the mask away, and
     // the next run would find the file unprotected under its new name.
@@ -495,34 +660,59 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // otherwise let the command put a workspace of its own where the next
     // run (and the user) will look.
     let beneath_grant = (!writable)
-        .then(|| ws.clone())
+        .then(|| ws.to_path_buf())
         .into_iter()
         .chain(read_roots.iter().cloned())
         .filter(|p| protect_areas.iter().any(|a| p.starts_with(a) && p != a));
     let pin_for: Vec<PathBuf> = protected.iter().chain(masked.iter()).cloned().chain(beneath_grant).collect();
-    let pinned: Vec<PathBuf> =
-        pinned_ancestors(&pin_for, &protect_areas).into_iter().filter(|p| !masked.contains(p)).collect();
+    pinned_ancestors(&pin_for, protect_areas).into_iter().filter(|p| !masked.contains(p)).collect()
+}
+
+/// The link walk: names in writable areas kept read-only (hard links,
+/// privileged programs) or masked (unlistable directories), after the alias
+/// check.
+fn read_only_names(
+    req: &ExecRequest,
+    ws: &Path,
+    access: &Access,
+    read_roots: &[PathBuf],
+    protected: &[PathBuf],
+    masked: &[PathBuf],
+    areas: &Areas,
+) -> Result<super::links::Kept, SandboxError> {
+    let (writable, create_grants, protect_areas) = (access.writable, &access.create_grants, &areas.protect);
     // Hard links: a writable name of a file that has another name the run
     // may not write.
     // A read-only workspace beneath a grant is not writable either.
-    let ro_ws = (!writable).then(|| ws.clone());
+    let ro_ws = (!writable).then(|| ws.to_path_buf());
     let not_writable: Vec<PathBuf> =
-        protected.iter().chain(&masked).chain(&read_roots).chain(ro_ws.iter()).cloned().collect();
+        protected.iter().chain(masked).chain(read_roots).chain(ro_ws.iter()).cloned().collect();
     // A host mount inside a writable area (or a grant that is one) must not
     // show a read-only area at another path: it would be writable there.
     let system: Vec<PathBuf> =
         SYSTEM_ROOTS.iter().map(PathBuf::from).filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())).collect();
     let kept: Vec<PathBuf> = not_writable.iter().chain(&system).cloned().collect();
-    super::aliases::check(&protect_areas, &kept)?;
+    super::aliases::check(protect_areas, &kept)?;
     // A grant still to be created (only `--explain` plans one) holds nothing.
     let walked: Vec<PathBuf> = protect_areas.iter().filter(|a| !create_grants.contains(a)).cloned().collect();
-    let super::links::Kept { hard_linked, privileged, unlistable } =
-        super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))?;
+    super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))
+}
+
+/// The mount plan: the base mounts, then the carve-outs (read-only names,
+/// pins), then the masks.
+fn mount_plan(
+    base: Vec<MountOp>,
+    protected: &[PathBuf],
+    kept: &super::links::Kept,
+    pinned: &[PathBuf],
+    masked: &[PathBuf],
+) -> Vec<MountOp> {
+    let super::links::Kept { hard_linked, privileged, unlistable } = kept;
     let mut mounts = base;
     let mut carve: Vec<MountOp> = protected
         .iter()
-        .chain(&hard_linked)
-        .chain(&privileged)
+        .chain(hard_linked)
+        .chain(privileged)
         .map(|p| MountOp::ReadOnly { dst: bytes(p) })
         .chain(pinned.iter().map(|p| MountOp::Pin { dst: bytes(p) }))
         .collect();
@@ -536,15 +726,24 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     for m in masked.iter().filter(|m| !unlistable.iter().any(|u| m.starts_with(u) && m != &u)) {
         mounts.push(MountOp::Mask { dst: bytes(m) });
     }
-    for u in &unlistable {
+    for u in unlistable {
         mounts.push(MountOp::Mask { dst: bytes(u) });
     }
+    mounts
+}
 
-    // Working directory.
-    let cwd = match &req.cwd {
+/// The working directory: inside the sandbox's view.
+fn working_directory(
+    req: &ExecRequest,
+    at: &Resolver<'_>,
+    read_roots: &[PathBuf],
+    access: &Access,
+) -> Result<PathBuf, SandboxError> {
+    let (ws, grants) = (&at.ws, &access.grants);
+    Ok(match &req.cwd {
         Some(c) => {
-            let real = canon_in(c, "working directory")?;
-            if !is_within(&real, &ws)
+            let real = at.canon_in(c, "working directory")?;
+            if !is_within(&real, ws)
                 && !read_roots.iter().any(|r| is_within(&real, r))
                 && !grants.iter().any(|g| is_within(&real, g))
             {
@@ -556,8 +755,33 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             real
         }
         None => ws.clone(),
-    };
+    })
+}
 
+/// What Landlock is told.
+struct LandlockRules {
+    writable: Vec<PathBuf>,
+    split_entries: Vec<PathBuf>,
+    split: Vec<super::split::Split>,
+    readable: Vec<PathBuf>,
+    sockets: Vec<PathBuf>,
+    gaps: Vec<PathBuf>,
+}
+
+/// The Landlock rules (and, in landlock-only mode, what that mode refuses).
+#[allow(clippy::too_many_arguments)]
+fn landlock_rules(
+    req: &ExecRequest,
+    uid: u32,
+    ws: &Path,
+    access: &Access,
+    read_roots: &[PathBuf],
+    protected: &[PathBuf],
+    kept: &super::links::Kept,
+    lock_dir: &Path,
+) -> Result<LandlockRules, SandboxError> {
+    let (writable, grants, host_tmp) = (access.writable, &access.grants, access.host_tmp);
+    let (hard_linked, privileged) = (&kept.hard_linked, &kept.privileged);
     let degraded = req.degraded == Some(Mode::LandlockOnly);
     let mut landlock_writable: Vec<PathBuf> = if degraded {
         // No private /tmp or /dev: the host's device nodes, one by one (a
@@ -568,7 +792,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         vec![PathBuf::from("/dev"), PathBuf::from("/tmp")]
     };
     if writable {
-        landlock_writable.push(ws.clone());
+        landlock_writable.push(ws.to_path_buf());
     }
     // In the full sandbox /tmp is already in the list (private or host).
     landlock_writable.extend(grants.iter().filter(|g| degraded || g.as_path() != Path::new("/tmp")).cloned());
@@ -577,7 +801,10 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // not there either when a host directory is bound beneath one (Landlock
     // rules are hierarchical). Everywhere else another run could reach the
     // socket, connect, and be handed this run's descriptors.
-    let host_binds: Vec<&PathBuf> = std::iter::once(&ws).chain(read_roots.iter()).chain(grants.iter()).collect();
+    let host_binds: Vec<&Path> = std::iter::once(ws)
+        .chain(read_roots.iter().map(PathBuf::as_path))
+        .chain(grants.iter().map(PathBuf::as_path))
+        .collect();
     let landlock_sockets: Vec<PathBuf> = if degraded {
         Vec::new()
     } else {
@@ -637,7 +864,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             // The device nodes one by one, not /dev (other ptys of the user,
             // the host's /dev/shm).
             .chain(DEV_NODES.iter().map(|n| Path::new("/dev").join(n)).filter(|p| p.exists()))
-            .chain([ws.clone(), PathBuf::from("/proc")])
+            .chain([ws.to_path_buf(), PathBuf::from("/proc")])
             .chain(read_roots.iter().cloned())
             .collect();
     }
@@ -648,12 +875,12 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     // path or a hard-linked name inside `target/` would otherwise cost every
     // new entry there (cargo's); those stay reported gaps.
     let narrower: Vec<PathBuf> =
-        (!writable).then(|| ws.clone()).into_iter().chain(read_roots.iter().cloned()).collect();
-    let (whole, landlock_split) = super::split::split(&landlock_writable, &grants, &narrower);
+        (!writable).then(|| ws.to_path_buf()).into_iter().chain(read_roots.iter().cloned()).collect();
+    let (whole, landlock_split) = super::split::split(&landlock_writable, grants, &narrower);
     let read_only_areas: Vec<PathBuf> = narrower
         .into_iter()
         .chain(protected.iter().cloned())
-        .chain(hard_linked.iter().chain(&privileged).cloned())
+        .chain(hard_linked.iter().chain(privileged).cloned())
         .collect();
     landlock_writable = whole;
     let split_entries: Vec<PathBuf> = landlock_split.iter().flat_map(|s| s.entries.iter().cloned()).collect();
@@ -663,7 +890,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
             .iter()
             .chain(split_entries.iter())
             .chain(landlock_readable.iter())
-            .find(|p| lock_dir.starts_with(p) || p.starts_with(&lock_dir))
+            .find(|p| lock_dir.starts_with(p) || p.starts_with(lock_dir))
         {
             return Err(SandboxError::unsupported(
                 "a grant that holds the workspace-lock directory",
@@ -691,6 +918,27 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         ));
     }
 
+    Ok(LandlockRules {
+        writable: landlock_writable,
+        split_entries,
+        split: landlock_split,
+        readable: landlock_readable,
+        sockets: landlock_sockets,
+        gaps: landlock_gaps,
+    })
+}
+
+/// The spec handed to the helper, and the SHA-256 of its seccomp program.
+fn spawn_spec(
+    req: &ExecRequest,
+    uid: u32,
+    gid: u32,
+    cwd: &Path,
+    mounts: Vec<MountOp>,
+    ll: &LandlockRules,
+) -> Result<(SpawnSpec, String), SandboxError> {
+    let degraded = req.degraded == Some(Mode::LandlockOnly);
+    let remap = uid == 0;
     let env = build_env(req);
     let profile = portcullis_helper::filter::Profile { degraded, network_none: req.network == Network::None };
     let program = portcullis_helper::filter::compile_for(profile)
@@ -701,7 +949,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         version: SPEC_VERSION,
         argv: req.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
         env,
-        cwd: bytes(&cwd),
+        cwd: bytes(cwd),
         identity: if remap && !degraded {
             Identity { inside_uid: 0, inside_gid: 0, outside_uid: ROOT_RUNS_AS, outside_gid: ROOT_RUNS_AS }
         } else {
@@ -710,13 +958,13 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         network: req.network,
         mounts: if degraded { Vec::new() } else { mounts },
         landlock: LandlockSpec {
-            writable: landlock_writable.iter().map(|p| bytes(p)).collect(),
-            writable_entries: split_entries.iter().map(|p| bytes(p)).collect(),
+            writable: ll.writable.iter().map(|p| bytes(p)).collect(),
+            writable_entries: ll.split_entries.iter().map(|p| bytes(p)).collect(),
             required: true,
             deny_tcp: req.network == Network::None,
             scope: true,
-            readable: landlock_readable.iter().map(|p| bytes(p)).collect(),
-            sockets: landlock_sockets.iter().map(|p| bytes(p)).collect(),
+            readable: ll.readable.iter().map(|p| bytes(p)).collect(),
+            sockets: ll.sockets.iter().map(|p| bytes(p)).collect(),
         },
         rlimits: Vec::new(),
         cgroup: false,
@@ -724,28 +972,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         mode: req.degraded.unwrap_or(Mode::Full),
         observe: req.report_refused_writes,
     };
-    Ok(Plan {
-        workspace: ws,
-        writable,
-        write_grants: grants,
-        create_grants,
-        read_roots,
-        protected,
-        pinned,
-        git_guard,
-        git_indexes,
-        git_trees,
-        masked,
-        hard_linked,
-        privileged,
-        unlistable,
-        landlock_writable,
-        landlock_sockets,
-        landlock_gaps,
-        landlock_split,
-        seccomp_sha256,
-        spec,
-    })
+    Ok((spec, seccomp_sha256))
 }
 
 fn degraded_req(req: &ExecRequest) -> bool {
