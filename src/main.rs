@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use portcullis::policy::WorkspacePolicy;
-use portcullis::runner::{check_line, explain, Exec, ExecOptions, Line, Prepared, RunError, Runner};
+use portcullis::runner::{check_line, explain, gate_preview, Exec, ExecOptions, Line, Prepared, RunError, Runner};
 use portcullis::sandbox::{Mode, RunOptions, Stdin, Stream};
 use portcullis::{error_chain, Network};
 
@@ -263,14 +263,31 @@ fn check(a: CheckArgs) -> ExitCode {
         Ok(v) => v,
         Err(e) => return fail(error_chain(&e)),
     };
+    // An accepted line is shown to the policy's gate as `exec --writable`
+    // would show it: a refusal there refuses the line (exit 1) too.
+    let gate = match verdict.plan() {
+        Some(plan) => match gate_preview(&policy, plan, a.cwd.as_deref()) {
+            Ok(g) => g,
+            Err(e) => return fail(error_chain(&e)),
+        },
+        None => None,
+    };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&verdict).unwrap_or_default());
+        let mut v = serde_json::to_value(&verdict).unwrap_or_default();
+        if let (Some(g), Some(map)) = (&gate, v.as_object_mut()) {
+            map.insert("gate".into(), serde_json::to_value(g).unwrap_or_default());
+        }
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         print!("{}", explain::render_verdict(&verdict));
+        if let Some(g) = &gate {
+            print!("{}", explain::render_gate(g));
+        }
     }
-    match verdict {
-        portcullis::policy::Verdict::Accepted(_) => ExitCode::SUCCESS,
-        portcullis::policy::Verdict::Refused(_) => ExitCode::from(1),
+    match (verdict, gate) {
+        (_, Some(portcullis::gate::Decision::Refuse { .. })) => ExitCode::from(1),
+        (portcullis::policy::Verdict::Accepted(_), _) => ExitCode::SUCCESS,
+        (portcullis::policy::Verdict::Refused(_), _) => ExitCode::from(1),
     }
 }
 
@@ -408,6 +425,9 @@ async fn exec(a: ExecArgs) -> ExitCode {
             if a.json {
                 println!("{}", serde_json::to_string(&r).unwrap_or_default());
             } else {
+                if let Some(note) = r.access_note() {
+                    eprintln!("portcullis: {note}");
+                }
                 if r.result.truncated {
                     eprintln!("portcullis: output truncated at {cap} bytes");
                 }

@@ -50,6 +50,29 @@ pub fn render_verdict(v: &Verdict) -> String {
     }
 }
 
+/// `check`'s line for the gate's answer (a line that asks for the whole
+/// workspace).
+pub fn render_gate(d: &crate::gate::Decision) -> String {
+    use crate::gate::Decision;
+    match d {
+        Decision::Refuse { reason, rule } => {
+            format!("gate: refuses it (rule {}): {reason}\n", rule.as_deref().unwrap_or("?"))
+        }
+        Decision::Allow { writable, write_grants, rule } => {
+            let rule = rule.as_deref().unwrap_or("?");
+            match (writable, write_grants) {
+                (true, None) => format!("gate: write access as asked (rule {rule})\n"),
+                (_, Some(g)) if g.is_empty() => format!("gate: runs read-only (rule {rule})\n"),
+                (false, None) => format!("gate: runs read-only but for the grants it asks (rule {rule})\n"),
+                (_, Some(g)) => format!(
+                    "gate: may write only {} (rule {rule})\n",
+                    g.iter().map(|p| shown(p)).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        }
+    }
+}
+
 /// `--explain`'s text: exactly what will run, from the plan the sandbox
 /// made (and the access the gate left the command).
 pub fn explain(sb: &Sandbox, plan: &crate::sandbox::Plan, ready: &Ready) -> String {

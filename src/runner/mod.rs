@@ -31,7 +31,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::audit::{Audit, AuditError, Event, RefusalKind, RefusedWritesRecord, Status};
-use crate::gate::{Access, Action, Backend, Gate, GateError, ShellExec};
+use crate::gate::{Access, Action, Backend, Decision, Gate, GateError, ShellExec};
 use crate::policy::{quote_argv, Interpreter, LinePlan, PlannedCommand, PolicyError, Verdict, WorkspacePolicy};
 use crate::sandbox::{ExecRequest, ExecResult, Mode, Outcome, RunOptions, Sandbox, SandboxError, TestSwitches};
 use crate::Network;
@@ -66,6 +66,30 @@ pub fn check_line(policy: &WorkspacePolicy, line: Line<'_>, sh: bool, cwd: Optio
             return Err(RunError::input("sh", "in sh mode, pass the line as one argument: -- 'LINE'"))
         }
     })
+}
+
+/// What the policy's `[[gate]]` rules would answer for an accepted line
+/// run in `cwd` (default: the workspace) that asks for the whole workspace:
+/// `None` when the policy has no rules. Runs nothing, records nothing.
+pub fn gate_preview(
+    policy: &WorkspacePolicy,
+    plan: &LinePlan,
+    cwd: Option<&Path>,
+) -> Result<Option<Decision>, RunError> {
+    let ws = policy.workspace_root()?;
+    let real = std::fs::canonicalize(ws).map_err(|source| PolicyError::Resolve { path: ws.to_path_buf(), source })?;
+    let Some(rules) = policy.gate(&real)? else { return Ok(None) };
+    let action = Action::ShellExec(ShellExec {
+        line: plan.line.clone(),
+        interpreter: plan.interpreter,
+        commands: plan.commands.clone(),
+        cwd: cwd.map_or_else(|| real.clone(), |c| real.join(c)),
+        workspace: Some(real.clone()),
+        asked: Access { writable: true, write_grants: Vec::new() },
+        background: false,
+        backend: Backend::Sandbox,
+    });
+    Ok(Some(rules.decide(&action)?))
 }
 
 /// What a caller may set for one command, on top of the policy: the command
@@ -275,6 +299,38 @@ pub struct Ran {
     /// Grants the gate named that were not asked for (dropped).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dropped_grants: Vec<PathBuf>,
+    /// The write access the command asked for.
+    pub asked: Access,
+    /// The write access it ran with (the meet of the asked and the allowed).
+    pub effective: Access,
+}
+
+impl Ran {
+    /// A line for people when the gate left the command less write access
+    /// than it asked for: what it asked, what it got, and which rule.
+    pub fn access_note(&self) -> Option<String> {
+        if self.asked == self.effective {
+            return None;
+        }
+        let describe = |a: &Access| {
+            let mut parts = Vec::new();
+            if a.writable {
+                parts.push("the workspace".to_string());
+            }
+            parts.extend(a.write_grants.iter().map(|g| g.display().to_string()));
+            if parts.is_empty() {
+                "no write access".to_string()
+            } else {
+                format!("write access to {}", parts.join(", "))
+            }
+        };
+        Some(format!(
+            "asked for {}; the gate{} allowed {}",
+            describe(&self.asked),
+            self.rule.as_ref().map(|r| format!(" (rule {r})")).unwrap_or_default(),
+            describe(&self.effective)
+        ))
+    }
 }
 
 /// What became of a command: it ran, or it was refused.
@@ -635,6 +691,7 @@ impl Runner {
             Prepared::Ready(r) => r,
         };
         let Ready { request, action, effective, rule, dropped, .. } = *ready;
+        let asked = action.asked();
         self.record(&Event::Allowed { id: id.clone(), action, effective: effective.clone(), rule: rule.clone() })
             .await
             .map_err(RunError::Audit)?;
@@ -643,7 +700,7 @@ impl Runner {
         match result {
             Ok(result) => {
                 let event = outcome_event(&id, &effective, &result);
-                let ran = Ran { id, result, rule, dropped_grants: dropped };
+                let ran = Ran { id, result, rule, dropped_grants: dropped, asked, effective: effective.clone() };
                 if let Err(source) = self.record(&event).await {
                     return Err(RunError::AuditAfter { report: Box::new(ran), source });
                 }

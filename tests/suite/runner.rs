@@ -503,3 +503,54 @@ fn r0186_a_host_killed_mid_command_leaves_its_allowed_record() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("audit"), "{}", String::from_utf8_lossy(&o.stderr));
     let _ = JsonlAudit::open(cfg.path().join("other.jsonl"));
 }
+
+/// `check` shows an accepted line to the gate as `exec --writable` would,
+/// and a gate refusal refuses the line; `exec` says in words when the gate
+/// left the command less than it asked for.
+#[test]
+fn r0187_check_shows_the_gate_and_exec_says_what_it_took_away() {
+    let ws = Ws::with_git();
+    let cfg = tempfile::tempdir_in(super::util::test_root()).unwrap_or_else(|e| panic!("{e}"));
+    let pol = policy_file(
+        cfg.path(),
+        &format!(
+            "workspace = {:?}\n[shell]\ninterpreter = \"sh\"\nallow = [\"git\", \"touch\"]\n\n[[gate]]\nname = \"no-push\"\ncommand = \"git\"\nargs = \"push*\"\nanswer = \"refuse\"\nreason = \"pushing needs review\"\n\n[[gate]]\nname = \"git-writes-git\"\ncommand = \"git\"\nanswer = \"grant\"\npaths = [\".git\"]\n",
+            ws.path()
+        ),
+    );
+    let check = |line: &str, json: bool| {
+        let mut c = cli();
+        c.arg("check").arg("--policy").arg(&pol);
+        if json {
+            c.arg("--json");
+        }
+        c.args(["--", line]).output().unwrap_or_else(|e| panic!("{e}"))
+    };
+    let o = check("git push origin main", false);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("gate: refuses it (rule no-push)"), "{o:?}");
+    let o = check("git status", false);
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("gate: may write only") && out.contains(".git (rule git-writes-git)"), "{out}");
+    let o = check("touch x", true);
+    assert_eq!(o.status.code(), Some(0), "control: the checker accepts it");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["gate"]["decision"], "allow", "{v}");
+    assert_eq!(v["gate"]["rule"], "default", "{v}");
+    // exec: the gate's default answer for touch is read-only; the user is told.
+    let o = cli()
+        .args(["exec", "--writable", "--policy"])
+        .arg(&pol)
+        .args(["--", "touch x"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(err.contains("Read-only file system"), "{err}");
+    assert!(
+        err.contains("asked for write access to the workspace; the gate (rule default) allowed no write access"),
+        "{err}"
+    );
+    assert!(!ws.join("x").exists());
+}
