@@ -9,13 +9,13 @@
 //! command is read-only; an unmatched file operation is allowed (the path
 //! jail still applies). `docs/approval.md` states the rules exactly.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use globset::GlobMatcher;
 
 use super::meet::is_clean;
 use super::{Action, BoxFuture, Decision, FsAction, Gate, GateError, ShellExec};
-use crate::path::DenyGlobs;
+use crate::path::{lexical, DenyGlobs};
 use crate::policy::gate::{validate, DEFAULT_RULE};
 use crate::policy::{GateAnswer, GateKind, GateRule, PlannedCommand, PolicyError, WorkspacePolicy};
 
@@ -400,21 +400,6 @@ fn command_matches(name: &str, word: &str, cwd: &Path) -> Match {
         // cannot be told apart here.
         Match::Unsure
     }
-}
-
-/// `p` with `.` dropped and `..` applied, without touching the filesystem.
-fn lexical(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 impl Gate for Rules {

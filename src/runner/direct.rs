@@ -143,15 +143,7 @@ impl Runner {
             }
         };
         if let Some(r) = refused {
-            self.record(&Event::Denied {
-                id,
-                action,
-                refusal: r.kind,
-                reason: r.message.clone(),
-                rule: r.rule.clone(),
-            })
-            .await
-            .map_err(RunError::Audit)?;
+            self.deny(id, action, &r).await?;
             return Ok(Fs::Refused(r));
         }
         let started = std::time::Instant::now();

@@ -677,15 +677,7 @@ impl Runner {
         let id = new_id();
         let ready = match prepared {
             Prepared::Refused { action, refused } => {
-                self.record(&Event::Denied {
-                    id,
-                    action: *action,
-                    refusal: refused.kind,
-                    reason: refused.message.clone(),
-                    rule: refused.rule.clone(),
-                })
-                .await
-                .map_err(RunError::Audit)?;
+                self.deny(id, *action, &refused).await?;
                 return Ok(Exec::Refused(refused));
             }
             Prepared::Ready(r) => r,
@@ -740,6 +732,18 @@ impl Runner {
                 }
             }
         }
+    }
+
+    /// Record a refusal (before the caller hears of it).
+    pub(crate) async fn deny(&self, id: String, action: Action, refused: &Refused) -> Result<(), RunError> {
+        let event = Event::Denied {
+            id,
+            action,
+            refusal: refused.kind,
+            reason: refused.message.clone(),
+            rule: refused.rule.clone(),
+        };
+        self.record(&event).await.map_err(RunError::Audit)
     }
 
     async fn record(&self, event: &Event) -> Result<(), AuditError> {
