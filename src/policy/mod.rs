@@ -156,6 +156,11 @@ pub struct WorkspacePolicy {
     /// directory. It must lie outside the workspace and every write grant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<PathBuf>,
+    /// Sync the audit log every this many records (default 1: every record
+    /// is on disk before its action starts; more is faster, and a machine
+    /// crash can lose up to that many minus one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_batch: Option<std::num::NonZeroU32>,
 }
 
 /// Resource limits of each command.

@@ -375,6 +375,7 @@ pub struct RunnerBuilder {
     gate: Option<Arc<dyn Gate>>,
     audit: Option<Arc<dyn Audit>>,
     audit_log: Option<PathBuf>,
+    audit_sync: Option<crate::audit::jsonl::Sync>,
     sandbox: Option<Sandbox>,
 }
 
@@ -416,6 +417,13 @@ impl RunnerBuilder {
     /// [`RunnerBuilder::build`], which refuses a log inside the workspace.
     pub fn audit_log(mut self, file: impl Into<PathBuf>) -> Self {
         self.audit_log = Some(file.into());
+        self
+    }
+
+    /// When the audit log's records reach the disk (default: the policy's
+    /// `audit_batch`, else every record before its action starts).
+    pub fn audit_sync(mut self, sync: crate::audit::jsonl::Sync) -> Self {
+        self.audit_sync = Some(sync);
         self
     }
 
@@ -463,7 +471,12 @@ impl RunnerBuilder {
             (Some(a), _) => (Some(a), None),
             (None, Some(f)) => {
                 let real = audit_log_path(&f, &workspace)?;
-                let log = crate::audit::JsonlAudit::open(&f).map_err(RunError::Audit)?;
+                let sync = match (self.audit_sync, policy.as_ref().and_then(|p| p.audit_batch)) {
+                    (Some(s), _) => s,
+                    (None, Some(n)) if n.get() > 1 => crate::audit::jsonl::Sync::Batch(n),
+                    (None, _) => crate::audit::jsonl::Sync::Every,
+                };
+                let log = crate::audit::JsonlAudit::open_with(&f, sync).map_err(RunError::Audit)?;
                 (Some(Arc::new(log) as Arc<dyn Audit>), Some(real))
             }
             (None, None) => (None, None),

@@ -554,3 +554,29 @@ fn r0187_check_shows_the_gate_and_exec_says_what_it_took_away() {
     );
     assert!(!ws.join("x").exists());
 }
+
+/// The policy's `audit` key: relative to the policy file's directory; its
+/// `audit_batch` syncs in batches; 0 is refused naming the key.
+#[test]
+fn r0188_the_policy_names_the_audit_log_and_its_batch() {
+    let ws = Ws::new();
+    let cfg = tempfile::tempdir_in(super::util::test_root()).unwrap_or_else(|e| panic!("{e}"));
+    let body = |batch: &str| {
+        format!("workspace = {:?}\naudit = \"logs/a.jsonl\"\n{batch}[shell]\nallow = [\"ls\"]\n", ws.path())
+    };
+    std::fs::create_dir(cfg.path().join("logs")).unwrap_or_else(|e| panic!("{e}"));
+    let pol = policy_file(cfg.path(), &body("audit_batch = 4\n"));
+    for _ in 0..3 {
+        let o =
+            cli().args(["exec", "--policy"]).arg(&pol).args(["--", "ls"]).output().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let log = cfg.path().join("logs/a.jsonl");
+    assert_eq!(log_lines(&log).len(), 6, "two records per command, synced at exit");
+    let o = cli().args(["audit", "verify"]).arg(&log).output().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(o.status.code(), Some(0));
+    let pol = policy_file(cfg.path(), &body("audit_batch = 0\n"));
+    let o = cli().args(["exec", "--policy"]).arg(&pol).args(["--", "ls"]).output().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(o.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("audit_batch"), "{}", String::from_utf8_lossy(&o.stderr));
+}
