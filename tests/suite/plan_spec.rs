@@ -181,7 +181,7 @@ fn r0203_a_cgroup_the_plan_counted_on_fails_the_run_closed() {
     // A spec that says "cgroup" where the containment makes none (or the
     // other way round) is refused before anything starts.
     let mut odd = plan.clone();
-    odd.spec.cgroup = !odd.containment.cgroup.is_some();
+    odd.spec.cgroup = odd.containment.cgroup.is_none();
     let seen = Arc::new(Mutex::new(Vec::new()));
     match run_plan(&odd, &req, seen.clone()) {
         Err(SandboxError::Invalid { what, message }) => {
