@@ -195,12 +195,13 @@ pub async fn run() -> Report {
     let sandbox = Sandbox::new();
     let cgroup = match sandbox.as_ref().map(|s| s.cgroup_host()) {
         Ok(Ok(h)) => {
-            let probe = h.create(None, None);
-            let (writable, kill, fallback) = match &probe {
-                Ok(_) => (true, true, None),
+            let (writable, kill, fallback) = match h.plan(None, None) {
                 Err(e) => (!matches!(e, crate::sandbox::NoCgroup::NotWritable(_)), false, Some(e.to_string())),
+                Ok(p) => match h.create(&p) {
+                    Ok(_) => (true, true, None),
+                    Err(e) => (e.path.ends_with("cgroup.kill"), false, Some(e.to_string())),
+                },
             };
-            drop(probe);
             CgroupReport {
                 mount: Some(h.mount.display().to_string()),
                 parent: Some(h.parent.display().to_string()),

@@ -163,29 +163,103 @@ pub fn sweep_orphans(parent: &Path) {
     }
 }
 
+/// The per-command leaf a plan counts on: made under `parent` when the run
+/// starts, with `pids.max` and `memory.max` set where the plan says the
+/// cgroup enforces them. Decided at plan time ([`CgroupHost::plan`]); a
+/// run that cannot make it fails ([`CgroupFailed`]) rather than run
+/// differently from its plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CgroupPlan {
+    /// The directory the leaf is made in (the caller's own cgroup).
+    pub parent: PathBuf,
+    /// The value written to `pids.max`, when the `pids` controller is
+    /// enabled for the leaves and a process limit was asked for.
+    pub pids_max: Option<u64>,
+    /// The value written to `memory.max`, when the `memory` controller is
+    /// enabled for the leaves and a memory limit was asked for.
+    pub memory_max: Option<u64>,
+}
+
+/// The cgroup a plan counted on could not be set up when the run started.
+#[derive(Debug, thiserror::Error)]
+#[error("could not {stage} {}: {source}", .path.display())]
+pub struct CgroupFailed {
+    /// What was being done: `create the per-command cgroup`, `write`, ...
+    pub stage: &'static str,
+    /// The directory or control file.
+    pub path: PathBuf,
+    /// The kernel's answer.
+    pub source: io::Error,
+}
+
 impl CgroupHost {
-    /// Create a leaf with the limits the enabled controllers can enforce.
-    pub fn create(&self, pids: Option<u64>, memory: Option<u64>) -> Result<Cgroup, NoCgroup> {
-        let name = format!("portcullis-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
-        let path = self.parent.join(name);
-        if let Err(e) = fs::create_dir(&path) {
-            return Err(NoCgroup::NotWritable(format!("{} ({e})", self.parent.display())));
+    /// Whether a leaf can be made for a run, judged without making one:
+    /// the parent is writable to this caller (`access(W_OK)`) and the
+    /// kernel has `cgroup.kill`. Limits go to the cgroup only where their
+    /// controller is enabled for the leaves.
+    pub fn plan(&self, pids: Option<u64>, memory: Option<u64>) -> Result<CgroupPlan, NoCgroup> {
+        if let Err(e) = nix::unistd::access(&self.parent, nix::unistd::AccessFlags::W_OK) {
+            return Err(NoCgroup::NotWritable(format!("{} ({})", self.parent.display(), io::Error::from(e))));
         }
-        let mut cg = Cgroup {
-            dir: open_dir(&path).map_err(|e| NoCgroup::NotWritable(format!("{} ({e})", path.display())))?,
-            path,
-            pids: false,
-            memory: false,
-            removed: false,
-        };
-        if !cg.path.join("cgroup.kill").exists() {
+        if !self.has_kill() {
             return Err(NoCgroup::NoKill);
         }
-        if let Some(n) = pids.filter(|_| self.controllers.iter().any(|c| c == "pids")) {
-            cg.pids = fs::write(cg.path.join("pids.max"), n.to_string()).is_ok();
+        Ok(CgroupPlan {
+            parent: self.parent.clone(),
+            pids_max: pids.filter(|_| self.has("pids")),
+            memory_max: memory.filter(|_| self.has("memory")),
+        })
+    }
+
+    /// Whether `controller` is enabled for the leaves.
+    pub fn has(&self, controller: &str) -> bool {
+        self.controllers.iter().any(|c| c == controller)
+    }
+
+    /// Whether the kernel has `cgroup.kill` (Linux 5.14): every cgroup but
+    /// the root shows the file; for the root, the kernel's release says.
+    fn has_kill(&self) -> bool {
+        if self.parent != self.mount {
+            return self.parent.join("cgroup.kill").exists();
         }
-        if let Some(n) = memory.filter(|_| self.controllers.iter().any(|c| c == "memory")) {
-            cg.memory = fs::write(cg.path.join("memory.max"), n.to_string()).is_ok();
+        let release = read_pseudo("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut parts = release.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        (major, minor) >= (5, 14)
+    }
+
+    /// Make the leaf `plan` describes, with its limits. Any step that
+    /// fails fails the whole: the run must not go ahead with less than its
+    /// plan said (the leaf made so far is removed on drop).
+    pub fn create(&self, plan: &CgroupPlan) -> Result<Cgroup, CgroupFailed> {
+        let name = format!("portcullis-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        let path = plan.parent.join(name);
+        fn failed(stage: &'static str, path: &Path) -> impl FnOnce(io::Error) -> CgroupFailed {
+            let path = path.to_path_buf();
+            move |source| CgroupFailed { stage, path, source }
+        }
+        fs::create_dir(&path).map_err(failed("create the per-command cgroup", &path))?;
+        let dir = match open_dir(&path) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = fs::remove_dir(&path);
+                return Err(failed("open the per-command cgroup", &path)(e));
+            }
+        };
+        let mut cg = Cgroup { dir, path, pids: false, memory: false, removed: false };
+        let kill = cg.path.join("cgroup.kill");
+        if !kill.exists() {
+            return Err(failed("find", &kill)(io::Error::from_raw_os_error(libc::ENOENT)));
+        }
+        if let Some(n) = plan.pids_max {
+            let file = cg.path.join("pids.max");
+            fs::write(&file, n.to_string()).map_err(failed("write", &file))?;
+            cg.pids = true;
+        }
+        if let Some(n) = plan.memory_max {
+            let file = cg.path.join("memory.max");
+            fs::write(&file, n.to_string()).map_err(failed("write", &file))?;
+            cg.memory = true;
             let _ = fs::write(cg.path.join("memory.oom.group"), "1");
         }
         Ok(cg)

@@ -113,6 +113,14 @@ pub fn spawn(helper: &Path, fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> io:
         for (src, dst) in fds {
             check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, *src, *dst))?;
         }
+        // A protocol fd not passed is closed, so the helper never mistakes
+        // a descriptor this process inherited without O_CLOEXEC for it (the
+        // observer's socket on fd 7 is optional; glibc ignores EBADF here).
+        for fd in portcullis_helper::SPEC_FD..=portcullis_helper::OBSERVE_FD {
+            if !fds.iter().any(|(_, dst)| *dst == fd) {
+                check(libc::posix_spawn_file_actions_addclose(&mut s.actions, fd))?;
+            }
+        }
         // Its own process group (a terminal's ^C goes to us, and we decide),
         // every signal at its default disposition (Rust ignores SIGPIPE and
         // ignored signals survive exec), and nothing blocked.

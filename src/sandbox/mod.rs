@@ -3,6 +3,7 @@
 mod aliases;
 mod blocked;
 mod cgroup;
+mod containment;
 mod git;
 mod grants;
 mod guard;
@@ -14,13 +15,13 @@ mod observe;
 mod plan;
 mod result;
 mod roots;
+mod run;
 mod split;
 mod stdin;
 mod submodules;
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -29,13 +30,14 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use portcullis_helper::report::{Applied, Record, Step, NO_DETAIL, RECORD_LEN};
+use portcullis_helper::report::{Record, Step, NO_DETAIL, RECORD_LEN};
 pub use portcullis_helper::spec::Mode;
 pub use portcullis_helper::spec::TestSwitches;
-use portcullis_helper::spec::{MountOp, Network, Rlimit, RlimitKind};
+use portcullis_helper::spec::{MountOp, Network};
 
 pub use blocked::{seccomp_filtered, Blocked};
-pub use cgroup::{CgroupHost, LimitMechanism, NoCgroup};
+pub use cgroup::{CgroupHost, CgroupPlan, LimitMechanism, NoCgroup};
+pub use containment::Containment;
 pub use git::GitIndex;
 pub use observe::{RefusedWrites, ReportState, SAMPLE_CAP};
 pub use plan::{Plan, DEFAULT_PROTECTED};
@@ -44,7 +46,6 @@ pub use result::{
 };
 pub use split::{Split, SPLIT_LIMIT};
 
-use crate::path::lexical;
 use crate::sys;
 
 /// Errors of the sandbox layer. Each names the path, step or command.
@@ -199,6 +200,22 @@ pub enum SandboxError {
     /// compile).
     #[error("{0}")]
     BadRequest(String),
+    /// The per-command cgroup the plan counted on ([`Plan::containment`])
+    /// could not be made when the run started. Nothing ran: the run does
+    /// not go ahead with less containment than its plan said.
+    #[error(
+        "could not {stage} {}, which this run's plan counts on (its per-command cgroup); nothing ran: run again \
+         (a new plan sees the host's cgroup as it is then, and says so if it falls back)",
+        .path.display()
+    )]
+    Cgroup {
+        /// What was being done (`create the per-command cgroup`, `write`).
+        stage: &'static str,
+        /// The cgroup directory or control file.
+        path: PathBuf,
+        /// The kernel's answer.
+        source: io::Error,
+    },
     /// [`Sandbox::run_plan`] was given a writable plan that is no longer
     /// current: the tree changed between the plan and the run.
     #[error(
@@ -728,21 +745,8 @@ impl Sandbox {
     /// Resolve a request into a plan without running anything.
     pub fn plan(&self, req: &ExecRequest) -> Result<Plan, SandboxError> {
         not_full_as_degraded(req)?;
-        if req.degraded.is_some() && req.limits.pids.is_some() {
-            let pids_cgroup = self.cgroup.as_ref().is_ok_and(|h| {
-                h.controllers.iter().any(|c| c == "pids")
-                    && nix::unistd::access(&h.parent, nix::unistd::AccessFlags::W_OK).is_ok()
-            });
-            if !pids_cgroup {
-                // Without a user namespace RLIMIT_NPROC counts every process
-                // of the uid on the host, not this sandbox's.
-                return Err(SandboxError::unsupported(
-                    "--pids without the cgroup pids controller",
-                    "--pids in landlock-only mode needs the cgroup pids controller (RLIMIT_NPROC would count the whole uid)",
-                ));
-            }
-        }
-        plan::build(req, self.uid, self.gid)
+        let contained = containment::decide(&self.cgroup, req, self.uid)?;
+        plan::build(req, self.uid, self.gid, contained)
     }
 
     /// Plan and run. A run that writes is planned once, under the
@@ -845,7 +849,8 @@ impl Sandbox {
     }
 
     /// Run a plan; `_held` (see [`Sandbox::take_locks`]) is kept until the
-    /// run and its git guard are done.
+    /// run and its git guard are done. One line per step (`sandbox::run`);
+    /// the helper gets `plan.spec` as it is.
     async fn run_locked(
         &self,
         plan: &Plan,
@@ -855,353 +860,35 @@ impl Sandbox {
         deadline: Option<tokio::time::Instant>,
         _held: Vec<nix::fcntl::Flock<std::fs::File>>,
     ) -> Result<ExecResult, SandboxError> {
-        // A deadline that passed while the run was planned (or waited):
-        // nothing is started.
-        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-            return Err(SandboxError::TimedOutBeforeStart {
-                workspace: plan.workspace.clone(),
-                stage: "while the run was planned (paths, deny globs, the hard-link and mount checks)",
-                waited: start.elapsed(),
-            });
-        }
+        not_late(plan, start, deadline)?;
         if matches!(opts.stdin, Stdin::Copy) {
             stdin::refuse_named_fifo()?;
         }
-        let mut spec = plan.spec.clone();
-        let mut warnings = Vec::new();
-        let (mut cg, cgroup_fallback) = match &self.cgroup {
-            // `--pids N` counts the command's processes: the sandbox's init
-            // (pid 1, born in the leaf) is added on top.
-            Ok(host) => match host.create(req.limits.pids.map(|n| n.saturating_add(1)), req.limits.memory) {
-                Ok(c) => (Some(c), None),
-                Err(e) => (None, Some(e.to_string())),
-            },
-            Err(e) => (None, Some(e.to_string())),
-        };
-        let mut limits = AppliedLimits::default();
-        if let Some(n) = req.limits.pids {
-            limits.pids = Some(if cg.as_ref().is_some_and(|c| c.pids) {
-                LimitMechanism::Cgroup
-            } else if req.degraded.is_some() {
-                // Sandbox::plan refused this unless a pids cgroup looked
-                // usable; it could not be made after all.
-                return Err(SandboxError::unsupported(
-                    "--pids without a pids cgroup",
-                    "--pids in landlock-only mode needs the cgroup pids controller, and no pids cgroup could be made",
-                ));
-            } else {
-                // Counted per uid of the sandbox's user namespace: pid 1 runs
-                // as the command's uid, and so does an unprivileged caller's
-                // outer helper once it has joined that namespace to make the
-                // network namespace. Neither is the command's.
-                let own = 1 + u64::from(self.uid != 0 && plan.spec.network == Network::None);
-                spec.rlimits.push(Rlimit { resource: RlimitKind::Nproc, value: n.saturating_add(own) });
-                LimitMechanism::RlimitNproc
-            });
-        }
-        if let Some(n) = req.limits.memory {
-            limits.memory = Some(if cg.as_ref().is_some_and(|c| c.memory) {
-                LimitMechanism::Cgroup
-            } else {
-                spec.rlimits.push(Rlimit { resource: RlimitKind::As, value: n });
-                LimitMechanism::RlimitAs
-            });
-        }
-        spec.rlimits.push(Rlimit { resource: RlimitKind::Core, value: 0 });
-        spec.cgroup = cg.is_some();
-        let kill_mechanism = match (cg.is_some(), req.degraded) {
-            (true, _) => KillMechanism::CgroupKill,
-            (false, Some(Mode::LandlockOnly)) => KillMechanism::Subreaper,
-            (false, _) => KillMechanism::PidNamespace,
-        };
-
-        let io_err = |stage| move |source| SandboxError::Io { stage, source };
-        let mut observing = observe::Setup::new(&mut spec);
-        let json = serde_json::to_vec(&spec)
-            .map_err(|e| SandboxError::Io { stage: "encoding the spec", source: io::Error::other(e) })?;
-        let memfd_orig = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
-        // Move every fd the helper inherits above 10 (so dup2 onto 3..6 never
-        // clobbers one), and drop the originals at once: a stray copy of the
-        // report pipe's write end would hide its EOF.
-        let memfd = sys::dup_above(&memfd_orig, 10).map_err(io_err("writing the spec"))?;
-        drop(memfd_orig);
-        let (report_r, report_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| SandboxError::Io { stage: "creating the report pipe", source: e.into() })?;
-        let report_w = {
-            let w = sys::dup_above(&report_w, 10).map_err(io_err("creating the report pipe"))?;
-            drop(report_w);
-            w
-        };
-        let (life_r, life_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| SandboxError::Io { stage: "creating the lifeline", source: e.into() })?;
-        let life_r = {
-            let r = sys::dup_above(&life_r, 10).map_err(io_err("creating the lifeline"))?;
-            drop(life_r);
-            r
-        };
-        let cg_fd: Option<OwnedFd> = match &cg {
-            Some(c) => Some(sys::dup_above(&c.dir, 10).map_err(io_err("passing the cgroup"))?),
-            None => None,
-        };
-
-        let mut fds = vec![
-            (memfd.as_raw_fd(), portcullis_helper::SPEC_FD),
-            (report_w.as_raw_fd(), portcullis_helper::REPORT_FD),
-            (life_r.as_raw_fd(), portcullis_helper::LIFELINE_FD),
-        ];
-        if let Some(c) = &cg_fd {
-            fds.push((c.as_raw_fd(), portcullis_helper::CGROUP_FD));
-        }
-        if let Some(o) = observing.helper_end() {
-            fds.push((o, portcullis_helper::OBSERVE_FD));
-        }
-        let stdin = match opts.stdin {
-            Stdin::Null => stdin::StdinPlan::Null,
-            Stdin::Copy => stdin::plan()?,
-        };
-        // Declared before the helper, so an abandoned run drops (kills and
-        // reaps) the helper first and settles the relay after.
-        let mut relay = None;
-        let mut child = launch::spawn(&self.helper, &fds, stdin.command_end())
-            .map_err(|source| SandboxError::Spawn { helper: self.helper.clone(), source })?;
-        match stdin {
-            stdin::StdinPlan::Null => {}
-            stdin::StdinPlan::Relay(mut r) => {
-                r.start()?;
-                relay = Some(r);
-            }
-            stdin::StdinPlan::Feed { read, write, from } => {
-                drop(read);
-                stdin::feed(write, from);
-            }
-        }
-        drop((memfd, report_w, life_r, cg_fd));
-        observing.spawned();
-        let mut lifeline = Some(life_w);
-
-        sys::set_nonblocking(&report_r).map_err(io_err("reading the report pipe"))?;
-        let report_rx =
-            tokio::net::unix::pipe::Receiver::from_owned_fd(report_r).map_err(io_err("reading the report pipe"))?;
-        let records = tokio::spawn(read_records(report_rx));
-
-        let (tx, mut rx) = mpsc::channel::<(Stream, Vec<u8>)>(16);
-        for (fd, stream) in [(child.stdout.take(), Stream::Stdout), (child.stderr.take(), Stream::Stderr)] {
-            if let Some(fd) = fd {
-                sys::set_nonblocking(&fd).map_err(io_err("reading the output"))?;
-                let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(io_err("reading the output"))?;
-                tokio::spawn(pump(rx, stream, tx.clone()));
-            }
-        }
-        drop(tx);
-
-        let cancel = opts.cancel.take().unwrap_or_default();
-        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-        let mut truncated = false;
-        let (mut timed_out, mut cancelled) = (false, false);
-        let mut status = None;
-        let mut outputs_open = true;
-        let mut kill_at: Option<tokio::time::Instant> = None;
-        let mut drain_deadline: Option<tokio::time::Instant> = None;
-        let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
-        loop {
-            if status.is_some() && !outputs_open {
-                break;
-            }
-            let want_kill = !(timed_out || cancelled) && status.is_none();
-            tokio::select! {
-                chunk = rx.recv(), if outputs_open => match chunk {
-                    Some((stream, data)) => {
-                        let room = req.max_output_bytes.saturating_sub(stdout.len() + stderr.len());
-                        let take = room.min(data.len());
-                        if take < data.len() {
-                            truncated = true;
-                        }
-                        if take > 0 {
-                            let part = &data[..take];
-                            if let Some(sink) = opts.on_output.as_mut() {
-                                sink(stream, part);
-                            }
-                            match stream {
-                                Stream::Stdout => stdout.extend_from_slice(part),
-                                Stream::Stderr => stderr.extend_from_slice(part),
-                            }
-                        }
-                    }
-                    None => outputs_open = false,
-                },
-                st = child.wait(), if status.is_none() => {
-                    status = Some(st);
-                    drain_deadline = Some(tokio::time::Instant::now() + Duration::from_secs(2));
-                }
-                _ = tokio::time::sleep_until(deadline.unwrap_or(far)), if want_kill && deadline.is_some() => {
-                    timed_out = true;
-                }
-                _ = cancel.cancelled(), if want_kill => {
-                    cancelled = true;
-                }
-                _ = tokio::time::sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() && status.is_none() => {
-                    // The helper did not finish the teardown in time.
-                    child.kill();
-                    kill_at = None;
-                }
-                _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() && outputs_open => {
-                    warnings.push(Warning::OutputPipesOpen);
-                    outputs_open = false;
-                }
-            }
-            if (timed_out || cancelled) && lifeline.is_some() {
-                // Kill the whole tree: cgroup.kill where we have one, and
-                // closing the lifeline makes the helper kill pid 1, whose
-                // exit tears the pid namespace down.
-                if let Some(c) = &cg {
-                    let _ = c.kill();
-                }
-                lifeline = None;
-                kill_at = Some(tokio::time::Instant::now() + Duration::from_secs(3));
-            }
-        }
-        drop(lifeline);
-        // An error here is returned only after the guard has run: the
-        // command may have planted something all the same.
-        let helper_status = match status {
-            Some(Ok(s)) => Ok(s),
-            Some(Err(source)) => Err(SandboxError::Io { stage: "waiting for the helper", source }),
-            None => Err(SandboxError::HelperDied { status: "unknown".into() }),
-        };
-        let records = records.await.unwrap_or_default();
-        // Nothing of the run may be left when the guard looks: a process
-        // still running could plant again behind it.
-        let mut failures: Vec<(Cleanup, &'static str, PathBuf, io::Error)> = Vec::new();
-        if let Some(c) = cg.as_mut() {
-            if !c.kill_and_remove(Duration::from_secs(5)).await {
-                if c.populated() && (plan.writable || !plan.write_grants.is_empty()) {
-                    failures.push((
-                        Cleanup::Cgroup,
-                        "emptying the run's cgroup",
-                        c.path.clone(),
-                        io::Error::from_raw_os_error(libc::EBUSY),
-                    ));
-                } else {
-                    warnings.push(Warning::CgroupNotRemoved { path: c.path.clone() });
-                }
-            }
-        }
+        run::check_containment(plan)?;
+        let mut cg = run::make_cgroup(plan, self.cgroup.as_ref().ok())?;
+        let mut observing = observe::Setup::new(&plan.spec);
+        let (mut launched, streams) = run::spawn_helper(&self.helper, plan, cg.as_ref(), &mut observing, opts.stdin)?;
+        let (mut warnings, mut failures) = (Vec::new(), Vec::new());
+        let waited = run::wait(&mut launched, streams, req, &mut opts, deadline, cg.as_ref(), &mut warnings).await;
+        run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
         let refused_writes = observing.finish().await;
-        // Git redirections the command created where nothing could be mounted
-        // (the files did not exist): make them unreachable before any host
-        // git runs. A failure fails the run (below), never a mere warning.
-        let roots: Vec<&Path> = plan
-            .writable
-            .then_some(plan.workspace.as_path())
-            .into_iter()
-            .chain(plan.write_grants.iter().map(PathBuf::as_path))
-            .collect();
-        let fail_guard = cfg!(debug_assertions) && plan.spec.test_switches.fail_git_guard;
-        for f in &plan.git_guard {
-            match guard::remove(&roots, f, fail_guard) {
-                Ok(guard::Removed::Nothing) => {}
-                Ok(guard::Removed::Deleted { entry }) if entry == *f || entry == lexical(f) => {
-                    warnings.push(Warning::GitGuardRemoved { path: f.clone() })
-                }
-                Ok(guard::Removed::Deleted { entry }) => {
-                    warnings.push(Warning::GitGuardRemovedLink { link: entry, target: f.clone() })
-                }
-                Ok(guard::Removed::Quarantined { entry, to, error }) => warnings.push(Warning::GitGuardQuarantined {
-                    entry,
-                    target: f.clone(),
-                    to,
-                    error: error.to_string(),
-                }),
-                Err(guard::Failed { step, entry, source }) => {
-                    warnings.push(Warning::GitGuardFailed {
-                        target: f.clone(),
-                        step: step.to_string(),
-                        entry: entry.clone(),
-                        error: source.to_string(),
-                    });
-                    failures.push((Cleanup::GitGuard, step, entry, source));
-                }
-            }
-        }
-        // Gitlinks the command added, to repositories of its own.
-        submodules::quarantine_new(plan, &roots, &mut warnings, &mut failures);
-        // Only now, with every process of the sandbox gone, is what the
-        // command read of its stdin final.
-        if let Some(w) = relay.take().and_then(stdin::Relay::finish) {
-            warnings.push(w);
-        }
-
-        let helper_status = match helper_status {
-            Ok(s) => s,
-            Err(e) => return after_run(failures, Err(e)),
-        };
-        let mut applied: Option<Applied> = None;
-        let mut ended: Option<Outcome> = None;
-        // Killed by the timeout before the command started (the helper was
-        // still setting the sandbox up): a timeout, not a setup failure.
-        if timed_out && !records.iter().any(|r| matches!(r, Record::Applied(_))) {
-            return after_run(
-                failures,
-                Err(SandboxError::TimedOutBeforeStart {
-                    workspace: plan.workspace.clone(),
-                    stage: "while the sandbox was set up (namespaces, mounts)",
-                    waited: start.elapsed(),
-                }),
-            );
-        }
-        for r in &records {
-            match *r {
-                Record::Error { step, errno, detail } => {
-                    return after_run(failures, Err(setup_error(plan, step, errno, detail)));
-                }
-                Record::Applied(a) => applied = Some(a),
-                Record::Exited(code) => ended = Some(Outcome::Exited { code }),
-                Record::Signaled(signal) => ended = Some(Outcome::Signaled { signal }),
-            }
-        }
-        // The sandbox's kill wins over what pid 1 reported: the command was
-        // killed (or raced the kill) because its time ran out.
-        let outcome = match ended {
-            _ if timed_out => Outcome::TimedOut,
-            _ if cancelled => Outcome::Cancelled,
-            Some(o) => o,
-            None => return after_run(failures, Err(SandboxError::HelperDied { status: helper_status.to_string() })),
-        };
-        let applied = applied.unwrap_or_default();
-        let enforcement = Enforcement {
-            mode: plan.spec.mode,
-            landlock: if applied.landlock_full {
-                LandlockStatus::Full
-            } else if applied.landlock_partial {
-                LandlockStatus::Partial
-            } else {
-                LandlockStatus::None
-            },
-            landlock_abi: applied.landlock_abi,
-            landlock_gaps: plan.landlock_gaps.clone(),
-            seccomp: applied.seccomp,
-            seccomp_sha256: plan.seccomp_sha256.clone(),
-            readonly_mounts: applied.readonly_mounts,
-            kill_mechanism,
-            cgroup_fallback,
-            limits,
-            clone: applied.clone,
-            network: plan.spec.network,
-        };
-        let result = ExecResult {
-            outcome,
-            truncated,
-            writable: plan.writable,
-            write_grants: plan.write_grants.clone(),
-            duration: start.elapsed(),
-            enforcement,
-            stdout,
-            stderr,
-            refused_writes,
-            warnings,
-        };
-        after_run(failures, Ok(result))
+        run::guard_git(plan, &mut warnings, &mut failures);
+        run::settle_stdin(&mut launched, &mut warnings);
+        run::assemble(plan, run::Ended { waited, refused_writes, warnings, failures, start })
     }
+}
+
+/// A deadline that passed while the run was planned (or waited): nothing is
+/// started.
+fn not_late(plan: &Plan, start: Instant, deadline: Option<tokio::time::Instant>) -> Result<(), SandboxError> {
+    if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+        return Err(SandboxError::TimedOutBeforeStart {
+            workspace: plan.workspace.clone(),
+            stage: "while the run was planned (paths, deny globs, the hard-link and mount checks)",
+            waited: start.elapsed(),
+        });
+    }
+    Ok(())
 }
 
 /// The first part of `given` that `fresh` (the same request planned again
@@ -1368,7 +1055,9 @@ mod tests {
     #[test]
     fn r0201_the_library_maps_every_step() {
         let d = tempfile::Builder::new().prefix("pc-steps-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
-        let plan = plan::build(&ExecRequest::new(d.path(), ["true"]), 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        let req = ExecRequest::new(d.path(), ["true"]);
+        let contained = containment::decide(&Err(NoCgroup::NotMounted), &req, 1000).unwrap_or_else(|e| panic!("{e}"));
+        let plan = plan::build(&req, 1000, 1000, contained).unwrap_or_else(|e| panic!("{e}"));
         for s in Step::ALL {
             let e = setup_error(&plan, Ok(*s), libc::EIO, NO_DETAIL);
             match (&e, s) {

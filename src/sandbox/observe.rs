@@ -794,9 +794,11 @@ pub(crate) enum Setup {
 }
 
 impl Setup {
-    /// Start the observer when the spec asks for it; otherwise (or when it
-    /// cannot be started) turn it off in the spec and say why.
-    pub(crate) fn new(spec: &mut portcullis_helper::spec::SpawnSpec) -> Setup {
+    /// Start the observer when the spec asks for it. When it cannot be
+    /// started the spec stays as planned: the helper gets no socket on
+    /// `OBSERVE_FD`, installs no observer (`notify::start`), and the report
+    /// says why it is unavailable.
+    pub(crate) fn new(spec: &portcullis_helper::spec::SpawnSpec) -> Setup {
         if !spec.observe {
             return Setup::Without(RefusedWrites::off());
         }
@@ -830,10 +832,7 @@ impl Setup {
         })();
         match started {
             Ok(s) => s,
-            Err(e) => {
-                spec.observe = false;
-                Setup::Without(RefusedWrites::unavailable(format!("the observer could not be started: {e}")))
-            }
+            Err(e) => Setup::Without(RefusedWrites::unavailable(format!("the observer could not be started: {e}"))),
         }
     }
 

@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use portcullis_helper::spec::{Identity, LandlockSpec, Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
+use portcullis_helper::spec::{Identity, LandlockSpec, Mode, MountOp, Network, Rlimit, SpawnSpec, SPEC_VERSION};
 
+use super::containment::Containment;
 use super::git;
 use super::{grants, ExecRequest, GrantRefusal, PathRefusal, SandboxError};
 use crate::path::glob::{self as deny_glob, MaskError};
@@ -97,8 +98,12 @@ pub struct Plan {
     pub git_trees: Vec<PathBuf>,
     /// SHA-256 of the compiled seccomp program.
     pub seccomp_sha256: String,
-    /// The spec handed to the helper.
-    #[serde(skip)]
+    /// How the run is contained and killed: its cgroup, the kill
+    /// mechanism, which mechanism enforces each limit (the spec's `cgroup`
+    /// and `rlimits` follow from it).
+    pub containment: Containment,
+    /// The spec handed to the helper, exactly: the library encodes this and
+    /// nothing else (`sandbox::plan_run::r0202_the_plan_is_the_spec_the_helper_receives`).
     pub spec: SpawnSpec,
 }
 
@@ -119,10 +124,15 @@ fn is_within(p: &Path, root: &Path) -> bool {
 }
 
 /// Build the plan. Does I/O (canonicalisation, the deny walk) but starts
-/// nothing.
-/// Build the plan. Does I/O (canonicalisation, the deny walk) but starts
 /// nothing. One line per step; each passes plain data to the next.
-pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError> {
+/// `contained` is how the run is contained (`sandbox::containment`) and
+/// the rlimits that go with it.
+pub fn build(
+    req: &ExecRequest,
+    uid: u32,
+    gid: u32,
+    contained: (Containment, Vec<Rlimit>),
+) -> Result<Plan, SandboxError> {
     check_request(req)?;
     let at = Resolver::workspace(req)?;
     let mut base = system_mounts();
@@ -141,7 +151,8 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
     let mounts = mount_plan(base, &git.protected, &kept, &pinned, &masked);
     let cwd = working_directory(req, &at, &read_roots, &access)?;
     let ll = landlock_rules(req, uid, &at.ws, &access, &read_roots, &git.protected, &kept, &lock_dir)?;
-    let (spec, seccomp_sha256) = spawn_spec(req, uid, gid, &cwd, mounts, &ll)?;
+    let (spec, seccomp_sha256) = spawn_spec(req, uid, gid, &cwd, mounts, &ll, &contained)?;
+    let (containment, _) = contained;
     let super::links::Kept { hard_linked, privileged, unlistable } = kept;
     Ok(Plan {
         workspace: at.ws,
@@ -163,6 +174,7 @@ pub fn build(req: &ExecRequest, uid: u32, gid: u32) -> Result<Plan, SandboxError
         landlock_gaps: ll.gaps,
         landlock_split: ll.split,
         seccomp_sha256,
+        containment,
         spec,
     })
 }
@@ -936,6 +948,7 @@ fn spawn_spec(
     cwd: &Path,
     mounts: Vec<MountOp>,
     ll: &LandlockRules,
+    (containment, rlimits): &(Containment, Vec<Rlimit>),
 ) -> Result<(SpawnSpec, String), SandboxError> {
     let degraded = req.degraded == Some(Mode::LandlockOnly);
     let remap = uid == 0;
@@ -966,8 +979,8 @@ fn spawn_spec(
             readable: ll.readable.iter().map(|p| bytes(p)).collect(),
             sockets: ll.sockets.iter().map(|p| bytes(p)).collect(),
         },
-        rlimits: Vec::new(),
-        cgroup: false,
+        rlimits: rlimits.clone(),
+        cgroup: containment.cgroup.is_some(),
         test_switches: req.test_switches,
         mode: req.degraded.unwrap_or(Mode::Full),
         observe: req.report_refused_writes,
@@ -1185,6 +1198,12 @@ fn deny_masks(globs: &[String], ws: &Path) -> Result<deny_glob::Masks, SandboxEr
 mod tests {
     use super::*;
 
+    /// The containment of a host without a cgroup.
+    fn uncontained(req: &ExecRequest, uid: u32) -> (Containment, Vec<Rlimit>) {
+        let none = Err(super::super::NoCgroup::NotMounted);
+        super::super::containment::decide(&none, req, uid).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     #[test]
     fn the_lock_directory_is_found_where_a_bind_shows_it() {
         let bind = |src: &str, dst: &str| MountOp::Bind {
@@ -1228,7 +1247,7 @@ mod tests {
         let d = tree();
         let mut r = req(&d);
         r.write.push("target".into());
-        let p = build(&r, 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000)).unwrap_or_else(|e| panic!("{e}"));
         let depths: Vec<usize> = p
             .spec
             .mounts
@@ -1251,14 +1270,14 @@ mod tests {
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
         let mut r = req(&d);
         r.deny = vec![".env*".into(), "secrets".into()];
-        let p = build(&r, 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000)).unwrap_or_else(|e| panic!("{e}"));
         let mut got: Vec<PathBuf> = p.masked.clone();
         got.sort();
         let mut want = vec![ws.join(".env"), ws.join("a/b/.env.local"), ws.join("secrets")];
         want.sort();
         assert_eq!(got, want, "a bare name matches at any depth; docs/secrets.md is not 'secrets'");
         r.deny = vec!["a/**/.env*".into()];
-        let p = build(&r, 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.masked, vec![ws.join("a/b/.env.local")]);
     }
 
@@ -1268,18 +1287,18 @@ mod tests {
         fs::create_dir_all(d.path().join(".git/hooks")).unwrap_or_else(|e| panic!("{e}"));
         fs::write(d.path().join(".git/config"), "").unwrap_or_else(|e| panic!("{e}"));
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
-        let p = build(&req(&d), 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000)).unwrap_or_else(|e| panic!("{e}"));
         assert!(p.protected.is_empty(), "nothing to protect in a read-only workspace");
         let mut r = req(&d);
         r.writable = true;
-        let p = build(&r, 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.protected, vec![ws.join(".git/config"), ws.join(".git/hooks")]);
     }
 
     #[test]
     fn root_callers_run_as_nobody_with_idmapped_workspace() {
         let d = tree();
-        let p = build(&req(&d), 0, 0).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&req(&d), 0, 0, uncontained(&req(&d), 0)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.spec.identity.inside_uid, p.spec.identity.outside_uid), (0, ROOT_RUNS_AS));
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
         assert!(p
@@ -1287,7 +1306,7 @@ mod tests {
             .mounts
             .iter()
             .any(|m| matches!(m, MountOp::Bind { dst, idmap: true, .. } if *dst == bytes(&ws))));
-        let p = build(&req(&d), 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.spec.identity.inside_uid, p.spec.identity.outside_uid), (1000, 1000));
         assert!(!p.spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })));
     }
@@ -1298,7 +1317,7 @@ mod tests {
         let mut r = req(&d);
         r.env.push(("A".into(), "1".into()));
         r.env.push(("A".into(), "2".into()));
-        let p = build(&r, 1000, 1000).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.spec.env, vec![b"A=2".to_vec(), b"PATH=/usr/local/bin:/usr/bin:/bin".to_vec()]);
     }
 }

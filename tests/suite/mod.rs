@@ -24,6 +24,7 @@ mod meta;
 mod modes_review;
 mod observe_review;
 mod plan_run;
+mod plan_spec;
 mod policy;
 mod policy_corpus;
 mod policy_diff;

@@ -1,0 +1,461 @@
+//! The steps of a run, in the order [`Sandbox::run_locked`] takes them:
+//! make the cgroup the plan counted on, spawn the helper with the plan's
+//! spec, hand it stdin, pump its output and wait (timeout, cancel), kill
+//! and empty the cgroup, finish the observer, run the git guard and the
+//! submodule quarantine, assemble the result. The spec the helper gets is
+//! the plan's, byte for byte: nothing here edits it.
+//!
+//! [`Sandbox::run_locked`]: super::Sandbox
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use portcullis_helper::report::{Applied, Record};
+use tokio::sync::mpsc;
+
+use super::cgroup::Cgroup;
+use super::{
+    after_run, guard, launch, observe, pump, read_records, setup_error, stdin, submodules, sys, Cleanup, Enforcement,
+    ExecRequest, ExecResult, LandlockStatus, Outcome, Plan, RunOptions, SandboxError, Stdin, Stream, Warning,
+};
+use crate::path::lexical;
+
+/// A failure of a security step after the run: it fails the run.
+pub(super) type Failure = (Cleanup, &'static str, PathBuf, io::Error);
+
+/// `#[cfg(debug_assertions)]` only: where to write the spec exactly as it
+/// is handed to the helper (tests compare it with the plan's).
+pub const DEBUG_SPEC_OUT: &str = "PORTCULLIS_DEBUG_SPEC_OUT";
+
+/// Refuse a plan whose spec and containment disagree about the cgroup
+/// (edited by hand): the helper would join no cgroup the library kills.
+pub(super) fn check_containment(plan: &Plan) -> Result<(), SandboxError> {
+    if plan.spec.cgroup != plan.containment.cgroup.is_some() {
+        return Err(SandboxError::invalid(
+            "plan",
+            format!(
+                "the plan's spec says cgroup = {} but its containment {}; plan again (Sandbox::plan)",
+                plan.spec.cgroup,
+                if plan.containment.cgroup.is_some() { "makes one" } else { "makes none" }
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Make the per-command cgroup the plan counted on, or fail: the run never
+/// goes ahead with less containment than its plan (and `--explain`) said.
+pub(super) fn make_cgroup(plan: &Plan, host: Option<&super::CgroupHost>) -> Result<Option<Cgroup>, SandboxError> {
+    let Some(want) = &plan.containment.cgroup else { return Ok(None) };
+    let Some(host) = host else {
+        return Err(SandboxError::Cgroup {
+            stage: "create the per-command cgroup under",
+            path: want.parent.clone(),
+            source: io::Error::from_raw_os_error(libc::ENOENT),
+        });
+    };
+    host.create(want).map(Some).map_err(|e| SandboxError::Cgroup { stage: e.stage, path: e.path, source: e.source })
+}
+
+/// The helper, running: what the rest of the run needs of it. Fields drop
+/// in order: an abandoned run closes the lifeline, kills and reaps the
+/// helper, and settles the stdin relay after.
+pub(super) struct Launched {
+    /// Closing it makes the helper kill pid 1 (first, so that dropping the
+    /// helper finds it closed and waits for the teardown).
+    lifeline: Option<OwnedFd>,
+    child: launch::Helper,
+    relay: Option<stdin::Relay>,
+}
+
+/// The descriptors the helper inherits, above 10 (so its dup2 onto 3..7
+/// clobbers none), and our ends of them.
+struct HelperFds {
+    spec: OwnedFd,
+    report_w: OwnedFd,
+    report_r: OwnedFd,
+    life_r: OwnedFd,
+    life_w: OwnedFd,
+    cgroup: Option<OwnedFd>,
+}
+
+fn io_err(stage: &'static str) -> impl Fn(io::Error) -> SandboxError {
+    move |source| SandboxError::Io { stage, source }
+}
+
+/// A pipe whose end `high` (0: read, 1: write) is moved above 10, the
+/// original dropped at once: a stray copy of the report pipe's write end
+/// would hide its EOF.
+fn pipe_above(stage: &'static str, high_is_write: bool) -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    let (r, w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SandboxError::Io { stage, source: e.into() })?;
+    if high_is_write {
+        let w2 = sys::dup_above(&w, 10).map_err(io_err(stage))?;
+        drop(w);
+        Ok((r, w2))
+    } else {
+        let r2 = sys::dup_above(&r, 10).map_err(io_err(stage))?;
+        drop(r);
+        Ok((r2, w))
+    }
+}
+
+/// Encode the plan's spec (exactly) into a memfd and make the pipes.
+fn helper_fds(plan: &Plan, cg: Option<&Cgroup>) -> Result<HelperFds, SandboxError> {
+    let json = serde_json::to_vec(&plan.spec)
+        .map_err(|e| SandboxError::Io { stage: "encoding the spec", source: io::Error::other(e) })?;
+    #[cfg(debug_assertions)]
+    if let Some(out) = std::env::var_os(DEBUG_SPEC_OUT) {
+        std::fs::write(&out, &json).map_err(io_err("writing the spec to PORTCULLIS_DEBUG_SPEC_OUT"))?;
+    }
+    let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
+    let spec = sys::dup_above(&memfd, 10).map_err(io_err("writing the spec"))?;
+    drop(memfd);
+    let (report_r, report_w) = pipe_above("creating the report pipe", true)?;
+    let (life_r, life_w) = pipe_above("creating the lifeline", false)?;
+    let cgroup = match cg {
+        Some(c) => Some(sys::dup_above(&c.dir, 10).map_err(io_err("passing the cgroup"))?),
+        None => None,
+    };
+    Ok(HelperFds { spec, report_w, report_r, life_r, life_w, cgroup })
+}
+
+/// The output chunks and the helper's records, read as they come.
+pub(super) struct Streams {
+    output: mpsc::Receiver<(Stream, Vec<u8>)>,
+    records: tokio::task::JoinHandle<Vec<Record>>,
+}
+
+/// Spawn the helper on the plan's spec, the cgroup and the observer's
+/// socket (when it started), hand it stdin, and start reading its output
+/// and records.
+pub(super) fn spawn_helper(
+    helper: &Path,
+    plan: &Plan,
+    cg: Option<&Cgroup>,
+    observing: &mut observe::Setup,
+    stdin: Stdin,
+) -> Result<(Launched, Streams), SandboxError> {
+    let fds = helper_fds(plan, cg)?;
+    let mut pass = vec![
+        (fds.spec.as_raw_fd(), portcullis_helper::SPEC_FD),
+        (fds.report_w.as_raw_fd(), portcullis_helper::REPORT_FD),
+        (fds.life_r.as_raw_fd(), portcullis_helper::LIFELINE_FD),
+    ];
+    if let Some(c) = &fds.cgroup {
+        pass.push((c.as_raw_fd(), portcullis_helper::CGROUP_FD));
+    }
+    // Without it (the observer could not start) the helper installs no
+    // observer: it finds fd 7 closed (see `launch::spawn`).
+    if let Some(o) = observing.helper_end() {
+        pass.push((o, portcullis_helper::OBSERVE_FD));
+    }
+    let stdin = match stdin {
+        Stdin::Null => stdin::StdinPlan::Null,
+        Stdin::Copy => stdin::plan()?,
+    };
+    let child = launch::spawn(helper, &pass, stdin.command_end())
+        .map_err(|source| SandboxError::Spawn { helper: helper.to_path_buf(), source })?;
+    let mut launched = Launched { lifeline: Some(fds.life_w), child, relay: None };
+    launched.relay = hand_stdin(stdin)?;
+    drop((fds.spec, fds.report_w, fds.life_r, fds.cgroup));
+    observing.spawned();
+    let streams = read_streams(&mut launched.child, fds.report_r)?;
+    Ok((launched, streams))
+}
+
+/// Start relaying or feeding the caller's stdin to the helper.
+fn hand_stdin(stdin: stdin::StdinPlan) -> Result<Option<stdin::Relay>, SandboxError> {
+    match stdin {
+        stdin::StdinPlan::Null => Ok(None),
+        stdin::StdinPlan::Relay(mut r) => {
+            r.start()?;
+            Ok(Some(r))
+        }
+        stdin::StdinPlan::Feed { read, write, from } => {
+            drop(read);
+            stdin::feed(write, from);
+            Ok(None)
+        }
+    }
+}
+
+/// Read the report pipe and both output pipes in tasks of their own.
+fn read_streams(child: &mut launch::Helper, report_r: OwnedFd) -> Result<Streams, SandboxError> {
+    sys::set_nonblocking(&report_r).map_err(io_err("reading the report pipe"))?;
+    let report_rx =
+        tokio::net::unix::pipe::Receiver::from_owned_fd(report_r).map_err(io_err("reading the report pipe"))?;
+    let records = tokio::spawn(read_records(report_rx));
+    let (tx, output) = mpsc::channel::<(Stream, Vec<u8>)>(16);
+    for (fd, stream) in [(child.stdout.take(), Stream::Stdout), (child.stderr.take(), Stream::Stderr)] {
+        if let Some(fd) = fd {
+            sys::set_nonblocking(&fd).map_err(io_err("reading the output"))?;
+            let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(io_err("reading the output"))?;
+            tokio::spawn(pump(rx, stream, tx.clone()));
+        }
+    }
+    Ok(Streams { output, records })
+}
+
+/// What waiting for the run gave.
+pub(super) struct Waited {
+    /// How the helper exited (an error is returned after the guard ran).
+    status: Result<launch::Exit, SandboxError>,
+    records: Vec<Record>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    truncated: bool,
+    timed_out: bool,
+    cancelled: bool,
+}
+
+/// Collect the output (within the cap, passing it to `on_output`) until
+/// the helper exited and the pipes closed; on timeout or cancel kill the
+/// whole tree (`cgroup.kill`, and the lifeline, on which the helper kills
+/// pid 1), and the helper itself if it does not finish in 3 s.
+pub(super) async fn wait(
+    launched: &mut Launched,
+    streams: Streams,
+    req: &ExecRequest,
+    opts: &mut RunOptions,
+    deadline: Option<tokio::time::Instant>,
+    cg: Option<&Cgroup>,
+    warnings: &mut Vec<Warning>,
+) -> Waited {
+    let Streams { output: mut rx, records } = streams;
+    let child = &mut launched.child;
+    let cancel = opts.cancel.take().unwrap_or_default();
+    let on_output = &mut opts.on_output;
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let mut truncated = false;
+    let (mut timed_out, mut cancelled) = (false, false);
+    let mut status = None;
+    let mut outputs_open = true;
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let mut drain_deadline: Option<tokio::time::Instant> = None;
+    let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
+    loop {
+        if status.is_some() && !outputs_open {
+            break;
+        }
+        let want_kill = !(timed_out || cancelled) && status.is_none();
+        tokio::select! {
+            chunk = rx.recv(), if outputs_open => match chunk {
+                Some((stream, data)) => {
+                    let room = req.max_output_bytes.saturating_sub(stdout.len() + stderr.len());
+                    let take = room.min(data.len());
+                    if take < data.len() {
+                        truncated = true;
+                    }
+                    if take > 0 {
+                        let part = &data[..take];
+                        if let Some(sink) = on_output.as_mut() {
+                            sink(stream, part);
+                        }
+                        match stream {
+                            Stream::Stdout => stdout.extend_from_slice(part),
+                            Stream::Stderr => stderr.extend_from_slice(part),
+                        }
+                    }
+                }
+                None => outputs_open = false,
+            },
+            st = child.wait(), if status.is_none() => {
+                status = Some(st);
+                drain_deadline = Some(tokio::time::Instant::now() + Duration::from_secs(2));
+            }
+            _ = tokio::time::sleep_until(deadline.unwrap_or(far)), if want_kill && deadline.is_some() => {
+                timed_out = true;
+            }
+            _ = cancel.cancelled(), if want_kill => {
+                cancelled = true;
+            }
+            _ = tokio::time::sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() && status.is_none() => {
+                // The helper did not finish the teardown in time.
+                child.kill();
+                kill_at = None;
+            }
+            _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() && outputs_open => {
+                warnings.push(Warning::OutputPipesOpen);
+                outputs_open = false;
+            }
+        }
+        if (timed_out || cancelled) && launched.lifeline.is_some() {
+            // Kill the whole tree: cgroup.kill where we have one, and
+            // closing the lifeline makes the helper kill pid 1, whose exit
+            // tears the pid namespace down.
+            if let Some(c) = cg {
+                let _ = c.kill();
+            }
+            launched.lifeline = None;
+            kill_at = Some(tokio::time::Instant::now() + Duration::from_secs(3));
+        }
+    }
+    drop(launched.lifeline.take());
+    let status = match status {
+        Some(Ok(s)) => Ok(s),
+        Some(Err(source)) => Err(SandboxError::Io { stage: "waiting for the helper", source }),
+        None => Err(SandboxError::HelperDied { status: "unknown".into() }),
+    };
+    let records = records.await.unwrap_or_default();
+    Waited { status, records, stdout, stderr, truncated, timed_out, cancelled }
+}
+
+/// Kill what is left in the cgroup and remove it: nothing of the run may
+/// be left when the guard looks (a process still running could plant again
+/// behind it). A writable run whose cgroup stays populated fails.
+pub(super) async fn empty_cgroup(
+    cg: Option<&mut Cgroup>,
+    plan: &Plan,
+    warnings: &mut Vec<Warning>,
+    failures: &mut Vec<Failure>,
+) {
+    let Some(c) = cg else { return };
+    if c.kill_and_remove(Duration::from_secs(5)).await {
+        return;
+    }
+    if c.populated() && (plan.writable || !plan.write_grants.is_empty()) {
+        failures.push((
+            Cleanup::Cgroup,
+            "emptying the run's cgroup",
+            c.path.clone(),
+            io::Error::from_raw_os_error(libc::EBUSY),
+        ));
+    } else {
+        warnings.push(Warning::CgroupNotRemoved { path: c.path.clone() });
+    }
+}
+
+/// Git redirections the command created where nothing could be mounted
+/// (the files did not exist): make them unreachable before any host git
+/// runs; then gitlinks the command added, to repositories of its own, are
+/// quarantined. A failure fails the run, never a mere warning.
+pub(super) fn guard_git(plan: &Plan, warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) {
+    let roots: Vec<&Path> = plan
+        .writable
+        .then_some(plan.workspace.as_path())
+        .into_iter()
+        .chain(plan.write_grants.iter().map(PathBuf::as_path))
+        .collect();
+    let fail_guard = cfg!(debug_assertions) && plan.spec.test_switches.fail_git_guard;
+    for f in &plan.git_guard {
+        match guard::remove(&roots, f, fail_guard) {
+            Ok(guard::Removed::Nothing) => {}
+            Ok(guard::Removed::Deleted { entry }) if entry == *f || entry == lexical(f) => {
+                warnings.push(Warning::GitGuardRemoved { path: f.clone() })
+            }
+            Ok(guard::Removed::Deleted { entry }) => {
+                warnings.push(Warning::GitGuardRemovedLink { link: entry, target: f.clone() })
+            }
+            Ok(guard::Removed::Quarantined { entry, to, error }) => {
+                warnings.push(Warning::GitGuardQuarantined { entry, target: f.clone(), to, error: error.to_string() })
+            }
+            Err(guard::Failed { step, entry, source }) => {
+                warnings.push(Warning::GitGuardFailed {
+                    target: f.clone(),
+                    step: step.to_string(),
+                    entry: entry.clone(),
+                    error: source.to_string(),
+                });
+                failures.push((Cleanup::GitGuard, step, entry, source));
+            }
+        }
+    }
+    submodules::quarantine_new(plan, &roots, warnings, failures);
+}
+
+/// Only now, with every process of the sandbox gone, is what the command
+/// read of its stdin final.
+pub(super) fn settle_stdin(launched: &mut Launched, warnings: &mut Vec<Warning>) {
+    if let Some(w) = launched.relay.take().and_then(stdin::Relay::finish) {
+        warnings.push(w);
+    }
+}
+
+/// What the result is made of besides the plan.
+pub(super) struct Ended {
+    pub(super) waited: Waited,
+    pub(super) refused_writes: super::RefusedWrites,
+    pub(super) warnings: Vec<Warning>,
+    pub(super) failures: Vec<Failure>,
+    pub(super) start: Instant,
+}
+
+/// The result, or the error the run ended in (after any failure of a
+/// security step, which comes first: see [`after_run`]).
+pub(super) fn assemble(plan: &Plan, ended: Ended) -> Result<ExecResult, SandboxError> {
+    let Ended { waited, refused_writes, warnings, failures, start } = ended;
+    let helper_status = match waited.status {
+        Ok(s) => s,
+        Err(e) => return after_run(failures, Err(e)),
+    };
+    let mut applied: Option<Applied> = None;
+    let mut ended: Option<Outcome> = None;
+    // Killed by the timeout before the command started (the helper was
+    // still setting the sandbox up): a timeout, not a setup failure.
+    if waited.timed_out && !waited.records.iter().any(|r| matches!(r, Record::Applied(_))) {
+        return after_run(
+            failures,
+            Err(SandboxError::TimedOutBeforeStart {
+                workspace: plan.workspace.clone(),
+                stage: "while the sandbox was set up (namespaces, mounts)",
+                waited: start.elapsed(),
+            }),
+        );
+    }
+    for r in &waited.records {
+        match *r {
+            Record::Error { step, errno, detail } => {
+                return after_run(failures, Err(setup_error(plan, step, errno, detail)));
+            }
+            Record::Applied(a) => applied = Some(a),
+            Record::Exited(code) => ended = Some(Outcome::Exited { code }),
+            Record::Signaled(signal) => ended = Some(Outcome::Signaled { signal }),
+        }
+    }
+    // The sandbox's kill wins over what pid 1 reported: the command was
+    // killed (or raced the kill) because its time ran out.
+    let outcome = match ended {
+        _ if waited.timed_out => Outcome::TimedOut,
+        _ if waited.cancelled => Outcome::Cancelled,
+        Some(o) => o,
+        None => return after_run(failures, Err(SandboxError::HelperDied { status: helper_status.to_string() })),
+    };
+    let applied = applied.unwrap_or_default();
+    let enforcement = Enforcement {
+        mode: plan.spec.mode,
+        landlock: if applied.landlock_full {
+            LandlockStatus::Full
+        } else if applied.landlock_partial {
+            LandlockStatus::Partial
+        } else {
+            LandlockStatus::None
+        },
+        landlock_abi: applied.landlock_abi,
+        landlock_gaps: plan.landlock_gaps.clone(),
+        seccomp: applied.seccomp,
+        seccomp_sha256: plan.seccomp_sha256.clone(),
+        readonly_mounts: applied.readonly_mounts,
+        // The plan's, kept: a run that could not make its cgroup failed.
+        kill_mechanism: plan.containment.kill_mechanism,
+        cgroup_fallback: plan.containment.cgroup_fallback.clone(),
+        limits: plan.containment.limits,
+        clone: applied.clone,
+        network: plan.spec.network,
+    };
+    let result = ExecResult {
+        outcome,
+        truncated: waited.truncated,
+        writable: plan.writable,
+        write_grants: plan.write_grants.clone(),
+        duration: start.elapsed(),
+        enforcement,
+        stdout: waited.stdout,
+        stderr: waited.stderr,
+        refused_writes,
+        warnings,
+    };
+    after_run(failures, Ok(result))
+}
