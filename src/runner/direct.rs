@@ -198,11 +198,29 @@ impl Runner {
             }
         }
         if let Some(f) = &self.policy_file {
-            if std::fs::canonicalize(f).is_ok_and(|f| f == real) {
+            if std::fs::canonicalize(f).is_ok_and(|f| f == real || same_file(&f, real)) {
                 return Some(format!("{} is the policy file: it stays read-only", real.display()));
             }
         }
+        // The runner's own log: a command never gets write access to it, and
+        // neither does a direct write (under a policy `write` grant outside
+        // the workspace the jail would accept it).
+        if let Some(log) = &self.audit_log {
+            if log == real || real.starts_with(log) || same_file(log, real) {
+                return Some(format!("{} is the audit log: only the runner appends to it", real.display()));
+            }
+        }
         None
+    }
+}
+
+/// Whether `a` and `b` both exist and are the same file (a second name for
+/// it: a hard link, or a spelling a case-folding directory accepts).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::symlink_metadata(a), std::fs::symlink_metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
     }
 }
 

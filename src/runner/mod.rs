@@ -635,11 +635,16 @@ impl Runner {
             Prepared::Ready(r) => r,
         };
         let Ready { request, action, effective, rule, dropped, .. } = *ready;
+        let ws_real = match &action {
+            Action::ShellExec(s) => s.workspace.clone(),
+            _ => None,
+        }
+        .unwrap_or_else(|| std::fs::canonicalize(&request.workspace).unwrap_or_else(|_| request.workspace.clone()));
         self.record(&Event::Allowed { id: id.clone(), action, effective: effective.clone(), rule: rule.clone() })
             .await
             .map_err(RunError::Audit)?;
         let started = std::time::Instant::now();
-        let result = self.sandbox.run(&request, run).await;
+        let result = self.sandbox.run_checked(&request, run, |plan| within_effective(plan, &effective, &ws_real)).await;
         match result {
             Ok(result) => {
                 let event = outcome_event(&id, &effective, &result);
@@ -717,6 +722,36 @@ fn audit_log_path(f: &Path, workspace: &Path) -> Result<PathBuf, RunError> {
         ));
     }
     Ok(real)
+}
+
+/// The sandbox's plan resolves the grants again (following links): what it
+/// would make writable must lie within the effective access the gate's meet
+/// decided on, or nothing runs. A link planted or swapped after the gate
+/// decided (or a gate-named path that is a link) would otherwise carry a
+/// grant out of what was asked and allowed.
+fn within_effective(plan: &crate::sandbox::Plan, effective: &Access, ws_real: &Path) -> Result<(), SandboxError> {
+    use crate::sandbox::GrantRefusal;
+    let widened = |path: &Path, what: &str| {
+        SandboxError::grant_refused(
+            path.to_path_buf(),
+            GrantRefusal::Changed,
+            format!(
+                "{what} {} resolved, when the sandbox planned the run, to a path outside the access the gate allowed \
+                 (a link changed after the gate decided, or the gate named a link); nothing ran: name real paths and try again",
+                path.display()
+            ),
+        )
+    };
+    if plan.workspace != ws_real {
+        return Err(widened(&plan.workspace, "the workspace"));
+    }
+    if plan.writable && !effective.permits(&plan.workspace, ws_real) {
+        return Err(widened(&plan.workspace, "the writable workspace"));
+    }
+    match plan.write_grants.iter().find(|g| !effective.permits(g, ws_real)) {
+        Some(g) => Err(widened(g, "write grant")),
+        None => Ok(()),
+    }
 }
 
 fn millis(d: Duration) -> u64 {
