@@ -246,6 +246,29 @@ pub struct Ready {
     pub checked: Option<LinePlan>,
 }
 
+impl Ready {
+    /// The workspace's real path, as the gate's meet compared grants with.
+    fn workspace_real(&self) -> PathBuf {
+        match &self.action {
+            Action::ShellExec(s) => s.workspace.clone(),
+            _ => None,
+        }
+        .unwrap_or_else(|| {
+            std::fs::canonicalize(&self.request.workspace).unwrap_or_else(|_| self.request.workspace.clone())
+        })
+    }
+
+    /// The sandbox's plan for this command (what `--explain` shows), checked
+    /// as a run checks it: a plan that would grant more than the effective
+    /// access (a link resolved since the gate decided) is an error. Runs
+    /// nothing, creates nothing.
+    pub fn plan(&self, sandbox: &Sandbox) -> Result<crate::sandbox::Plan, SandboxError> {
+        let plan = sandbox.plan(&self.request)?;
+        within_effective(&plan, &self.effective, &self.workspace_real())?;
+        Ok(plan)
+    }
+}
+
 /// A command after the policy and the gate: ready, or refused.
 #[derive(Debug)]
 pub enum Prepared {
@@ -634,12 +657,8 @@ impl Runner {
             }
             Prepared::Ready(r) => r,
         };
+        let ws_real = ready.workspace_real();
         let Ready { request, action, effective, rule, dropped, .. } = *ready;
-        let ws_real = match &action {
-            Action::ShellExec(s) => s.workspace.clone(),
-            _ => None,
-        }
-        .unwrap_or_else(|| std::fs::canonicalize(&request.workspace).unwrap_or_else(|_| request.workspace.clone()));
         self.record(&Event::Allowed { id: id.clone(), action, effective: effective.clone(), rule: rule.clone() })
             .await
             .map_err(RunError::Audit)?;
