@@ -4,6 +4,7 @@
 //! and pins the typed refusal.
 
 use std::ffi::OsString;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -212,12 +213,120 @@ fn r0222_a_direct_write_cannot_replace_the_audit_log() {
             }
             other => panic!("{}: {other:?}", p.display()),
         }
-        match rt.block_on(r.remove(&p)) {
-            Ok(Fs::Refused(_)) => {}
-            other => panic!("remove {}: {other:?}", p.display()),
-        }
+    }
+    match rt.block_on(r.remove(&log)) {
+        Ok(Fs::Refused(_)) => {}
+        other => panic!("remove the log: {other:?}"),
     }
     let after = std::fs::read(&log).unwrap_or_else(|e| panic!("{e}"));
     assert!(after.starts_with(&before), "the log was rewritten");
     assert!(log.is_file());
+}
+
+fn done(res: Result<Fs, RunError>, what: &str) -> PathBuf {
+    match res {
+        Ok(Fs::Done(d)) => d.path,
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
+/// `remove` of a symbolic link removes the link, as `rm` does, and never
+/// what it points to (before: the target was resolved and deleted, the
+/// link left dangling); a protected link stays. Control: `remove` of the
+/// file itself removes it.
+#[test]
+fn r0223_removing_a_link_removes_the_link_not_its_target() {
+    let ws = Ws::new();
+    let cfg = dir();
+    let pol = cfg.path().join("policy.toml");
+    std::fs::write(
+        &pol,
+        format!("workspace = {:?}\nprotect = [\"keep-link\"]\n[shell]\nallow = [\"true\"]\n", ws.path()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let r = Runner::builder()
+        .policy_file(&pol)
+        .and_then(|b| b.sandbox(sandbox()).build())
+        .unwrap_or_else(|e| panic!("{}", portcullis::error_chain(&e)));
+    let rt = rt();
+    std::os::unix::fs::symlink("README.md", ws.join("readme-link")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink("src", ws.join("src-link")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink("src/lib.rs", ws.join("keep-link")).unwrap_or_else(|e| panic!("{e}"));
+    let wsr = real(ws.path());
+    assert_eq!(done(rt.block_on(r.remove(Path::new("readme-link"))), "link to a file"), wsr.join("readme-link"));
+    assert_eq!(done(rt.block_on(r.remove(Path::new("src-link"))), "link to a dir"), wsr.join("src-link"));
+    assert!(std::fs::symlink_metadata(ws.join("readme-link")).is_err(), "the link is gone");
+    assert!(std::fs::symlink_metadata(ws.join("src-link")).is_err());
+    assert_eq!(ws.read("README.md"), "readme\n", "the link's target is intact");
+    assert!(ws.join("src/main.rs").is_file());
+    match rt.block_on(r.remove(Path::new("keep-link"))) {
+        Ok(Fs::Refused(f)) => assert_eq!(f.kind, RefusalKind::RefusedByPolicy, "{f}"),
+        other => panic!("protected link: {other:?}"),
+    }
+    assert!(std::fs::symlink_metadata(ws.join("keep-link")).is_ok_and(|m| m.file_type().is_symlink()));
+    // Control: the file itself.
+    done(rt.block_on(r.remove(Path::new("README.md"))), "the file");
+    assert!(!ws.join("README.md").exists());
+}
+
+/// Direct writes at awkward targets: a FIFO is refused at once (no open
+/// that blocks, nothing written through it), a hard link with a name
+/// outside the workspace is replaced here only (the outside name keeps its
+/// content), a name near NAME_MAX is written (its temporary name fits),
+/// and no temporary file is left beside any of them. Control: a plain
+/// write lands.
+#[test]
+fn r0224_direct_writes_at_fifos_hard_links_and_long_names() {
+    let ws = Ws::new();
+    let outside = dir();
+    let secret = real(outside.path()).join("secret");
+    std::fs::write(&secret, "secret\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::hard_link(&secret, ws.join("hl")).unwrap_or_else(|e| panic!("{e}"));
+    nix::unistd::mkfifo(&ws.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o666))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let r = Runner::builder().workspace(ws.path()).sandbox(sandbox()).build().unwrap_or_else(|e| panic!("{e}"));
+    let rt = rt();
+    done(rt.block_on(r.write_file(Path::new("plain"), b"plain\n")), "control");
+    assert_eq!(ws.read("plain"), "plain\n");
+    let started = std::time::Instant::now();
+    match rt.block_on(r.write_file(Path::new("fifo"), b"x")) {
+        Err(RunError::Fs { op: "fs.write", .. }) => {}
+        other => panic!("fifo: {other:?}"),
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "the FIFO blocked");
+    assert!(std::fs::symlink_metadata(ws.join("fifo")).is_ok_and(|m| m.file_type().is_fifo()));
+    done(rt.block_on(r.write_file(Path::new("hl"), b"new\n")), "hard link");
+    assert_eq!(ws.read("hl"), "new\n");
+    assert_eq!(std::fs::read_to_string(&secret).unwrap_or_default(), "secret\n", "written through a hard link");
+    let long = "n".repeat(250);
+    done(rt.block_on(r.write_file(Path::new(&long), b"long\n")), "a 250-byte name");
+    assert_eq!(ws.read(&long), "long\n");
+    let left: Vec<_> = std::fs::read_dir(ws.path())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains(".portcullis-"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}
+
+/// git's directory is refused for direct writes in any case (`.GIT` is
+/// `.git` on a case-folding directory, which the jail's spelling would not
+/// show). Control: `.github/` is written.
+#[test]
+fn r0225_git_dir_in_any_case_is_refused_for_direct_writes() {
+    let ws = Ws::with_git();
+    let r = Runner::builder().workspace(ws.path()).sandbox(sandbox()).build().unwrap_or_else(|e| panic!("{e}"));
+    let rt = rt();
+    done(rt.block_on(r.write_file(Path::new(".github/ci.yml"), b"on: push\n")), "control");
+    assert_eq!(ws.read(".github/ci.yml"), "on: push\n");
+    for p in [".GIT/hooks/pre-commit", ".Git/config", "sub/.gIt/x"] {
+        match rt.block_on(r.write_file(Path::new(p), b"x")) {
+            Ok(Fs::Refused(f)) => {
+                assert_eq!(f.kind, RefusalKind::RefusedByPolicy, "{p}: {f}");
+                assert!(f.message.contains(".git directory"), "{f}");
+            }
+            other => panic!("{p}: {other:?}"),
+        }
+        assert!(!ws.join(p).exists(), "{p}");
+    }
 }
