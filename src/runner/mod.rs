@@ -561,10 +561,11 @@ impl Runner {
             background: opts.background,
             backend,
         });
-        let (effective, rule, dropped) = match self.decide(&ws_real, &action, &asked).await? {
+        let (mut effective, rule, mut dropped) = match self.decide(&ws_real, &action, &asked).await? {
             Ok(d) => d,
             Err(refused) => return Ok(Prepared::Refused { action: Box::new(action), refused }),
         };
+        self.keep_carve_outs(&req, &spelled, &mut effective, &mut dropped)?;
         if let Some(log) = &self.audit_log {
             if effective.permits(log, &ws_real) {
                 return Err(RunError::input(
@@ -585,6 +586,38 @@ impl Runner {
         write.extend(effective.write_grants.iter().filter(|e| !spelled.iter().any(|(_, r)| r == *e)).cloned());
         req.write = write;
         Ok(Prepared::Ready(Box::new(Ready { request: req, action, effective, rule, dropped, checked })))
+    }
+
+    /// A grant the gate named inside what was asked must not reach what the
+    /// asked access keeps read-only or masked there: `.git/hooks`, `.git/config`,
+    /// the protected paths, the policy file, the deny list. The meet compares
+    /// paths only, so `--writable` narrowed to `.git/hooks` would otherwise
+    /// make the hooks writable, which `--writable` alone never does. Such a
+    /// grant is dropped (and reported) like any other the gate tried to add.
+    fn keep_carve_outs(
+        &self,
+        req: &ExecRequest,
+        spelled: &[(PathBuf, PathBuf)],
+        effective: &mut Access,
+        dropped: &mut Vec<PathBuf>,
+    ) -> Result<(), RunError> {
+        let named = |g: &PathBuf| !spelled.iter().any(|(_, r)| r == g);
+        if !effective.write_grants.iter().any(named) {
+            return Ok(());
+        }
+        // What the asked access would keep read-only (planned, nothing made).
+        let asked = self.sandbox.plan(req)?;
+        let kept: Vec<&PathBuf> = asked.protected.iter().chain(&asked.masked).collect();
+        let (out, keep): (Vec<PathBuf>, Vec<PathBuf>) = std::mem::take(&mut effective.write_grants)
+            .into_iter()
+            .partition(|g| named(g) && kept.iter().any(|p| g.starts_with(p)));
+        effective.write_grants = keep;
+        for g in out {
+            if !dropped.contains(&g) {
+                dropped.push(g);
+            }
+        }
+        Ok(())
     }
 
     /// The policy's verdict on the words: the checked line, or its refusal.

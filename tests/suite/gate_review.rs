@@ -330,3 +330,75 @@ fn r0225_git_dir_in_any_case_is_refused_for_direct_writes() {
         assert!(!ws.join(p).exists(), "{p}");
     }
 }
+
+fn rules_runner(ws: &Ws, cfg: &Path, rules: &str) -> Runner {
+    let pol = cfg.join("policy.toml");
+    let body = format!(
+        "workspace = {:?}\nprotect = [\"secret\"]\n[shell]\ninterpreter = \"sh\"\nallow = [\"echo\", \"sh\"]\n{rules}",
+        ws.path()
+    );
+    std::fs::write(&pol, body).unwrap_or_else(|e| panic!("{e}"));
+    Runner::builder()
+        .policy_file(&pol)
+        .and_then(|b| b.sandbox(sandbox()).build())
+        .unwrap_or_else(|e| panic!("{}", portcullis::error_chain(&e)))
+}
+
+/// A gate that narrows `--writable` to a path the workspace keeps
+/// read-only inside it (`.git/hooks`, `.git/config`, a protected path)
+/// would have made it writable: the meet compares paths only, and a grant
+/// that *is* a carve-out has none beneath it. Such a grant is dropped and
+/// reported; the hook is not written (EROFS). Control: narrowed to `.git`,
+/// a file there is written and the hooks inside stay read-only.
+#[test]
+fn r0226_a_gate_cannot_narrow_writable_onto_a_protected_path() {
+    let ws = Ws::with_git();
+    ws.write("secret/key", "k\n");
+    let cfg = dir();
+    let line = "echo x > .git/hooks/pre-commit; echo x > .git/config; echo x > secret/key; echo x > .git/probe";
+    let run = |r: &Runner| match rt().block_on(r.exec(
+        &[OsString::from(line)],
+        &ExecOptions { sh: true, writable: true, ..Default::default() },
+        RunOptions::default(),
+    )) {
+        Ok(Exec::Ran(ran)) => ran,
+        other => panic!("{other:?}"),
+    };
+    let r = rules_runner(
+        &ws,
+        cfg.path(),
+        "[[gate]]\nname = \"carve\"\ncommand = \"echo\"\nanswer = \"grant\"\npaths = [\".git/hooks\", \".git/config\"]\n",
+    );
+    let ran = run(&r);
+    let wsr = real(ws.path());
+    let mut dropped = ran.dropped_grants.clone();
+    dropped.sort();
+    assert_eq!(dropped, vec![wsr.join(".git/config"), wsr.join(".git/hooks")]);
+    assert!(ran.result.write_grants.is_empty(), "{:?}", ran.result.write_grants);
+    assert!(!ws.join(".git/hooks/pre-commit").exists(), "a hook was written");
+    assert_eq!(ws.read(".git/config"), "[core]\n\trepositoryformatversion = 0\n");
+    assert_eq!(ws.read("secret/key"), "k\n");
+    let err = String::from_utf8_lossy(&ran.result.stderr).into_owned();
+    assert!(err.contains("Read-only file system"), "not refused with EROFS: {err}");
+    // A protected path the same way (before: the sandbox refused to
+    // protect a writable root; now the grant is dropped and it runs).
+    let r = rules_runner(
+        &ws,
+        cfg.path(),
+        "[[gate]]\nname = \"carve\"\ncommand = \"echo\"\nanswer = \"grant\"\npaths = [\"secret\"]\n",
+    );
+    let ran = run(&r);
+    assert_eq!(ran.dropped_grants, vec![wsr.join("secret")]);
+    assert_eq!(ws.read("secret/key"), "k\n");
+    // Control: narrowed to .git itself.
+    let r = rules_runner(
+        &ws,
+        cfg.path(),
+        "[[gate]]\nname = \"git\"\ncommand = \"echo\"\nanswer = \"grant\"\npaths = [\".git\"]\n",
+    );
+    let ran = run(&r);
+    assert!(ran.dropped_grants.is_empty(), "{:?}", ran.dropped_grants);
+    assert_eq!(ws.read(".git/probe"), "x\n", "the control write to .git landed");
+    assert!(!ws.join(".git/hooks/pre-commit").exists());
+    assert_eq!(ws.read(".git/config"), "[core]\n\trepositoryformatversion = 0\n");
+}
