@@ -111,7 +111,7 @@ impl Runner {
         });
         let (resolved, refused) = match judged {
             Ok(real) => {
-                let why = self.protected(jail.root(), &real);
+                let why = self.protected(&jail, &real);
                 (real, why.map(policy_refusal))
             }
             Err(e @ PolicyError::PathEscape { .. }) => (path.to_path_buf(), Some(policy_refusal(e.to_string()))),
@@ -188,8 +188,11 @@ impl Runner {
     /// it: git's own files (a command's sandbox protects its hooks and
     /// config; a direct write has no reason to touch any of it), the
     /// protected paths, the policy file.
-    fn protected(&self, root: &Path, real: &Path) -> Option<String> {
-        if let Ok(rel) = real.strip_prefix(root) {
+    fn protected(&self, jail: &PathJail, real: &Path) -> Option<String> {
+        let root = jail.root();
+        // Below the root that holds it: the workspace, or a `write` grant
+        // outside it (a repository there keeps its hooks too).
+        if let Ok(rel) = real.strip_prefix(base_of(jail, real)) {
             // Any case: on a case-folding directory `.GIT` is `.git`.
             if rel.components().any(|c| c.as_os_str().as_encoded_bytes().eq_ignore_ascii_case(b".git")) {
                 return Some(format!(

@@ -402,3 +402,30 @@ fn r0226_a_gate_cannot_narrow_writable_onto_a_protected_path() {
     assert!(!ws.join(".git/hooks/pre-commit").exists());
     assert_eq!(ws.read(".git/config"), "[core]\n\trepositoryformatversion = 0\n");
 }
+
+/// A repository inside a policy `write` grant outside the workspace keeps
+/// its `.git` from direct writes as the workspace's does. Control: a file
+/// beside the repository's `.git` is written.
+#[test]
+fn r0227_git_dir_in_a_grant_outside_the_workspace_is_refused_for_direct_writes() {
+    let ws = Ws::new();
+    let outside = dir();
+    let share = real(outside.path()).join("share");
+    mkdir(&share.join("repo/.git/hooks"));
+    let cfg = dir();
+    let pol = cfg.path().join("policy.toml");
+    std::fs::write(&pol, format!("workspace = {:?}\nwrite = [{:?}]\n[shell]\nallow = [\"true\"]\n", ws.path(), share))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let r = Runner::builder()
+        .policy_file(&pol)
+        .and_then(|b| b.sandbox(sandbox()).build())
+        .unwrap_or_else(|e| panic!("{}", portcullis::error_chain(&e)));
+    let rt = rt();
+    done(rt.block_on(r.write_file(&share.join("repo/README"), b"hi\n")), "control");
+    assert_eq!(std::fs::read_to_string(share.join("repo/README")).unwrap_or_default(), "hi\n");
+    match rt.block_on(r.write_file(&share.join("repo/.git/hooks/post-checkout"), b"#!/bin/sh\n")) {
+        Ok(Fs::Refused(f)) => assert_eq!(f.kind, RefusalKind::RefusedByPolicy, "{f}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!share.join("repo/.git/hooks/post-checkout").exists());
+}
