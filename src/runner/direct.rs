@@ -13,6 +13,7 @@
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
@@ -100,9 +101,17 @@ impl Runner {
             reason: None,
             rule: None,
         };
-        let (resolved, refused) = match jail.resolve(path, PathAccess::Write) {
+        // A removal of a link removes the link (as `rm` does), not what it
+        // points to: the target is judged as for any write (a link whose
+        // own name is denied is refused there), and the link is removed
+        // from its real directory.
+        let judged = jail.resolve(path, PathAccess::Write).and_then(|real| match op {
+            Op::Remove => Ok(link_itself(&jail, path)?.unwrap_or(real)),
+            _ => Ok(real),
+        });
+        let (resolved, refused) = match judged {
             Ok(real) => {
-                let why = self.protected(jail.root(), &real);
+                let why = self.protected(&jail, &real);
                 (real, why.map(policy_refusal))
             }
             Err(e @ PolicyError::PathEscape { .. }) => (path.to_path_buf(), Some(policy_refusal(e.to_string()))),
@@ -171,9 +180,13 @@ impl Runner {
     /// it: git's own files (a command's sandbox protects its hooks and
     /// config; a direct write has no reason to touch any of it), the
     /// protected paths, the policy file.
-    fn protected(&self, root: &Path, real: &Path) -> Option<String> {
-        if let Ok(rel) = real.strip_prefix(root) {
-            if rel.components().any(|c| c.as_os_str() == ".git") {
+    fn protected(&self, jail: &PathJail, real: &Path) -> Option<String> {
+        let root = jail.root();
+        // Below the root that holds it: the workspace, or a `write` grant
+        // outside it (a repository there keeps its hooks too).
+        if let Ok(rel) = real.strip_prefix(base_of(jail, real)) {
+            // Any case: on a case-folding directory `.GIT` is `.git`.
+            if rel.components().any(|c| c.as_os_str().as_encoded_bytes().eq_ignore_ascii_case(b".git")) {
                 return Some(format!(
                     "{} is inside a .git directory: git's files are changed by git (a command), not written directly",
                     real.display()
@@ -184,17 +197,59 @@ impl Runner {
         let all = DEFAULT_PROTECTED.iter().map(PathBuf::from).chain(listed);
         for p in all {
             let abs = if p.is_absolute() { p.clone() } else { root.join(&p) };
+            // As resolved, and as spelled (a protected link is protected
+            // itself, not only what it leads to).
+            let spelled = crate::path::lexical(&abs);
             let abs = super::request::resolve_grant(root, &abs);
-            if real.starts_with(&abs) {
+            if real.starts_with(&abs) || real.starts_with(&spelled) {
                 return Some(format!("{} is protected ({}): it stays read-only", real.display(), p.display()));
             }
         }
         if let Some(f) = &self.policy_file {
-            if std::fs::canonicalize(f).is_ok_and(|f| f == real) {
+            if std::fs::canonicalize(f).is_ok_and(|f| f == real || same_file(&f, real)) {
                 return Some(format!("{} is the policy file: it stays read-only", real.display()));
             }
         }
+        // The runner's own log: a command never gets write access to it, and
+        // neither does a direct write (under a policy `write` grant outside
+        // the workspace the jail would accept it).
+        if let Some(log) = &self.audit_log {
+            if log == real || real.starts_with(log) || same_file(log, real) {
+                return Some(format!("{} is the audit log: only the runner appends to it", real.display()));
+            }
+        }
         None
+    }
+}
+
+/// Where the link `path` itself lies (its directory resolved, its name
+/// kept), when its last component is a symbolic link; `None` otherwise (or
+/// when it ends in `/`, `.` or `..`, which follow the link as the kernel
+/// does).
+fn link_itself(jail: &PathJail, path: &Path) -> Result<Option<PathBuf>, PolicyError> {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    let Some(name) = path.file_name() else { return Ok(None) };
+    if bytes.ends_with(b"/") || bytes.ends_with(b"/.") || bytes == b"." {
+        return Ok(None);
+    }
+    let abs = if path.is_absolute() { path.to_path_buf() } else { jail.root().join(path) };
+    if !std::fs::symlink_metadata(&abs).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Ok(None);
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => jail.resolve(p, PathAccess::Write)?,
+        _ => jail.root().to_path_buf(),
+    };
+    Ok(Some(dir.join(name)))
+}
+
+/// Whether `a` and `b` both exist and are the same file (a second name for
+/// it: a hard link, or a spelling a case-folding directory accepts).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::symlink_metadata(a), std::fs::symlink_metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
     }
 }
 
@@ -294,8 +349,11 @@ fn write_replace(dir: &OwnedFd, name: &OsStr, data: &[u8]) -> std::io::Result<()
         Err(Errno::ENOENT) => None,
         Err(e) => return Err(io(e)),
     };
+    // Short enough beside a long name (NAME_MAX is 255 bytes): the random
+    // suffix keeps it unique.
     let mut tmp = OsString::from(".");
-    tmp.push(name);
+    let keep = name.as_bytes();
+    tmp.push(OsStr::from_bytes(&keep[..keep.len().min(200)]));
     tmp.push(format!(".portcullis-{}", &new_id()[..12]));
     let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let fd = openat(dir.as_fd(), tmp.as_os_str(), flags, FileMode::from_bits_truncate(0o666)).map_err(io)?;

@@ -270,6 +270,29 @@ pub struct Ready {
     pub checked: Option<LinePlan>,
 }
 
+impl Ready {
+    /// The workspace's real path, as the gate's meet compared grants with.
+    fn workspace_real(&self) -> PathBuf {
+        match &self.action {
+            Action::ShellExec(s) => s.workspace.clone(),
+            _ => None,
+        }
+        .unwrap_or_else(|| {
+            std::fs::canonicalize(&self.request.workspace).unwrap_or_else(|_| self.request.workspace.clone())
+        })
+    }
+
+    /// The sandbox's plan for this command (what `--explain` shows), checked
+    /// as a run checks it: a plan that would grant more than the effective
+    /// access (a link resolved since the gate decided) is an error. Runs
+    /// nothing, creates nothing.
+    pub fn plan(&self, sandbox: &Sandbox) -> Result<crate::sandbox::Plan, SandboxError> {
+        let plan = sandbox.plan(&self.request)?;
+        within_effective(&plan, &self.effective, &self.workspace_real())?;
+        Ok(plan)
+    }
+}
+
 /// A command after the policy and the gate: ready, or refused.
 #[derive(Debug)]
 pub enum Prepared {
@@ -607,10 +630,11 @@ impl Runner {
             background: opts.background,
             backend,
         });
-        let (effective, rule, dropped) = match self.decide(&ws_real, &action, &asked).await? {
+        let (mut effective, rule, mut dropped) = match self.decide(&ws_real, &action, &asked).await? {
             Ok(d) => d,
             Err(refused) => return Ok(Prepared::Refused { action: Box::new(action), refused }),
         };
+        self.keep_carve_outs(&req, &spelled, &mut effective, &mut dropped)?;
         if let Some(log) = &self.audit_log {
             if effective.permits(log, &ws_real) {
                 return Err(RunError::input(
@@ -631,6 +655,38 @@ impl Runner {
         write.extend(effective.write_grants.iter().filter(|e| !spelled.iter().any(|(_, r)| r == *e)).cloned());
         req.write = write;
         Ok(Prepared::Ready(Box::new(Ready { request: req, action, effective, rule, dropped, checked })))
+    }
+
+    /// A grant the gate named inside what was asked must not reach what the
+    /// asked access keeps read-only or masked there: `.git/hooks`, `.git/config`,
+    /// the protected paths, the policy file, the deny list. The meet compares
+    /// paths only, so `--writable` narrowed to `.git/hooks` would otherwise
+    /// make the hooks writable, which `--writable` alone never does. Such a
+    /// grant is dropped (and reported) like any other the gate tried to add.
+    fn keep_carve_outs(
+        &self,
+        req: &ExecRequest,
+        spelled: &[(PathBuf, PathBuf)],
+        effective: &mut Access,
+        dropped: &mut Vec<PathBuf>,
+    ) -> Result<(), RunError> {
+        let named = |g: &PathBuf| !spelled.iter().any(|(_, r)| r == g);
+        if !effective.write_grants.iter().any(named) {
+            return Ok(());
+        }
+        // What the asked access would keep read-only (planned, nothing made).
+        let asked = self.sandbox.plan(req)?;
+        let kept: Vec<&PathBuf> = asked.protected.iter().chain(&asked.masked).collect();
+        let (out, keep): (Vec<PathBuf>, Vec<PathBuf>) = std::mem::take(&mut effective.write_grants)
+            .into_iter()
+            .partition(|g| named(g) && kept.iter().any(|p| g.starts_with(p)));
+        effective.write_grants = keep;
+        for g in out {
+            if !dropped.contains(&g) {
+                dropped.push(g);
+            }
+        }
+        Ok(())
     }
 
     /// The policy's verdict on the words: the checked line, or its refusal.
@@ -695,13 +751,14 @@ impl Runner {
             }
             Prepared::Ready(r) => r,
         };
+        let ws_real = ready.workspace_real();
         let Ready { request, action, effective, rule, dropped, .. } = *ready;
         let asked = action.asked();
         self.record(&Event::Allowed { id: id.clone(), action, effective: effective.clone(), rule: rule.clone() })
             .await
             .map_err(RunError::Audit)?;
         let started = std::time::Instant::now();
-        let result = self.sandbox.run(&request, run).await;
+        let result = self.sandbox.run_checked(&request, run, |plan| within_effective(plan, &effective, &ws_real)).await;
         match result {
             Ok(result) => {
                 let event = outcome_event(&id, &effective, &result);
@@ -791,6 +848,36 @@ fn audit_log_path(f: &Path, workspace: &Path) -> Result<PathBuf, RunError> {
         ));
     }
     Ok(real)
+}
+
+/// The sandbox's plan resolves the grants again (following links): what it
+/// would make writable must lie within the effective access the gate's meet
+/// decided on, or nothing runs. A link planted or swapped after the gate
+/// decided (or a gate-named path that is a link) would otherwise carry a
+/// grant out of what was asked and allowed.
+fn within_effective(plan: &crate::sandbox::Plan, effective: &Access, ws_real: &Path) -> Result<(), SandboxError> {
+    use crate::sandbox::GrantRefusal;
+    let widened = |path: &Path, what: &str| {
+        SandboxError::grant_refused(
+            path.to_path_buf(),
+            GrantRefusal::Changed,
+            format!(
+                "{what} {} resolved, when the sandbox planned the run, to a path outside the access the gate allowed \
+                 (a link changed after the gate decided, or the gate named a link); nothing ran: name real paths and try again",
+                path.display()
+            ),
+        )
+    };
+    if plan.workspace != ws_real {
+        return Err(widened(&plan.workspace, "the workspace"));
+    }
+    if plan.writable && !effective.permits(&plan.workspace, ws_real) {
+        return Err(widened(&plan.workspace, "the writable workspace"));
+    }
+    match plan.write_grants.iter().find(|g| !effective.permits(g, ws_real)) {
+        Some(g) => Err(widened(g, "write grant")),
+        None => Ok(()),
+    }
 }
 
 fn millis(d: Duration) -> u64 {

@@ -752,11 +752,26 @@ impl Sandbox {
     /// Plan and run. A run that writes is planned once, under the
     /// workspace's lock (see [`Sandbox::run_plan`]).
     pub async fn run(&self, req: &ExecRequest, opts: RunOptions) -> Result<ExecResult, SandboxError> {
+        self.run_checked(req, opts, |_| Ok(())).await
+    }
+
+    /// [`Sandbox::run`], with `check` judging the plan the run will use
+    /// (made under the workspace's lock for a run that writes) before
+    /// anything starts: an error from it runs nothing. The runner checks
+    /// there that links resolved by the plan grant no more than the gate
+    /// allowed.
+    pub async fn run_checked(
+        &self,
+        req: &ExecRequest,
+        opts: RunOptions,
+        check: impl FnOnce(&Plan) -> Result<(), SandboxError>,
+    ) -> Result<ExecResult, SandboxError> {
         let start = Instant::now();
         // The timeout covers the whole run, waiting for the workspace too.
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         if !req.writable && req.write.is_empty() {
             let plan = self.plan(req)?;
+            check(&plan)?;
             let held = self.take_locks(&plan.workspace, false, req, deadline, &opts).await?;
             return self.run_locked(&plan, req, opts, start, deadline, held).await;
         }
@@ -774,6 +789,7 @@ impl Sandbox {
             ),
             ));
         }
+        check(&plan)?;
         self.run_locked(&plan, req, opts, start, deadline, held).await
     }
 

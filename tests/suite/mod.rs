@@ -9,6 +9,7 @@ mod degraded;
 mod deny;
 mod escapes;
 mod gate;
+mod gate_review;
 mod git_carveouts;
 mod git_guard;
 mod git_protect;
