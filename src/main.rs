@@ -383,7 +383,7 @@ async fn exec(a: ExecArgs) -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Ok(plan) => {
-                    print!("{}", explain::explain(runner.sandbox(), &plan, ready));
+                    print!("{}", explain::explain(&plan, ready));
                     ExitCode::SUCCESS
                 }
                 Err(e) => fault(&RunError::Sandbox(e), a.json),

@@ -2,7 +2,7 @@
 //! Every path goes through [`shown`], so a file name cannot forge a line.
 
 use crate::policy::{quote_argv, quote_word, Interpreter, PlannedCommand, Verdict};
-use crate::sandbox::{describe_mount, Mode, Sandbox};
+use crate::sandbox::{describe_mount, Mode};
 use crate::Network;
 
 use super::Ready;
@@ -75,7 +75,7 @@ pub fn render_gate(d: &crate::gate::Decision) -> String {
 
 /// `--explain`'s text: exactly what will run, from the plan the sandbox
 /// made (and the access the gate left the command).
-pub fn explain(sb: &Sandbox, plan: &crate::sandbox::Plan, ready: &Ready) -> String {
+pub fn explain(plan: &crate::sandbox::Plan, ready: &Ready) -> String {
     let req = &ready.request;
     let checked = ready.checked.as_ref();
     let mut s = String::from("portcullis plan v1\n");
@@ -243,22 +243,34 @@ pub fn explain(sb: &Sandbox, plan: &crate::sandbox::Plan, ready: &Ready) -> Stri
     for g in &plan.git_guard {
         s += &format!("git-guard: {} (removed after the run if the command creates it)\n", shown(g));
     }
+    let c = &plan.containment;
+    let how = |m: Option<crate::sandbox::LimitMechanism>| match m {
+        Some(crate::sandbox::LimitMechanism::Cgroup) => " (cgroup)",
+        Some(crate::sandbox::LimitMechanism::RlimitNproc) => " (RLIMIT_NPROC, per sandbox)",
+        Some(crate::sandbox::LimitMechanism::RlimitAs) => " (RLIMIT_AS, per process)",
+        None => "",
+    };
     s += &format!(
-        "limits: pids={} memory={}\n",
+        "limits: pids={}{} memory={}{}\n",
         req.limits.pids.map_or("none".into(), |n| n.to_string()),
-        req.limits.memory.map_or("none".into(), |n| n.to_string())
+        how(c.limits.pids),
+        req.limits.memory.map_or("none".into(), |n| n.to_string()),
+        how(c.limits.memory)
     );
-    s += &format!("kill: {}\n", {
-        let fallback =
-            if full { "pid-namespace" } else { "subreaper sweep (kill(-1) in the sandbox's Landlock domain)" };
-        match sb.cgroup_host() {
-            Ok(h) if nix::unistd::access(&h.parent, nix::unistd::AccessFlags::W_OK).is_ok() => {
-                format!("cgroup.kill (a leaf under {}; {fallback} if none can be made)", shown(&h.parent))
-            }
-            Ok(h) => format!("{fallback} ({} is not writable: no delegated cgroup)", shown(&h.parent)),
-            Err(e) => format!("{fallback} ({e})"),
+    s += &format!(
+        "kill: {}\n",
+        match (&c.cgroup, &c.cgroup_fallback, full) {
+            (Some(g), _, _) => format!(
+                "cgroup.kill (a leaf under {}; the run fails, nothing started, if it cannot be made)",
+                shown(&g.parent)
+            ),
+            (None, why, true) => format!("pid-namespace ({})", why.as_deref().unwrap_or("no cgroup")),
+            (None, why, false) => format!(
+                "subreaper sweep (kill(-1) in the sandbox's Landlock domain; {})",
+                why.as_deref().unwrap_or("no cgroup")
+            ),
         }
-    });
+    );
     s += &format!("timeout: {}\n", req.timeout.map_or("none".into(), |t| format!("{}s", t.as_secs_f64())));
     s += &format!("cwd: {}\n", shown_bytes(&plan.spec.cwd));
     for e in &plan.spec.env {
