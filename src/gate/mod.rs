@@ -183,7 +183,7 @@ pub enum Decision {
 /// A gate that could not decide. Never a refusal, never permission: the
 /// action does not run and the caller sees a fault.
 #[derive(Debug, thiserror::Error)]
-#[error("the gate could not decide: {0}")]
+#[error("the gate could not decide")]
 pub struct GateError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
 
 /// Decides, before anything runs, whether an action may run and with how

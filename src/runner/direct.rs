@@ -171,7 +171,7 @@ impl Runner {
             error: done.as_ref().err().map(|e| format!("{kind} {}: {e}", path.display())),
         };
         let recorded = self.record(&event).await;
-        let bytes = done.map_err(|source| RunError::Fs { op: kind, path: path.to_path_buf(), source })?;
+        let bytes = done.map_err(|error| RunError::Fs { op: kind, path: path.to_path_buf(), error })?;
         recorded.map_err(RunError::Audit)?;
         Ok(Fs::Done(FsDone { id, path: resolved, bytes }))
     }

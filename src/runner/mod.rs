@@ -154,40 +154,40 @@ pub enum RunError {
     #[error(transparent)]
     Gate(#[from] GateError),
     /// The audit could not record the action before it started: nothing ran.
+    // The audit error's message names its cause already: no `#[source]`,
+    // so that an error chain does not print it twice.
     #[error("nothing ran: {0}")]
-    Audit(#[source] AuditError),
+    Audit(AuditError),
     /// The action ran but its outcome could not be recorded.
-    #[error("the action ran but its outcome was not recorded: {source}")]
+    #[error("the action ran but its outcome was not recorded: {audit}")]
     AuditAfter {
         /// What the action did.
         report: Box<Ran>,
         /// Why the record failed.
-        #[source]
-        source: AuditError,
+        audit: AuditError,
     },
     /// The sandbox failed.
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
     /// The sandbox failed, and the outcome record of that failure could not
     /// be written either.
-    #[error("{error}; and its outcome was not recorded: {source}")]
+    #[error("{audit}; the outcome of a run that failed was not recorded")]
     SandboxUnrecorded {
         /// What the sandbox reported.
+        #[source]
         error: Box<SandboxError>,
         /// Why the record failed.
-        #[source]
-        source: AuditError,
+        audit: AuditError,
     },
     /// A direct file operation failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}: {error}")]
     Fs {
         /// The operation (`fs.write`, …).
         op: &'static str,
         /// The path as given.
         path: PathBuf,
         /// The kernel's answer.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -764,7 +764,7 @@ impl Runner {
                 let event = outcome_event(&id, &effective, &result);
                 let ran = Ran { id, result, rule, dropped_grants: dropped, asked, effective: effective.clone() };
                 if let Err(source) = self.record(&event).await {
-                    return Err(RunError::AuditAfter { report: Box::new(ran), source });
+                    return Err(RunError::AuditAfter { report: Box::new(ran), audit: source });
                 }
                 Ok(Exec::Ran(Box::new(ran)))
             }
@@ -798,7 +798,7 @@ impl Runner {
                 // record that also fails is named in it.
                 match self.record(&event).await {
                     Ok(()) => Err(RunError::Sandbox(e)),
-                    Err(source) => Err(RunError::SandboxUnrecorded { error: Box::new(e), source }),
+                    Err(audit) => Err(RunError::SandboxUnrecorded { error: Box::new(e), audit }),
                 }
             }
         }
@@ -832,6 +832,16 @@ fn audit_log_path(f: &Path, workspace: &Path) -> Result<PathBuf, RunError> {
     let real = match (abs.parent(), abs.file_name()) {
         (Some(dir), Some(name)) => match std::fs::canonicalize(dir) {
             Ok(d) => d.join(name),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(RunError::input(
+                    "audit",
+                    format!(
+                        "{}: its directory does not exist: create it first (mkdir -p {})",
+                        f.display(),
+                        dir.display()
+                    ),
+                ))
+            }
             Err(e) => return Err(RunError::input("audit", format!("{}: its directory: {e}", f.display()))),
         },
         _ => return Err(RunError::input("audit", format!("{}: not a file name", f.display()))),
