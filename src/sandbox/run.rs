@@ -27,6 +27,7 @@ pub(super) type Failure = (Cleanup, &'static str, PathBuf, io::Error);
 
 /// `#[cfg(debug_assertions)]` only: where to write the spec exactly as it
 /// is handed to the helper (tests compare it with the plan's).
+#[cfg(debug_assertions)]
 pub const DEBUG_SPEC_OUT: &str = "PORTCULLIS_DEBUG_SPEC_OUT";
 
 /// Refuse a plan whose spec and containment disagree about the cgroup
