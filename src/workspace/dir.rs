@@ -12,7 +12,8 @@
 //! judgement.
 //!
 //! Where `openat2` is unavailable (`ENOSYS`: a kernel before 5.6, or a
-//! container's seccomp profile that does not know it) the same rules are
+//! container's seccomp profile that does not know it, some of which answer
+//! `EPERM`) the same rules are
 //! kept by a walk of one component at a time with `O_NOFOLLOW`, links read
 //! with `readlinkat` and expanded in place, and `..` popping a stack of the
 //! descriptors already opened, so it cannot leave the root either.
@@ -153,8 +154,10 @@ impl Dir {
     pub fn open(path: &Path) -> io::Result<Dir> {
         let fd = nix::fcntl::open(path, dir_flags(), Mode::empty()).map_err(io)?;
         let probe = OpenHow::new().flags(dir_flags()).resolve(ResolveFlag::RESOLVE_BENEATH);
+        // ENOSYS: no openat2 here; EPERM: a seccomp profile refusing what it
+        // does not know (this call cannot otherwise fail with EPERM).
         let resolution = match openat2(fd.as_fd(), ".", probe) {
-            Err(Errno::ENOSYS) => Resolution::Walk,
+            Err(Errno::ENOSYS | Errno::EPERM) => Resolution::Walk,
             _ => Resolution::Openat2,
         };
         Ok(Dir { fd, path: path.to_path_buf(), links: Links::Beneath, resolution, before_rename: None })

@@ -21,6 +21,12 @@
 //! about 64 KB + 64 KB. An edit holds the file and its new version
 //! (twice its size): it must see the whole file to find the old text.
 //!
+//! Text: a file with a NUL byte in its first 8 KiB is binary and a read
+//! answers [`FileError::Binary`] (no window). Other bytes that are not UTF-8
+//! (Latin-1, a damaged file) are shown as U+FFFD and the window says
+//! `lossy`; the hash stays that of the real bytes, and edits match the real
+//! bytes, so such a file can still be edited where it is UTF-8.
+//!
 //! Writes, edits and removes of one real path are serialized: of two
 //! edits pinned to the same hash, the second sees the first's result and
 //! is refused as stale.
@@ -274,7 +280,8 @@ struct Inner {
     locks: Mutex<HashMap<PathBuf, Weak<AsyncMutex<()>>>>,
 }
 
-/// A lexical sha256 hex of `bytes`.
+/// The SHA-256 of `bytes` as 64 lowercase hex digits (the `hash` of a
+/// read, the `expect_hash` of an edit).
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }

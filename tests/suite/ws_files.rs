@@ -117,15 +117,32 @@ fn r0302_one_10mb_line_comes_back_bounded() {
     let ws = Ws::new();
     let line = "é".repeat(5 * 1024 * 1024); // 10 MiB, one line, no newline
     ws.write("huge.min.js", &line);
+    let len = line.len() as u64;
+    drop(line);
     let rt = rt();
     let f = files(ws.path(), Resolution::Openat2);
+    // Peak memory of the read, for the record (printed, not asserted: the
+    // other tests of this process allocate at the same time). Writing 5 to
+    // clear_refs resets the peak (VmHWM) to the current RSS.
+    let kib = |field: &str| {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        s.lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()))
+            .unwrap_or(0)
+    };
+    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let base = kib("VmRSS:");
     let t = Instant::now();
     let w = read(&f, &rt, "huge.min.js", ReadOptions { offset: 1, limit: None, max_bytes: Some(64_000) });
     let took = t.elapsed();
+    if reset {
+        eprintln!("r0302: peak RSS grew by {} KiB during the read", kib("VmHWM:").saturating_sub(base));
+    }
     assert!(w.content.len() <= 64_000 && w.content.len() > 63_990, "{} bytes", w.content.len());
     assert!(w.content.starts_with("     1\téé"));
     assert!(w.bytes_capped && w.truncated);
-    assert_eq!((w.end_line, w.total_lines, w.total_bytes), (1, 1, line.len() as u64));
+    assert_eq!((w.end_line, w.total_lines, w.total_bytes), (1, 1, len));
     assert_eq!(w.hash, hash_of(&ws.join("huge.min.js")));
     eprintln!("r0302: a 10 MiB line read, capped at 64 kB, in {took:?}");
 }
