@@ -93,6 +93,12 @@ impl PathJail {
         std::iter::once(self.root.as_path()).chain(self.grants.iter().map(PathBuf::as_path))
     }
 
+    /// Where reads may land: the write roots, then the extra readable roots
+    /// (real paths).
+    pub fn read_roots(&self) -> impl Iterator<Item = &Path> {
+        self.write_roots().chain(self.allow.iter().map(PathBuf::as_path))
+    }
+
     /// Resolve `path` (relative to the workspace, or absolute) and judge it.
     pub fn resolve(&self, path: &Path, access: PathAccess) -> Result<PathBuf, PolicyError> {
         self.resolve_in(&self.root, path, access)

@@ -3,29 +3,23 @@
 //!
 //! A path is judged by the policy's jail (resolved as the kernel would),
 //! then by the protected-path rule, then by the gate; the operation itself
-//! runs from a descriptor of the root that holds the path, one plain
-//! component at a time with `O_NOFOLLOW`, so a link swapped in after the
-//! judgement fails the operation instead of redirecting it. A whole-file
+//! runs from a descriptor of the root that holds the path (a
+//! [`Dir`], `openat2` with links refused, or a walk with `O_NOFOLLOW`), so a
+//! link swapped in after the judgement fails the operation instead of
+//! redirecting it. A whole-file
 //! write goes to a new file in the same directory and is renamed over the
 //! old one (readers see the old or the new content, never half of it; the
 //! file's other hard-linked names, if any, keep the old content).
 
-use std::ffi::{OsStr, OsString};
-use std::io::Write;
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, AtFlags, OFlag};
-use nix::sys::stat::{fchmod, fstatat, mkdirat, Mode as FileMode, SFlag};
-use nix::unistd::{unlinkat, UnlinkatFlags};
 use serde::Serialize;
 
 use crate::audit::{Event, RefusalKind, Status};
 use crate::gate::{Access, Action, Backend, FsAction};
 use crate::policy::{PathAccess, PathJail, PolicyError, WorkspacePolicy};
 use crate::sandbox::DEFAULT_PROTECTED;
+use crate::workspace::dir::{Dir, Links};
 
 use super::{millis, new_id, Refused, RunError, Runner};
 
@@ -268,106 +262,22 @@ fn base_of(jail: &PathJail, real: &Path) -> PathBuf {
         .to_path_buf()
 }
 
-fn io(e: Errno) -> std::io::Error {
-    std::io::Error::from_raw_os_error(e as i32)
-}
-
-/// Open `dir` relative to `from`, one plain component at a time, never
-/// following a link; with `create`, make missing components.
-fn walk(from: OwnedFd, rel: &Path, create: bool) -> std::io::Result<OwnedFd> {
-    let mut cur = from;
-    for c in rel.components() {
-        let Component::Normal(name) = c else {
-            return Err(std::io::Error::other(format!("{}: not a plain path", rel.display())));
-        };
-        let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        cur = match openat(cur.as_fd(), name, flags, FileMode::empty()) {
-            Ok(fd) => fd,
-            Err(Errno::ENOENT) if create => {
-                match mkdirat(cur.as_fd(), name, FileMode::from_bits_truncate(0o777)) {
-                    Ok(()) | Err(Errno::EEXIST) => {}
-                    Err(e) => return Err(io(e)),
-                }
-                openat(cur.as_fd(), name, flags, FileMode::empty()).map_err(io)?
-            }
-            Err(e) => return Err(io(e)),
-        };
-    }
-    Ok(cur)
-}
-
-/// Do it: returns the bytes written for a write.
+/// Do it, through a capability of the root (links refused on the way: the
+/// judged path has none, so one met was swapped in after the judgement):
+/// returns the bytes written for a write.
 fn carry_out(base: &Path, real: &Path, op: &Op<'_>) -> std::io::Result<Option<u64>> {
     let rel = real.strip_prefix(base).map_err(|_| std::io::Error::other("outside its root"))?;
-    let root =
-        nix::fcntl::open(base, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, FileMode::empty()).map_err(io)?;
-    let (parent, name) = match (rel.parent(), rel.file_name()) {
-        (Some(p), Some(n)) => (p, n),
-        _ => {
-            // The root itself: it exists; only mkdir of it is meaningful.
-            return match op {
-                Op::Mkdir => Ok(None),
-                _ => Err(io(Errno::EISDIR)),
-            };
-        }
-    };
+    let root = Dir::open(base)?.with_links(Links::Refuse);
+    if rel.as_os_str().is_empty() {
+        // The root itself: it exists; only mkdir of it is meaningful.
+        return match op {
+            Op::Mkdir => Ok(None),
+            _ => Err(std::io::Error::from_raw_os_error(libc::EISDIR)),
+        };
+    }
     match op {
-        Op::Mkdir => {
-            walk(root, rel, true)?;
-            Ok(None)
-        }
-        Op::Remove => {
-            let dir = walk(root, parent, false)?;
-            let st = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io)?;
-            let flag = if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR {
-                UnlinkatFlags::RemoveDir
-            } else {
-                UnlinkatFlags::NoRemoveDir
-            };
-            unlinkat(dir.as_fd(), name, flag).map_err(io)?;
-            Ok(None)
-        }
-        Op::Write(data) => {
-            let dir = walk(root, parent, true)?;
-            write_replace(&dir, name, data)?;
-            Ok(Some(data.len() as u64))
-        }
+        Op::Mkdir => root.create_dir_all(rel).map(|()| None),
+        Op::Remove => root.remove(rel).map(|()| None),
+        Op::Write(data) => root.write_atomic(rel, data, true).map(|()| Some(data.len() as u64)),
     }
-}
-
-/// Write `data` to a fresh file beside `name` and rename it over `name`,
-/// keeping an existing file's mode; an existing non-file refuses.
-fn write_replace(dir: &OwnedFd, name: &OsStr, data: &[u8]) -> std::io::Result<()> {
-    let mode = match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(st) if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG => {
-            Some(FileMode::from_bits_truncate(st.st_mode & 0o7777 & !0o6000))
-        }
-        Ok(st) if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR => {
-            return Err(io(Errno::EISDIR))
-        }
-        Ok(_) => return Err(std::io::Error::other("not a regular file (a link, a device or a socket): not replaced")),
-        Err(Errno::ENOENT) => None,
-        Err(e) => return Err(io(e)),
-    };
-    // Short enough beside a long name (NAME_MAX is 255 bytes): the random
-    // suffix keeps it unique.
-    let mut tmp = OsString::from(".");
-    let keep = name.as_bytes();
-    tmp.push(OsStr::from_bytes(&keep[..keep.len().min(200)]));
-    tmp.push(format!(".portcullis-{}", &new_id()[..12]));
-    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let fd = openat(dir.as_fd(), tmp.as_os_str(), flags, FileMode::from_bits_truncate(0o666)).map_err(io)?;
-    let result = (|| {
-        if let Some(m) = mode {
-            fchmod(fd.as_fd(), m).map_err(io)?;
-        }
-        let mut f = std::fs::File::from(fd);
-        f.write_all(data)?;
-        f.sync_all()?;
-        renameat(dir.as_fd(), tmp.as_os_str(), dir.as_fd(), name).map_err(io)
-    })();
-    if result.is_err() {
-        let _ = unlinkat(dir.as_fd(), tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
-    }
-    result
 }
