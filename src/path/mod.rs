@@ -11,6 +11,7 @@
 //!
 //! Nothing here imports `policy` or `sandbox`.
 
+pub mod dir;
 pub mod glob;
 pub mod walk;
 

@@ -17,9 +17,9 @@ use serde::Serialize;
 
 use crate::audit::{Event, RefusalKind, Status};
 use crate::gate::{Access, Action, Backend, FsAction};
+use crate::path::dir::{Dir, Links};
 use crate::policy::{PathAccess, PathJail, PolicyError, WorkspacePolicy};
 use crate::sandbox::DEFAULT_PROTECTED;
-use crate::workspace::dir::{Dir, Links};
 
 use super::{millis, new_id, Refused, RunError, Runner};
 

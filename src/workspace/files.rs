@@ -8,7 +8,7 @@
 //! Whoever wires the gate and the audit does so between the two steps. The
 //! operation then opens that real path relative to the root's descriptor
 //! with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS |
-//! RESOLVE_NO_SYMLINKS)` (or the equivalent walk, see [`super::dir`]):
+//! RESOLVE_NO_SYMLINKS)` (or the equivalent walk, see [`crate::path::dir`]):
 //! since the judged path has no link in it, any link met on the way was
 //! swapped in after the judgement, and the call fails
 //! ([`FileError::Changed`]) instead of following it. Nothing is ever opened
@@ -40,7 +40,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use super::dir::{Dir, Kind, Links, NotRegular, Resolution};
+use crate::path::dir::{Dir, Kind, Links, NotRegular, Resolution};
 use crate::policy::{PathAccess, PathJail, PolicyError};
 
 /// The most edits one [`Files::multi_edit`] takes.

@@ -58,14 +58,8 @@ fn layers_import_in_one_direction() {
         ("policy", &["path", "units", "sandbox", "error_chain"]),
         ("gate", &["policy", "path", "error_chain"]),
         ("audit", &["gate", "sandbox", "policy", "path", "sys", "error_chain"]),
-        // The directory capability is a leaf: the runner's direct writes
-        // use it, and the rest of the workspace sits above the runner.
-        ("workspace/dir.rs", &[]),
-        ("runner", &["audit", "gate", "policy", "sandbox", "path", "sys", "units", "workspace::dir", "error_chain"]),
-        (
-            "workspace",
-            &["workspace::dir", "runner", "audit", "gate", "policy", "sandbox", "path", "sys", "units", "error_chain"],
-        ),
+        ("runner", &["audit", "gate", "policy", "sandbox", "path", "sys", "units", "error_chain"]),
+        ("workspace", &["runner", "audit", "gate", "policy", "sandbox", "path", "sys", "units", "error_chain"]),
         ("doctor.rs", &["sandbox", "sys", "error_chain"]),
     ];
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -101,9 +95,6 @@ fn layers_import_in_one_direction() {
                     for n in names {
                         // The crate root's re-exports count as their module.
                         let n = match n.as_str() {
-                            // Only the leaf capability of the workspace is
-                            // below the runner.
-                            "workspace" if line.contains("crate::workspace::dir::") => "workspace::dir".to_string(),
                             "SandboxError" | "ExecRequest" | "ExecResult" | "Plan" | "Sandbox" => "sandbox".to_string(),
                             "Network" => continue,
                             _ => n,

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use portcullis::path::dir::{Dir, Kind, Resolution};
 use portcullis::policy::{PathAccess, PathJail, PolicyError, WorkspacePolicy};
-use portcullis::workspace::dir::{Dir, Kind, Resolution};
 use portcullis::workspace::files::{sha256_hex, Edit, FileError, Files, ReadOptions, MAX_EDITS};
 
 use super::util::{test_root, Ws};
@@ -399,7 +399,7 @@ fn r0309_fifo_socket_and_device_refused_without_blocking() {
 #[ignore = "run by r0310 in a child process"]
 fn r0310_child_killed_before_rename() {
     let Some(ws) = std::env::var_os("PC_R0310_WS") else { return };
-    let hook: portcullis::workspace::dir::BeforeRename = Arc::new(|_| {
+    let hook: portcullis::path::dir::BeforeRename = Arc::new(|_| {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
     });
     let d = Dir::open(Path::new(&ws)).unwrap_or_else(|e| panic!("{e}")).with_before_rename(hook);
