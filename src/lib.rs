@@ -30,6 +30,7 @@ pub mod runner;
 pub mod sandbox;
 mod sys;
 pub mod units;
+pub mod workspace;
 
 pub use portcullis_helper::spec::Network;
 pub use sandbox::{ExecRequest, ExecResult, Plan, Sandbox, SandboxError};
