@@ -35,3 +35,4 @@ mod refused_writes;
 mod roots;
 mod runner;
 mod stdin;
+mod ws_grep;
