@@ -41,11 +41,14 @@ impl Rng {
     }
 }
 
-const IDS: &[&str] = &["config", "request", "buffer", "parser", "state", "client", "token", "index", "cache", "writer", "reader", "span"];
+const IDS: &[&str] = &[
+    "config", "request", "buffer", "parser", "state", "client", "token", "index", "cache", "writer", "reader", "span",
+];
 const METHODS: &[&str] = &["get", "insert", "push", "parse", "flush", "len", "clone", "iter", "map_err", "unwrap_or"];
 const ERRS: &[&str] = &["ConfigError", "ParseError", "IoError", "NetError", "StateError"];
 const VARIANTS: &[&str] = &["Timeout", "Missing", "Invalid", "Closed", "Overflow"];
-const WORDS: &[&str] = &["handle", "the", "case", "where", "input", "is", "empty", "retry", "later", "check", "bounds", "first"];
+const WORDS: &[&str] =
+    &["handle", "the", "case", "where", "input", "is", "empty", "retry", "later", "check", "bounds", "first"];
 
 fn line(r: &mut Rng, out: &mut String) {
     let k = r.next() % 100;
@@ -53,9 +56,17 @@ fn line(r: &mut Rng, out: &mut String) {
     match k {
         0..=39 => out.push_str(&format!("    let {a}_{} = {b}.{m}({a});\n", r.next() % 100)),
         40..=49 => out.push_str(&format!("fn {a}_{b}_handler(ctx: &mut Context) -> Result<(), {}> {{\n", r.pick(ERRS))),
-        50..=59 => out.push_str(&format!("        return Err({}::{}(\"{} {}\"));\n", r.pick(ERRS), r.pick(VARIANTS), r.pick(WORDS), r.pick(WORDS))),
+        50..=59 => out.push_str(&format!(
+            "        return Err({}::{}(\"{} {}\"));\n",
+            r.pick(ERRS),
+            r.pick(VARIANTS),
+            r.pick(WORDS),
+            r.pick(WORDS)
+        )),
         60..=61 => out.push_str(&format!("    // TODO: fix {} {} {}\n", r.pick(WORDS), r.pick(WORDS), r.pick(WORDS))),
-        62..=79 => out.push_str(&format!("    // {} {} {} {}\n", r.pick(WORDS), r.pick(WORDS), r.pick(WORDS), r.pick(WORDS))),
+        62..=79 => {
+            out.push_str(&format!("    // {} {} {} {}\n", r.pick(WORDS), r.pick(WORDS), r.pick(WORDS), r.pick(WORDS)))
+        }
         80..=89 => out.push_str("    }\n"),
         _ => out.push_str(&format!("    if {a}.{m}() > {} {{\n", r.next() % 1000)),
     }
@@ -161,11 +172,17 @@ fn count_rg(dir: &Path, pat: &str, fixed: bool) -> io::Result<usize> {
 }
 
 fn run() -> io::Result<()> {
-    let dir = std::env::var_os("GREP_BENCH_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/tmp/pc-bench-grep"));
+    let dir = std::env::var_os("GREP_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/pc-bench-grep"));
     let runs: usize = std::env::var("GREP_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
     let t = Instant::now();
     generate(&dir)?;
-    println!("tree: {} ({DIRS} directories x {FILES_PER_DIR} files, {LINES_PER_FILE} lines each; ready in {:.1?})", dir.display(), t.elapsed());
+    println!(
+        "tree: {} ({DIRS} directories x {FILES_PER_DIR} files, {LINES_PER_FILE} lines each; ready in {:.1?})",
+        dir.display(),
+        t.elapsed()
+    );
     let exe = std::env::current_exe()?;
     let have_rg = Command::new("rg").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
     if !have_rg {

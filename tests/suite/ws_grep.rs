@@ -80,7 +80,9 @@ fn r0320_grep_returns_matches_with_their_context() {
     assert_eq!(r.matches.len(), 3, "{r:?}");
     let m = &r.matches[0];
     assert_eq!((m.line, m.text.as_str()), (3, "needle 1"));
-    let lines = |v: &[portcullis::workspace::search::ContextLine]| v.iter().map(|c| (c.line, c.text.clone())).collect::<Vec<_>>();
+    let lines = |v: &[portcullis::workspace::search::ContextLine]| {
+        v.iter().map(|c| (c.line, c.text.clone())).collect::<Vec<_>>()
+    };
     assert_eq!(lines(&m.before), [(1, "one".into()), (2, "two".into())]);
     assert_eq!(lines(&m.after), [(4, "three".into()), (5, "four".into())]);
     // Overlapping context: each match still carries its own two lines.
@@ -204,7 +206,8 @@ fn r0326_a_fifo_named_like_a_match_is_never_opened() {
     let ws = Ws::new();
     ws.write("real.txt", "pipe_word\n");
     let fifo = ws.join("pipe_word.txt");
-    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap_or_else(|e| panic!("mkfifo: {e}"));
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644))
+        .unwrap_or_else(|e| panic!("mkfifo: {e}"));
     // A FIFO as a directory's .gitignore, which the walker would read.
     ws.write("sub/x.txt", "pipe_word\n");
     nix::unistd::mkfifo(&ws.join("sub/.gitignore"), nix::sys::stat::Mode::from_bits_truncate(0o644))
@@ -391,7 +394,11 @@ fn r0334_grep_on_a_20000_file_tree() {
     for d in 0..100 {
         for f in 0..200 {
             let n = d * 200 + f;
-            let body = if n % 97 == 0 { format!("fn f{n}() {{ unique_marker_{n}(); }}\n") } else { format!("fn f{n}() {{}}\n") };
+            let body = if n % 97 == 0 {
+                format!("fn f{n}() {{ unique_marker_{n}(); }}\n")
+            } else {
+                format!("fn f{n}() {{}}\n")
+            };
             ws.write(&format!("d{d:03}/f{f:03}.rs"), &body);
         }
     }
