@@ -385,7 +385,7 @@ fn walker(
     gitignore: bool,
     default_ignores: bool,
     counts: &Arc<Counts>,
-) -> WalkBuilder {
+) -> Result<WalkBuilder, SearchError> {
     let mut b = WalkBuilder::new(start);
     b.hidden(false)
         .parents(false)
@@ -396,22 +396,32 @@ fn walker(
         .require_git(false)
         .follow_links(false)
         .ignore_case_insensitive(false);
+    let rel = start.strip_prefix(root).unwrap_or(Path::new(""));
     if gitignore {
-        // The rules of the directories between the root and the start,
+        // The walker reads the start directory's ignore files itself.
+        if std::fs::symlink_metadata(start).is_ok_and(|m| m.is_dir()) && !ignore_files_safe(root, deny, start, counts) {
+            return Err(SearchError::BadPath {
+                path: rel.to_path_buf(),
+                reason: "its .gitignore or .ignore is not a regular file, or is denied, and the walk would open it: \
+                         remove it, or search with the ignore rules off"
+                    .into(),
+            });
+        }
+        // The rules of the directories above the start, up to the root,
         // which `parents(false)` leaves out (it would read up to `/`).
-        let mut dir = root.to_path_buf();
-        let rel = start.strip_prefix(root).unwrap_or(Path::new(""));
-        let mut comps: Vec<_> = rel.components().collect();
-        comps.pop();
-        for c in std::iter::once(None).chain(comps.into_iter().map(Some)) {
-            if let Some(c) = c {
-                dir.push(c);
-            }
-            if ignore_files_safe(root, deny, &dir, counts) {
-                for name in IGNORE_FILES {
-                    let p = dir.join(name);
-                    if p.is_file() {
-                        let _ = b.add_ignore(p);
+        let comps: Vec<_> = rel.components().collect();
+        if let Some((_, above)) = comps.split_last() {
+            let mut dir = root.to_path_buf();
+            for c in std::iter::once(None).chain(above.iter().map(Some)) {
+                if let Some(c) = c {
+                    dir.push(c);
+                }
+                if ignore_files_safe(root, deny, &dir, counts) {
+                    for name in IGNORE_FILES {
+                        let p = dir.join(name);
+                        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+                            let _ = b.add_ignore(p);
+                        }
                     }
                 }
             }
@@ -421,7 +431,7 @@ fn walker(
     let deny = deny.clone();
     let counts = Arc::clone(counts);
     b.filter_entry(move |e: &DirEntry| admit(&root, &deny, gitignore, default_ignores, &counts, e));
-    b
+    Ok(b)
 }
 
 /// Whether the walk takes `e` (and, for a directory, goes into it).
@@ -603,7 +613,7 @@ pub fn grep(root: &Path, deny: &DenyGlobs, opts: &GrepOptions) -> Result<GrepRes
     let found = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let results: Mutex<Vec<GrepMatch>> = Mutex::new(Vec::new());
-    let mut wb = walker(&root, &start, deny, opts.gitignore, opts.default_ignores, &counts);
+    let mut wb = walker(&root, &start, deny, opts.gitignore, opts.default_ignores, &counts)?;
     wb.threads(opts.threads);
     wb.build_parallel().run(|| {
         let mut searcher = sb.build();
@@ -691,7 +701,7 @@ pub fn glob(root: &Path, deny: &DenyGlobs, pattern: &str, max: usize) -> Result<
     let g = NameGlob::new(pattern)?;
     let (root, _fd) = open_root(root)?;
     let counts = Arc::new(Counts::default());
-    let mut wb = walker(&root, &root, deny, true, true, &counts);
+    let mut wb = walker(&root, &root, deny, true, true, &counts)?;
     wb.sort_by_file_name(|a, b| a.cmp(b));
     let mut paths = Vec::new();
     let mut truncated = false;

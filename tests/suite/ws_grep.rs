@@ -230,6 +230,21 @@ fn r0326_a_fifo_named_like_a_match_is_never_opened() {
     let r = search_within(20, ws.path(), no_deny(), o);
     assert_eq!(paths(&r), ["real.txt", "sub/x.txt"]);
     assert_eq!(r.files_skipped.special, 1);
+    // A FIFO .gitignore in the directory searched: a typed refusal, no hang.
+    nix::unistd::mkfifo(&ws.join(".gitignore"), nix::sys::stat::Mode::from_bits_truncate(0o644))
+        .unwrap_or_else(|e| panic!("mkfifo: {e}"));
+    let (tx, rx) = mpsc::channel();
+    let root = ws.path().to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx
+            .send(matches!(grep(&root, &no_deny(), &GrepOptions::new("pipe_word")), Err(SearchError::BadPath { .. })));
+    });
+    assert_eq!(rx.recv_timeout(Duration::from_secs(20)).ok(), Some(true), "BadPath, within 20 s");
+    // Control: with the ignore rules off the same search runs.
+    let mut off = GrepOptions::new("pipe_word");
+    off.gitignore = false;
+    off.glob = Some("*.txt".into());
+    assert_eq!(paths(&search_within(20, ws.path(), no_deny(), off)), ["real.txt", "sub/x.txt"]);
 }
 
 #[test]
