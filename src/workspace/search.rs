@@ -536,6 +536,19 @@ impl Sink for FileSink<'_> {
 
 /// The matches of one file from its lines, each with its own context.
 fn assemble(path: &str, lines: Vec<(u64, String, bool, bool)>, context: usize, cut: &AtomicU64) -> Vec<GrepMatch> {
+    if context == 0 {
+        // Only matches: move their text, copy nothing.
+        return lines
+            .into_iter()
+            .filter(|l| l.3)
+            .map(|(line, text, was_cut, _)| {
+                if was_cut {
+                    bump(cut);
+                }
+                GrepMatch { path: path.to_string(), line, text, cut: was_cut, before: Vec::new(), after: Vec::new() }
+            })
+            .collect();
+    }
     let mut out = Vec::new();
     for (i, (line, text, was_cut, is_match)) in lines.iter().enumerate() {
         if !is_match {
@@ -612,7 +625,8 @@ pub fn grep(root: &Path, deny: &DenyGlobs, opts: &GrepOptions) -> Result<GrepRes
         ));
     let found = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let results: Mutex<Vec<GrepMatch>> = Mutex::new(Vec::new());
+    // One entry per file, each already in line order.
+    let results: Mutex<Vec<Vec<GrepMatch>>> = Mutex::new(Vec::new());
     let mut wb = walker(&root, &start, deny, opts.gitignore, opts.default_ignores, &counts)?;
     wb.threads(opts.threads);
     wb.build_parallel().run(|| {
@@ -670,7 +684,7 @@ pub fn grep(root: &Path, deny: &DenyGlobs, opts: &GrepOptions) -> Result<GrepRes
                         let path = rel.to_string_lossy();
                         let ms = assemble(&path, lines, context, &counts.cut);
                         if let Ok(mut r) = results.lock() {
-                            r.extend(ms);
+                            r.push(ms);
                         }
                     }
                 }
@@ -682,8 +696,9 @@ pub fn grep(root: &Path, deny: &DenyGlobs, opts: &GrepOptions) -> Result<GrepRes
             }
         })
     });
-    let mut matches = results.into_inner().unwrap_or_else(|p| p.into_inner());
-    matches.sort_by(|a, b| (a.path.as_str(), a.line).cmp(&(b.path.as_str(), b.line)));
+    let mut files = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    files.sort_unstable_by(|a, b| a.first().map(|m| m.path.as_str()).cmp(&b.first().map(|m| m.path.as_str())));
+    let matches: Vec<GrepMatch> = files.into_iter().flatten().collect();
     Ok(GrepResult {
         matches,
         files_searched: counts.searched.load(Ordering::Relaxed),
