@@ -36,3 +36,4 @@ mod roots;
 mod runner;
 mod stdin;
 mod ws_files;
+mod ws_grep;
