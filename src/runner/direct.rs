@@ -21,7 +21,7 @@ use crate::path::dir::{Dir, Links};
 use crate::policy::{PathAccess, PathJail, PolicyError, WorkspacePolicy};
 use crate::sandbox::DEFAULT_PROTECTED;
 
-use super::{millis, new_id, Refused, RunError, Runner};
+use super::{new_id, Refused, RunError, Runner};
 
 /// A direct file operation that was carried out.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -153,17 +153,9 @@ impl Runner {
         let base = base_of(&jail, &resolved);
         let done = carry_out(&base, &resolved, &op);
         let effective = action.asked();
-        let event = Event::Outcome {
-            id: id.clone(),
-            status: if done.is_ok() { Status::Completed } else { Status::Failed },
-            exit_code: None,
-            signal: None,
-            duration_ms: millis(started.elapsed()),
-            effective,
-            refused_writes: None,
-            removed: Vec::new(),
-            error: done.as_ref().err().map(|e| format!("{kind} {}: {e}", path.display())),
-        };
+        let status = if done.is_ok() { Status::Completed } else { Status::Failed };
+        let error = done.as_ref().err().map(|e| format!("{kind} {}: {e}", path.display()));
+        let event = super::ended(id.clone(), status, started, effective, error);
         let recorded = self.record(&event).await;
         let bytes = done.map_err(|error| RunError::Fs { op: kind, path: path.to_path_buf(), error })?;
         recorded.map_err(RunError::Audit)?;

@@ -778,21 +778,14 @@ impl Runner {
                         }
                         ev
                     }
-                    None => Event::Outcome {
-                        id,
-                        status: match e.exit_code() {
+                    None => {
+                        let status = match e.exit_code() {
                             124 => Status::TimedOut,
                             130 => Status::Cancelled,
                             _ => Status::Failed,
-                        },
-                        exit_code: None,
-                        signal: None,
-                        duration_ms: millis(started.elapsed()),
-                        effective,
-                        refused_writes: None,
-                        removed: Vec::new(),
-                        error: Some(crate::error_chain(&e)),
-                    },
+                        };
+                        ended(id, status, started, effective, Some(crate::error_chain(&e)))
+                    }
                 };
                 // The sandbox's fault is the one the caller must see; a
                 // record that also fails is named in it.
@@ -892,6 +885,28 @@ fn within_effective(plan: &crate::sandbox::Plan, effective: &Access, ws_real: &P
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The outcome record of an action that produced no command result (a
+/// direct file operation, a sandbox that failed before the command ran).
+pub(crate) fn ended(
+    id: String,
+    status: Status,
+    started: std::time::Instant,
+    effective: Access,
+    error: Option<String>,
+) -> Event {
+    Event::Outcome {
+        id,
+        status,
+        exit_code: None,
+        signal: None,
+        duration_ms: millis(started.elapsed()),
+        effective,
+        refused_writes: None,
+        removed: Vec::new(),
+        error,
+    }
 }
 
 /// The outcome record of a command that ran.
