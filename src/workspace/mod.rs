@@ -6,7 +6,12 @@
 //!   [`crate::path::dir::Dir`], the directory capability (a leaf, so the
 //!   runner's direct writes use it too);
 //! - [`search`]: `grep` and `glob` over the jail, ripgrep's crates, deny
-//!   globs and `.gitignore` respected, symlinks never followed.
+//!   globs and `.gitignore` respected, symlinks never followed;
+//! - [`list`]: `list_dir`, walked by descriptor, bounded, denied entries
+//!   hidden and counted, links reported and never followed;
+//! - [`todos`]: the agent's todo list (`todo_write` / `todo_read`).
 
 pub mod files;
+pub mod list;
 pub mod search;
+pub mod todos;
