@@ -180,7 +180,13 @@ pub fn list_dir(root: &Path, deny: &DenyGlobs, rel: &Path, opts: &ListOptions) -
                 if let Some(g) = deny.matching(root, &root.join(&start)) {
                     return Err(ListError::Denied { path: start, glob: g.to_string() });
                 }
-                fd = openat(fd.as_fd(), name, dir_flags(), Mode::empty()).map_err(|e| open_err(&start, e))?;
+                fd = match openat(fd.as_fd(), name, dir_flags(), Mode::empty()) {
+                    Ok(next) => next,
+                    // `O_DIRECTORY | O_NOFOLLOW` on a link answers ENOTDIR:
+                    // say ELOOP (a link, not followed) where it is one.
+                    Err(Errno::ENOTDIR) if is_link(&fd, name) => return Err(open_err(&start, Errno::ELOOP)),
+                    Err(e) => return Err(open_err(&start, e)),
+                };
             }
             _ => return Err(outside()),
         }
@@ -191,6 +197,11 @@ pub fn list_dir(root: &Path, deny: &DenyGlobs, rel: &Path, opts: &ListOptions) -
         walk.out.skipped_unreadable += 1;
     }
     Ok(walk.out)
+}
+
+fn is_link(dir: &OwnedFd, name: &std::ffi::OsStr) -> bool {
+    fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK)
 }
 
 /// The entry cap was reached.
@@ -243,7 +254,12 @@ impl Walk<'_> {
                 self.out.truncated = true;
                 return Err(Some(Full));
             }
-            self.out.entries.push(ListEntry { path: path.clone(), kind, size: u64::try_from(st.st_size).unwrap_or(0), target });
+            self.out.entries.push(ListEntry {
+                path: path.clone(),
+                kind,
+                size: u64::try_from(st.st_size).unwrap_or(0),
+                target,
+            });
             if kind == EntryKind::Dir && levels > 1 {
                 match openat(fd.as_fd(), name.as_os_str(), dir_flags(), Mode::empty()) {
                     Ok(sub) => match self.dir(&sub, &path, levels - 1) {

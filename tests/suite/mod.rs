@@ -37,3 +37,4 @@ mod runner;
 mod stdin;
 mod ws_files;
 mod ws_grep;
+mod ws_list;
