@@ -164,7 +164,10 @@ fn dir_flags() -> OFlag {
 }
 
 /// List `rel` (relative to `root`, or absolute below it) of the workspace
-/// whose real path is `root`, hiding what `deny` matches.
+/// whose real path is `root` (absolute, link-free: the deny globs are
+/// matched against `root` joined with each entry's path), hiding what
+/// `deny` and `opts.ignore` match. Bound `opts` by the policy first
+/// ([`ListOptions::within`]).
 pub fn list_dir(root: &Path, deny: &DenyGlobs, rel: &Path, opts: &ListOptions) -> Result<ListResult, ListError> {
     let ignore = DenyGlobs::new(&opts.ignore).map_err(ListError::BadIgnore)?;
     let outside = || ListError::Outside { path: rel.to_path_buf(), root: root.to_path_buf() };
