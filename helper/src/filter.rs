@@ -711,6 +711,20 @@ impl Asm {
     pub(crate) fn jump_if(&mut self, code: u16, k: u32, t: Label) {
         self.code.push((sock_filter { code, jt: 0, jf: 0, k }, Some(t), None));
     }
+    /// The head every program of ours starts with: a call from another
+    /// architecture returns `foreign`, the syscall number is loaded, and on
+    /// x86_64 an x32 call jumps to `x32`.
+    pub(crate) fn prologue(&mut self, foreign: u32, x32: Label) {
+        let arch_ok = self.label();
+        self.stmt(BPF_LD_W_ABS, OFF_ARCH);
+        self.jump_if(BPF_JEQ_K, AUDIT_ARCH, arch_ok);
+        self.stmt(BPF_RET_K, foreign);
+        self.bind(arch_ok);
+        self.stmt(BPF_LD_W_ABS, OFF_NR);
+        if cfg!(target_arch = "x86_64") {
+            self.jump_if(BPF_JGE_K, X32_SYSCALL_BIT, x32);
+        }
+    }
     pub(crate) fn finish(self) -> Result<BpfProgram, FilterError> {
         let mut out = Vec::with_capacity(self.code.len());
         for (i, (mut ins, jt, jf)) in self.code.into_iter().enumerate() {
@@ -737,15 +751,7 @@ pub fn compile_for(profile: Profile) -> Result<BpfProgram, FilterError> {
     let entries = entries_for(profile);
     let mut a = Asm::default();
     let (deny, enosys, allow) = (a.label(), a.label(), a.label());
-    let arch_ok = a.label();
-    a.stmt(BPF_LD_W_ABS, OFF_ARCH);
-    a.jump_if(BPF_JEQ_K, AUDIT_ARCH, arch_ok);
-    a.stmt(BPF_RET_K, RET_KILL_PROCESS);
-    a.bind(arch_ok);
-    a.stmt(BPF_LD_W_ABS, OFF_NR);
-    if cfg!(target_arch = "x86_64") {
-        a.jump_if(BPF_JGE_K, X32_SYSCALL_BIT, deny);
-    }
+    a.prologue(RET_KILL_PROCESS, deny);
     a.jump_if(BPF_JEQ_K, libc::SYS_clone3 as u32, enosys);
     // openat2's mode sits in a struct BPF cannot read: ENOSYS makes callers
     // fall back to openat, whose mode it can.

@@ -20,10 +20,7 @@
 
 use seccompiler::BpfProgram;
 
-use crate::filter::{
-    Asm, FilterError, AUDIT_ARCH, BPF_JEQ_K, BPF_JGE_K, BPF_JSET_K, BPF_LD_W_ABS, BPF_RET_K, OFF_ARCH, OFF_ARGS,
-    OFF_NR, RET_ALLOW, X32_SYSCALL_BIT,
-};
+use crate::filter::{Asm, FilterError, BPF_JEQ_K, BPF_JSET_K, BPF_LD_W_ABS, BPF_RET_K, OFF_ARGS, RET_ALLOW};
 
 /// `SECCOMP_RET_USER_NOTIF` (`<linux/seccomp.h>`).
 pub const RET_USER_NOTIF: u32 = 0x7fc0_0000;
@@ -157,15 +154,8 @@ pub fn lookup(nr: i32) -> Option<Watched> {
 pub fn compile() -> Result<BpfProgram, FilterError> {
     let table = watched();
     let mut a = Asm::default();
-    let (allow, notify, arch_ok) = (a.label(), a.label(), a.label());
-    a.stmt(BPF_LD_W_ABS, OFF_ARCH);
-    a.jump_if(BPF_JEQ_K, AUDIT_ARCH, arch_ok);
-    a.stmt(BPF_RET_K, RET_ALLOW);
-    a.bind(arch_ok);
-    a.stmt(BPF_LD_W_ABS, OFF_NR);
-    if cfg!(target_arch = "x86_64") {
-        a.jump_if(BPF_JGE_K, X32_SYSCALL_BIT, allow);
-    }
+    let (allow, notify) = (a.label(), a.label());
+    a.prologue(RET_ALLOW, allow);
     let opens: Vec<(u8, _)> = table
         .iter()
         .filter_map(|x| match x.op {
@@ -198,6 +188,7 @@ pub fn compile() -> Result<BpfProgram, FilterError> {
 mod tests {
     use super::*;
     use crate::filter::tests::run;
+    use crate::filter::{AUDIT_ARCH, X32_SYSCALL_BIT};
 
     fn prog() -> BpfProgram {
         compile().unwrap_or_else(|e| panic!("{e}"))

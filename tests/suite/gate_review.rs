@@ -8,12 +8,12 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use portcullis::audit::{Audit, AuditError, Event, RefusalKind};
+use portcullis::audit::{Event, RefusalKind};
 use portcullis::gate::{Action, BoxFuture, Decision, Gate, GateError};
 use portcullis::runner::{Exec, ExecOptions, Fs, RunError, Runner};
 use portcullis::sandbox::{GrantRefusal, RunOptions, SandboxError};
 
-use super::util::{sandbox, test_root, Ws};
+use super::util::{rt, sandbox, test_root, MemAudit as Mem, Ws};
 
 /// A gate that answers `answer`, running `before` first (to play a race
 /// the way a slow gate — a person reviewing — would let one happen).
@@ -33,22 +33,6 @@ impl Gate for Scripted {
 
 fn gate(answer: Decision, before: Option<Box<dyn FnOnce() + Send>>) -> Arc<dyn Gate> {
     Arc::new(Scripted { answer, before: Mutex::new(before) })
-}
-
-#[derive(Default)]
-struct Mem(Mutex<Vec<Event>>);
-
-impl Audit for Mem {
-    fn record<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<(), AuditError>> {
-        if let Ok(mut v) = self.0.lock() {
-            v.push(event.clone());
-        }
-        Box::pin(std::future::ready(Ok(())))
-    }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("runtime: {e}"))
 }
 
 fn real(p: &Path) -> PathBuf {

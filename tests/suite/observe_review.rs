@@ -9,21 +9,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use portcullis::sandbox::{ExecRequest, RefusedWrites, ReportState};
-
 use super::util::*;
-
-fn sh(ws: &Ws, line: &str, tweak: impl FnOnce(&mut ExecRequest)) -> portcullis::ExecResult {
-    let mut req = ws.req(&["/bin/sh", "-c", line]);
-    tweak(&mut req);
-    run_ok(&req)
-}
-
-fn observed(r: &portcullis::ExecResult) -> &RefusedWrites {
-    let w = &r.refused_writes;
-    assert_eq!(w.state, ReportState::Observed, "report not made: {:?}", w.reason);
-    w
-}
 
 /// Two appends to README.md through magic links to a read-only fd: the
 /// sandbox's `/dev/fd` (a link to `/proc/self/fd`) and `/proc/self/fd`.

@@ -10,25 +10,13 @@ use std::fs;
 use std::path::PathBuf;
 
 use portcullis::policy::WorkspacePolicy;
-use portcullis::sandbox::{ExecRequest, Mode, RefusedWrites, ReportState, SAMPLE_CAP};
+use portcullis::sandbox::{Mode, ReportState, SAMPLE_CAP};
 
 use super::util::*;
 
 /// The workspace's real path (as the command sees it).
 fn real(ws: &Ws) -> PathBuf {
     fs::canonicalize(ws.path()).unwrap_or_else(|e| panic!("canonicalize: {e}"))
-}
-
-fn sh(ws: &Ws, line: &str, tweak: impl FnOnce(&mut ExecRequest)) -> portcullis::ExecResult {
-    let mut req = ws.req(&["/bin/sh", "-c", line]);
-    tweak(&mut req);
-    run_ok(&req)
-}
-
-fn observed(r: &portcullis::ExecResult) -> &RefusedWrites {
-    let w = &r.refused_writes;
-    assert_eq!(w.state, ReportState::Observed, "report not made: {:?}", w.reason);
-    w
 }
 
 /// The shell line of the write tests: `touch`, `rm`, `mv`, `echo >` and

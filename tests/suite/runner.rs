@@ -6,12 +6,12 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use portcullis::audit::{Audit, AuditError, Event, JsonlAudit, RefusalKind};
+use portcullis::audit::{Audit, Event, JsonlAudit, RefusalKind};
 use portcullis::gate::{Action, BoxFuture, Decision, Gate, GateError};
 use portcullis::runner::{Exec, ExecOptions, Fs, RunError, Runner};
 use portcullis::sandbox::RunOptions;
 
-use super::util::{cli, sandbox, Ws};
+use super::util::{cli, rt, sandbox, MemAudit as Mem, Ws};
 
 /// A gate that always answers the same, and remembers what it saw.
 struct Fixed {
@@ -39,40 +39,6 @@ impl Gate for Fixed {
         };
         Box::pin(std::future::ready(a))
     }
-}
-
-/// An audit that keeps events in memory.
-#[derive(Default)]
-struct Mem(Mutex<Vec<Event>>);
-
-impl Audit for Mem {
-    fn record<'a>(&'a self, event: &'a Event) -> BoxFuture<'a, Result<(), AuditError>> {
-        if let Ok(mut v) = self.0.lock() {
-            v.push(event.clone());
-        }
-        Box::pin(std::future::ready(Ok(())))
-    }
-}
-
-impl Mem {
-    fn kinds(&self) -> Vec<&'static str> {
-        self.0
-            .lock()
-            .map(|v| {
-                v.iter()
-                    .map(|e| match e {
-                        Event::Allowed { .. } => "allowed",
-                        Event::Denied { .. } => "denied",
-                        Event::Outcome { .. } => "outcome",
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("runtime: {e}"))
 }
 
 fn runner(ws: &Ws, gate: Option<Arc<dyn Gate>>, audit: Option<Arc<dyn Audit>>) -> Runner {

@@ -324,3 +324,58 @@ pub fn host_procs_containing(needle: &str) -> Vec<String> {
         .filter(|c| c.contains(needle))
         .collect()
 }
+
+/// A current-thread runtime for one test.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("runtime: {e}"))
+}
+
+/// Run `line` with `/bin/sh -c` in the workspace, the request adjusted by
+/// `tweak`; the sandbox must come up.
+pub fn sh(ws: &Ws, line: &str, tweak: impl FnOnce(&mut ExecRequest)) -> ExecResult {
+    let mut req = ws.req(&["/bin/sh", "-c", line]);
+    tweak(&mut req);
+    run_ok(&req)
+}
+
+/// The run's refused-write report, insisting it was made.
+pub fn observed(r: &ExecResult) -> &portcullis::sandbox::RefusedWrites {
+    let w = &r.refused_writes;
+    assert_eq!(w.state, portcullis::sandbox::ReportState::Observed, "report not made: {:?}", w.reason);
+    w
+}
+
+/// An audit sink that keeps its events in memory.
+#[derive(Default)]
+pub struct MemAudit(pub std::sync::Mutex<Vec<portcullis::audit::Event>>);
+
+impl portcullis::audit::Audit for MemAudit {
+    fn record<'a>(
+        &'a self,
+        event: &'a portcullis::audit::Event,
+    ) -> portcullis::gate::BoxFuture<'a, Result<(), portcullis::audit::AuditError>> {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(event.clone());
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+impl MemAudit {
+    /// The events' kinds, in order.
+    pub fn kinds(&self) -> Vec<&'static str> {
+        use portcullis::audit::Event;
+        self.0
+            .lock()
+            .map(|v| {
+                v.iter()
+                    .map(|e| match e {
+                        Event::Allowed { .. } => "allowed",
+                        Event::Denied { .. } => "denied",
+                        Event::Outcome { .. } => "outcome",
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
