@@ -51,6 +51,21 @@ impl Access {
     pub fn writes(&self) -> bool {
         self.writable || !self.write_grants.is_empty()
     }
+
+    /// In words, for people: "no write access", or "write access to the
+    /// workspace, /ws/target"; each path rendered by `show`.
+    pub fn describe(&self, show: impl Fn(&std::path::Path) -> String) -> String {
+        let mut parts = Vec::new();
+        if self.writable {
+            parts.push("the workspace".to_string());
+        }
+        parts.extend(self.write_grants.iter().map(|g| show(g)));
+        if parts.is_empty() {
+            "no write access".to_string()
+        } else {
+            format!("write access to {}", parts.join(", "))
+        }
+    }
 }
 
 /// Which backend carries out an action.

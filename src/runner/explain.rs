@@ -98,18 +98,7 @@ pub fn explain(plan: &crate::sandbox::Plan, ready: &Ready) -> String {
         walk(&mut s, &checked.commands, 0);
     }
     let asked = ready.action.asked();
-    let access = |a: &crate::gate::Access| {
-        let mut parts = Vec::new();
-        if a.writable {
-            parts.push("the workspace".to_string());
-        }
-        parts.extend(a.write_grants.iter().map(|g| shown(g)));
-        if parts.is_empty() {
-            "no write access".to_string()
-        } else {
-            format!("write access to {}", parts.join(", "))
-        }
-    };
+    let access = |a: &crate::gate::Access| a.describe(shown);
     if let Some(rule) = &ready.rule {
         s += &format!("gate: rule {} answered\n", shown_bytes(rule.as_bytes()));
     }

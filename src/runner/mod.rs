@@ -335,18 +335,7 @@ impl Ran {
         if self.asked == self.effective {
             return None;
         }
-        let describe = |a: &Access| {
-            let mut parts = Vec::new();
-            if a.writable {
-                parts.push("the workspace".to_string());
-            }
-            parts.extend(a.write_grants.iter().map(|g| g.display().to_string()));
-            if parts.is_empty() {
-                "no write access".to_string()
-            } else {
-                format!("write access to {}", parts.join(", "))
-            }
-        };
+        let describe = |a: &Access| a.describe(|p| p.display().to_string());
         Some(format!(
             "asked for {}; the gate{} allowed {}",
             describe(&self.asked),
