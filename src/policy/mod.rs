@@ -637,7 +637,7 @@ impl WorkspacePolicy {
     }
 
     /// A checker for command lines (compiles everything once).
-    pub fn checker(&self) -> Result<ShellChecker<'_>, PolicyError> {
+    pub fn checker(&self) -> Result<ShellChecker, PolicyError> {
         ShellChecker::new(self)
     }
 }

@@ -58,7 +58,7 @@ impl Fixture {
         Fixture { _ws: ws, policy }
     }
 
-    fn checker(&self, interpreter: Interpreter) -> ShellChecker<'_> {
+    fn checker(&self, interpreter: Interpreter) -> ShellChecker {
         must(self.policy.checker(), "corpus checker").with_interpreter(interpreter)
     }
 }
@@ -381,7 +381,7 @@ fn any_argv_survives_quote_argv_then_tokenize_command() {
     });
 }
 
-fn argv_round_trip(argv_checker: &ShellChecker<'_>, line: &str) -> Result<(), TestCaseError> {
+fn argv_round_trip(argv_checker: &ShellChecker, line: &str) -> Result<(), TestCaseError> {
     let Ok(words) = tokenize_command(line) else { return Ok(()) };
     let requoted = quote_argv(&words);
     match tokenize_command(&requoted) {
@@ -428,7 +428,7 @@ fn flatten<'a>(cmds: &'a [PlannedCommand], out: &mut Vec<&'a PlannedCommand>) {
 /// Every fully literal command of an accepted `sh` plan re-checks, quoted,
 /// in argv mode to the same argv (and the same inner commands). `cd` is
 /// the one `sh`-mode builtin argv mode does not run.
-fn sh_round_trip(argv: &ShellChecker<'_>, shc: &ShellChecker<'_>, line: &str) -> Result<(), TestCaseError> {
+fn sh_round_trip(argv: &ShellChecker, shc: &ShellChecker, line: &str) -> Result<(), TestCaseError> {
     let Verdict::Accepted(plan) = shc.check(line) else { return Ok(()) };
     let mut all = Vec::new();
     flatten(&plan.commands, &mut all);

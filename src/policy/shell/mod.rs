@@ -16,6 +16,7 @@ mod rules;
 pub mod sh;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -198,19 +199,26 @@ pub fn check_shell_command(policy: &WorkspacePolicy, line: &str) -> Result<Verdi
 }
 
 /// A policy compiled for checking lines: build it once, check many.
-pub struct ShellChecker<'p> {
-    policy: &'p WorkspacePolicy,
-    rules: Option<Rules<'p>>,
+#[derive(Clone)]
+pub struct ShellChecker {
+    policy: Arc<WorkspacePolicy>,
+    rules: Option<Arc<Rules>>,
     jail: PathJail,
     interpreter: Interpreter,
     cwd: PathBuf,
 }
 
-impl<'p> ShellChecker<'p> {
-    /// Compile `policy`.
-    pub fn new(policy: &'p WorkspacePolicy) -> Result<Self, PolicyError> {
-        let jail = PathJail::new(policy)?;
-        let rules = policy.shell.as_ref().map(Rules::new);
+impl ShellChecker {
+    /// Compile `policy` (a copy of it: the checker owns what it checks
+    /// against, so a long-lived owner can hold both).
+    pub fn new(policy: &WorkspacePolicy) -> Result<Self, PolicyError> {
+        ShellChecker::shared(Arc::new(policy.clone()))
+    }
+
+    /// Compile a policy shared with its other users.
+    pub fn shared(policy: Arc<WorkspacePolicy>) -> Result<Self, PolicyError> {
+        let jail = PathJail::new(&policy)?;
+        let rules = policy.shell.as_ref().map(|s| Arc::new(Rules::new(s)));
         let interpreter = policy.shell.as_ref().map_or(Interpreter::None, |s| s.interpreter);
         let cwd = jail.root().to_path_buf();
         Ok(ShellChecker { policy, rules, jail, interpreter, cwd })
@@ -232,7 +240,7 @@ impl<'p> ShellChecker<'p> {
 
     /// The policy checked against.
     pub fn policy(&self) -> &WorkspacePolicy {
-        self.policy
+        &self.policy
     }
 
     /// How lines are read.
@@ -309,7 +317,7 @@ impl<'p> ShellChecker<'p> {
         Ok(LinePlan { interpreter: self.interpreter, line: line.to_string(), commands })
     }
 
-    fn check_sh(&self, rules: &Rules<'_>, ctx: &rules::LineCtx<'_>) -> Result<Vec<PlannedCommand>, Refusal> {
+    fn check_sh(&self, rules: &Rules, ctx: &rules::LineCtx<'_>) -> Result<Vec<PlannedCommand>, Refusal> {
         let events = sh::parse(ctx.line)?;
         // Every directory a command may be in: a `cd` adds one (it may also
         // fail, or be skipped by `&&`/`||`), a subshell's stay inside it.
@@ -358,7 +366,7 @@ impl<'p> ShellChecker<'p> {
     /// may lead to.
     fn check_simple(
         &self,
-        rules: &Rules<'_>,
+        rules: &Rules,
         ctx: &rules::LineCtx<'_>,
         cmd: &SimpleCommand,
         cwds: &[Cwd],

@@ -217,15 +217,15 @@ enum Match {
 }
 
 /// The shell section, ready to check commands.
-pub(super) struct Rules<'p> {
-    sh: &'p ShellPolicy,
+pub(super) struct Rules {
+    sh: ShellPolicy,
     allow: Option<Vec<String>>,
     deny: Vec<String>,
     in_force: bool,
 }
 
-impl<'p> Rules<'p> {
-    pub fn new(sh: &'p ShellPolicy) -> Self {
+impl Rules {
+    pub fn new(sh: &ShellPolicy) -> Self {
         let allow = sh.allow.as_ref().map(|a| a.iter().map(|n| n.to_lowercase()).collect());
         let deny = sh.deny.iter().map(|n| n.to_lowercase()).collect();
         let in_force = sh.allow.is_some()
@@ -233,7 +233,7 @@ impl<'p> Rules<'p> {
             || !sh.deny_patterns.is_empty()
             || !sh.allow_command.is_empty()
             || sh.predicate.is_some();
-        Rules { sh, allow, deny, in_force }
+        Rules { sh: sh.clone(), allow, deny, in_force }
     }
 
     /// `cd` needs no allow entry in `sh` mode, but the deny list still applies.
