@@ -299,6 +299,7 @@ fn options(a: &ExecArgs) -> Result<ExecOptions, String> {
         env.push((OsString::from(k), OsString::from(v)));
     }
     Ok(ExecOptions {
+        cancel: None,
         sh: a.sh,
         writable: a.writable,
         write: a.write.clone(),
@@ -421,6 +422,15 @@ async fn exec(a: ExecArgs) -> ExitCode {
     };
     match runner.run_prepared(prepared, run).await {
         Ok(e @ Exec::Refused(_)) => refusal(&e, a.json),
+        Ok(e @ Exec::Cancelled(_)) => {
+            if a.json {
+                println!("{}", e.to_json());
+            }
+            if let Exec::Cancelled(n) = &e {
+                eprintln!("portcullis: {}", n.message);
+            }
+            ExitCode::from(e.exit_status())
+        }
         Ok(Exec::Ran(r)) => {
             if a.json {
                 println!("{}", serde_json::to_string(&r).unwrap_or_default());

@@ -82,6 +82,11 @@ impl PathJail {
         Ok(PathJail { root, allow, grants, deny })
     }
 
+    /// The deny globs, compiled.
+    pub fn deny(&self) -> &DenyGlobs {
+        &self.deny
+    }
+
     /// The workspace's real path.
     pub fn root(&self) -> &Path {
         &self.root

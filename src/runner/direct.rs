@@ -44,6 +44,18 @@ pub enum Fs {
     Refused(Refused),
 }
 
+/// A direct file action that passed the jail, the protected-path rule
+/// and the gate, and whose `allowed` record is written.
+#[derive(Debug)]
+pub(crate) struct FsPermit {
+    /// The action's id (as in the audit log).
+    pub id: String,
+    /// The real path to act on.
+    pub resolved: PathBuf,
+    effective: Access,
+    started: std::time::Instant,
+}
+
 /// What to do at the resolved path.
 enum Op<'a> {
     Write(&'a [u8]),
@@ -88,13 +100,6 @@ impl Runner {
     async fn fs_op(&self, path: &Path, op: Op<'_>) -> Result<Fs, RunError> {
         let kind = op.kind();
         let jail = self.jail()?;
-        let policy_refusal = |message: String| Refused {
-            kind: RefusalKind::RefusedByPolicy,
-            message,
-            command: None,
-            reason: None,
-            rule: None,
-        };
         // A removal of a link removes the link (as `rm` does), not what it
         // points to: the target is judged as for any write (a link whose
         // own name is denied is refused there), and the link is removed
@@ -103,63 +108,93 @@ impl Runner {
             Op::Remove => Ok(link_itself(&jail, path)?.unwrap_or(real)),
             _ => Ok(real),
         });
+        let permit = match self.fs_permit(&jail, kind, path, judged, Backend::Direct, None).await? {
+            Ok(p) => p,
+            Err(r) => return Ok(Fs::Refused(r)),
+        };
+        let resolved = permit.resolved.clone();
+        let base = base_of(&jail, &resolved);
+        let done = carry_out(&base, &resolved, &op);
+        let error = done.as_ref().err().map(|e| format!("{kind} {}: {e}", path.display()));
+        let (id, recorded) = self.fs_finish(permit, error).await;
+        let bytes = done.map_err(|error| RunError::Fs { op: kind, path: path.to_path_buf(), error })?;
+        recorded?;
+        Ok(Fs::Done(FsDone { id, path: resolved, bytes }))
+    }
+
+    /// The steps before a direct file action of `kind` (`fs.write`,
+    /// `fs.edit`, …) on `path`, whose jail answer is `judged` (the real
+    /// path, or the jail's refusal): the protected-path rule, the gate, and
+    /// the audit's `allowed` record (durable before anything is touched).
+    /// A refusal is recorded as denied and returned as a value; carry out
+    /// a permit, then hand it to [`Runner::fs_finish`].
+    pub(crate) async fn fs_permit(
+        &self,
+        jail: &PathJail,
+        kind: &'static str,
+        path: &Path,
+        judged: Result<PathBuf, PolicyError>,
+        backend: Backend,
+        refuse: Option<String>,
+    ) -> Result<Result<FsPermit, Refused>, RunError> {
+        let policy_refusal = |message: String| Refused {
+            kind: RefusalKind::RefusedByPolicy,
+            message,
+            command: None,
+            reason: None,
+            rule: None,
+        };
         let (resolved, refused) = match judged {
             Ok(real) => {
-                let why = self.protected(&jail, &real);
+                let why = refuse.or_else(|| self.protected(jail, &real));
                 (real, why.map(policy_refusal))
             }
             Err(e @ PolicyError::PathEscape { .. }) => (path.to_path_buf(), Some(policy_refusal(e.to_string()))),
             Err(e) => return Err(e.into()),
         };
-        let fs = FsAction { path: path.to_path_buf(), resolved: resolved.clone(), backend: Backend::Direct };
-        let action = match op {
-            Op::Write(_) => Action::FsWrite(fs),
-            Op::Remove => Action::FsRemove(fs),
-            Op::Mkdir => Action::FsMkdir(fs),
+        let fs = FsAction { path: path.to_path_buf(), resolved: resolved.clone(), backend };
+        let action = match kind {
+            "fs.edit" => Action::FsEdit(fs),
+            "fs.multi_edit" => Action::FsMultiEdit(fs),
+            "fs.remove" => Action::FsRemove(fs),
+            "fs.mkdir" => Action::FsMkdir(fs),
+            _ => Action::FsWrite(fs),
         };
         let id = new_id();
+        let asked = action.asked();
         let refused = match refused {
             Some(r) => Some(r),
-            None => {
-                let asked = action.asked();
-                match self.decide(jail.root(), &action, &asked).await? {
-                    Err(r) => Some(r),
-                    Ok((access, rule, _)) if !covers(&access, &resolved) => Some(Refused {
-                        kind: RefusalKind::RefusedByGate,
-                        message: format!("the gate allows {kind} no write access to {}", resolved.display()),
-                        command: None,
-                        reason: None,
-                        rule,
-                    }),
-                    Ok((access, rule, _)) => {
-                        self.record(&Event::Allowed {
-                            id: id.clone(),
-                            action: action.clone(),
-                            effective: access,
-                            rule,
-                        })
+            None => match self.decide(jail.root(), &action, &asked).await? {
+                Err(r) => Some(r),
+                Ok((access, rule, _)) if !covers(&access, &resolved) => Some(Refused {
+                    kind: RefusalKind::RefusedByGate,
+                    message: format!("the gate allows {kind} no write access to {}", resolved.display()),
+                    command: None,
+                    reason: None,
+                    rule,
+                }),
+                Ok((access, rule, _)) => {
+                    self.record(&Event::Allowed { id: id.clone(), action: action.clone(), effective: access, rule })
                         .await
                         .map_err(RunError::Audit)?;
-                        None
-                    }
+                    None
                 }
-            }
+            },
         };
         if let Some(r) = refused {
             self.deny(id, action, &r).await?;
-            return Ok(Fs::Refused(r));
+            return Ok(Err(r));
         }
-        let started = std::time::Instant::now();
-        let base = base_of(&jail, &resolved);
-        let done = carry_out(&base, &resolved, &op);
-        let effective = action.asked();
-        let status = if done.is_ok() { Status::Completed } else { Status::Failed };
-        let error = done.as_ref().err().map(|e| format!("{kind} {}: {e}", path.display()));
-        let event = super::ended(id.clone(), status, started, effective, error);
-        let recorded = self.record(&event).await;
-        let bytes = done.map_err(|error| RunError::Fs { op: kind, path: path.to_path_buf(), error })?;
-        recorded.map_err(RunError::Audit)?;
-        Ok(Fs::Done(FsDone { id, path: resolved, bytes }))
+        Ok(Ok(FsPermit { id, resolved, effective: asked, started: std::time::Instant::now() }))
+    }
+
+    /// Record the outcome of a permitted file action (`error`: why it
+    /// failed, if it did). Returns the action's id, and whether the record
+    /// was written: the caller reports the action's own failure first.
+    pub(crate) async fn fs_finish(&self, permit: FsPermit, error: Option<String>) -> (String, Result<(), RunError>) {
+        let status = if error.is_none() { Status::Completed } else { Status::Failed };
+        let event = super::ended(permit.id.clone(), status, permit.started, permit.effective, error);
+        (permit.id, self.record(&event).await.map_err(RunError::Audit))
     }
 
     /// Why a direct write to `real` is refused although the jail accepts

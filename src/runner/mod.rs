@@ -92,6 +92,15 @@ pub fn gate_preview(
     Ok(Some(rules.decide(&action)?))
 }
 
+/// What a command is given as.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    /// Words (argv mode), or with `sh` one line.
+    Words(&'a [OsString]),
+    /// One line of text, read as the policy reads lines.
+    Line(&'a str),
+}
+
 /// What a caller may set for one command, on top of the policy: the command
 /// line's flags, as plain data.
 #[derive(Clone, Debug, Default)]
@@ -131,6 +140,9 @@ pub struct ExecOptions {
     pub background: bool,
     /// Report the writes the kernel refused (default: the policy's, else on).
     pub report_refused_writes: Option<bool>,
+    /// Cancels the command: one already cancelled starts nothing; a cancel
+    /// mid-run kills the whole tree (joined with [`RunOptions::cancel`]).
+    pub cancel: Option<tokio_util::sync::CancellationToken>,
     /// Test builds only: break one layer on purpose.
     pub test_switches: TestSwitches,
 }
@@ -345,13 +357,27 @@ impl Ran {
     }
 }
 
-/// What became of a command: it ran, or it was refused.
+/// A command that was allowed but cancelled before it started: its token
+/// was cancelled already, or while it waited for the workspace. Nothing
+/// ran; the audit has its `allowed` record and a `cancelled` outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NotStarted {
+    /// The action's id (as in the audit log).
+    pub id: String,
+    /// What happened, in words.
+    pub message: String,
+}
+
+/// What became of a command: it ran, it was refused, or it was cancelled
+/// before it started.
 #[derive(Debug)]
 pub enum Exec {
     /// It ran (whatever its exit status).
     Ran(Box<Ran>),
     /// It was refused; nothing ran.
     Refused(Refused),
+    /// It was cancelled before it started; nothing ran (exit status 130).
+    Cancelled(NotStarted),
 }
 
 impl Exec {
@@ -361,6 +387,7 @@ impl Exec {
         match self {
             Exec::Ran(r) => r.result.outcome.exit_status(),
             Exec::Refused(_) => crate::sandbox::status::FAILED,
+            Exec::Cancelled(_) => crate::sandbox::status::CANCELLED,
         }
     }
 
@@ -371,6 +398,16 @@ impl Exec {
             Exec::Ran(r) => serde_json::to_value(r).unwrap_or_default(),
             Exec::Refused(r) => serde_json::json!({
                 "error": r,
+                "writable": false,
+                "write_grants": [],
+            }),
+            Exec::Cancelled(n) => serde_json::json!({
+                "id": n.id,
+                "outcome": { "kind": "cancelled" },
+                "cancelled": true,
+                "timed_out": false,
+                "started": false,
+                "message": n.message,
                 "writable": false,
                 "write_grants": [],
             }),
@@ -497,6 +534,7 @@ impl RunnerBuilder {
             Some(s) => s,
             None => Sandbox::new()?,
         };
+        let sandbox = Arc::new(sandbox);
         Ok(Runner { policy, policy_file: self.policy_file, workspace, gate, audit, audit_log, sandbox })
     }
 }
@@ -511,7 +549,7 @@ pub struct Runner {
     /// The JSON Lines log's real path, when the runner opened one: no
     /// command may get write access to it.
     audit_log: Option<PathBuf>,
-    sandbox: Sandbox,
+    sandbox: Arc<Sandbox>,
 }
 
 impl Runner {
@@ -535,21 +573,116 @@ impl Runner {
         &self.workspace
     }
 
+    /// The same runner narrowed to `dir` (a real directory inside the
+    /// workspace): the policy's workspace becomes `dir`; its relative deny
+    /// globs, protected paths and write grants keep meaning what they meant
+    /// (anchored at the old root); write grants and readable roots inside
+    /// the old workspace but outside `dir` are dropped (a scope does not
+    /// reach its parent); the gate, the audit and the sandbox are shared.
+    pub fn scoped(&self, dir: &Path) -> Result<Runner, RunError> {
+        let old = std::fs::canonicalize(&self.workspace)
+            .map_err(|source| PolicyError::Resolve { path: self.workspace.clone(), source })?;
+        if !dir.starts_with(&old) {
+            return Err(RunError::input(
+                "scope",
+                format!("{} is not inside the workspace {}", dir.display(), old.display()),
+            ));
+        }
+        let policy = match &self.policy {
+            Some(p) => {
+                let mut p = p.clone();
+                p.workspace = Some(dir.to_path_buf());
+                let anchor = |g: &String| {
+                    if g.contains('/') && !g.starts_with('/') {
+                        format!("{}/{}", old.display(), crate::path::normalize_glob(g))
+                    } else {
+                        g.clone()
+                    }
+                };
+                p.deny_paths = p.deny_paths.iter().map(anchor).collect();
+                p.protect = p.protect.iter().map(|q| if q.is_absolute() { q.clone() } else { old.join(q) }).collect();
+                let reachable = |q: &PathBuf| {
+                    let real = request::resolve_grant(&old, q);
+                    !real.starts_with(&old) || real.starts_with(dir)
+                };
+                p.write = p
+                    .write
+                    .iter()
+                    .map(|q| if q.is_absolute() { q.clone() } else { old.join(q) })
+                    .filter(reachable)
+                    .collect();
+                p.allow_paths.retain(reachable);
+                p.validate()?;
+                Some(p)
+            }
+            None => None,
+        };
+        Ok(Runner {
+            policy,
+            policy_file: self.policy_file.clone(),
+            workspace: dir.to_path_buf(),
+            gate: self.gate.clone(),
+            audit: self.audit.clone(),
+            audit_log: self.audit_log.clone(),
+            sandbox: Arc::clone(&self.sandbox),
+        })
+    }
+
+    /// The gate, if any.
+    pub fn gate(&self) -> Option<&Arc<dyn Gate>> {
+        self.gate.as_ref()
+    }
+
+    /// The audit sink, if any.
+    pub fn audit(&self) -> Option<&Arc<dyn Audit>> {
+        self.audit.as_ref()
+    }
+
     /// Judge a command and decide its access, running nothing and
     /// recording nothing. `words` is the argv, or with `opts.sh` one line.
     pub async fn prepare(&self, words: &[OsString], opts: &ExecOptions) -> Result<Prepared, RunError> {
+        self.prepare_input(Input::Words(words), opts).await
+    }
+
+    /// Judge one line of text, read as the policy reads lines (split as
+    /// the shell would in argv mode, parsed as `sh` in sh mode), and
+    /// decide its access, running nothing and recording nothing. Needs a
+    /// policy.
+    pub async fn prepare_line(&self, line: &str, opts: &ExecOptions) -> Result<Prepared, RunError> {
+        self.prepare_input(Input::Line(line), opts).await
+    }
+
+    /// Judge, gate, record and run one line of text (see
+    /// [`Runner::prepare_line`]).
+    pub async fn exec_line(&self, line: &str, opts: &ExecOptions, mut run: RunOptions) -> Result<Exec, RunError> {
+        if run.cancel.is_none() {
+            run.cancel.clone_from(&opts.cancel);
+        }
+        let prepared = self.prepare_line(line, opts).await?;
+        self.run_prepared(prepared, run).await
+    }
+
+    async fn prepare_input(&self, input: Input<'_>, opts: &ExecOptions) -> Result<Prepared, RunError> {
+        let one;
+        let words: &[OsString] = match input {
+            Input::Words(w) => w,
+            Input::Line(l) => {
+                one = [OsString::from(l)];
+                &one
+            }
+        };
         let backend = if opts.degraded.is_some() || self.policy.as_ref().is_some_and(|p| p.degraded.is_some()) {
             Backend::LandlockOnly
         } else {
             Backend::Sandbox
         };
         let shown_line = match words {
-            [one] if opts.sh => one.to_string_lossy().into_owned(),
+            [one] if opts.sh || matches!(input, Input::Line(_)) => one.to_string_lossy().into_owned(),
             _ => quote_argv(&words.iter().map(|w| w.to_string_lossy().into_owned()).collect::<Vec<_>>()),
         };
         let (mut req, checked) = match &self.policy {
             Some(policy) => {
-                let plan = match self.check(policy, words, opts)? {
+                let plan = match self.check(policy, input, opts)? {
                     Ok(plan) => plan,
                     Err(r) => {
                         let action = Action::ShellExec(ShellExec {
@@ -583,6 +716,12 @@ impl Runner {
             None => {
                 if opts.sh {
                     return Err(RunError::input("sh", "sh mode needs a policy (its checker reads the line)"));
+                }
+                if matches!(input, Input::Line(_)) {
+                    return Err(RunError::input(
+                        "line",
+                        "a line of text needs a policy (its checker reads it); pass argv words",
+                    ));
                 }
                 let mut req = ExecRequest::new(self.workspace.clone(), words.to_vec());
                 req.writable = opts.writable;
@@ -682,9 +821,18 @@ impl Runner {
     fn check(
         &self,
         policy: &WorkspacePolicy,
-        words: &[OsString],
+        input: Input<'_>,
         opts: &ExecOptions,
     ) -> Result<Result<LinePlan, crate::policy::Refusal>, RunError> {
+        let words = match input {
+            Input::Words(w) => w,
+            Input::Line(line) => {
+                return Ok(match check_line(policy, Line::Text(line), opts.sh, opts.cwd.as_deref())? {
+                    Verdict::Accepted(p) => Ok(p),
+                    Verdict::Refused(r) => Err(r),
+                })
+            }
+        };
         let words = words
             .iter()
             .map(|w| {
@@ -724,7 +872,10 @@ impl Runner {
     }
 
     /// Judge, gate, record and run one command.
-    pub async fn exec(&self, words: &[OsString], opts: &ExecOptions, run: RunOptions) -> Result<Exec, RunError> {
+    pub async fn exec(&self, words: &[OsString], opts: &ExecOptions, mut run: RunOptions) -> Result<Exec, RunError> {
+        if run.cancel.is_none() {
+            run.cancel.clone_from(&opts.cancel);
+        }
         let prepared = self.prepare(words, opts).await?;
         self.run_prepared(prepared, run).await
     }
@@ -747,6 +898,10 @@ impl Runner {
             .await
             .map_err(RunError::Audit)?;
         let started = std::time::Instant::now();
+        if run.cancel.as_ref().is_some_and(tokio_util::sync::CancellationToken::is_cancelled) {
+            let message = "cancelled before it started: nothing ran".to_string();
+            return self.not_started(id, started, effective, message).await;
+        }
         let result = self.sandbox.run_checked(&request, run, |plan| within_effective(plan, &effective, &ws_real)).await;
         match result {
             Ok(result) => {
@@ -756,6 +911,9 @@ impl Runner {
                     return Err(RunError::AuditAfter { report: Box::new(ran), audit: source });
                 }
                 Ok(Exec::Ran(Box::new(ran)))
+            }
+            Err(e @ SandboxError::CancelledWaiting { .. }) => {
+                self.not_started(id, started, effective, crate::error_chain(&e)).await
             }
             Err(e) => {
                 let event = match e.result() {
@@ -784,6 +942,19 @@ impl Runner {
                 }
             }
         }
+    }
+
+    /// Record the `cancelled` outcome of a command that never started.
+    async fn not_started(
+        &self,
+        id: String,
+        started: std::time::Instant,
+        effective: Access,
+        message: String,
+    ) -> Result<Exec, RunError> {
+        let event = ended(id.clone(), Status::Cancelled, started, effective, Some(message.clone()));
+        self.record(&event).await.map_err(RunError::Audit)?;
+        Ok(Exec::Cancelled(NotStarted { id, message }))
     }
 
     /// Record a refusal (before the caller hears of it).

@@ -672,8 +672,8 @@ pub enum Stdin {
     Copy,
 }
 
-/// Live output callback.
-pub type OutputSink = Box<dyn FnMut(Stream, &[u8]) + Send>;
+/// Live output callback (`Sync` too, so that a run is a `Send` future).
+pub type OutputSink = Box<dyn FnMut(Stream, &[u8]) + Send + Sync>;
 
 /// How to run.
 #[derive(Default)]

@@ -250,6 +250,17 @@ pub struct Judged {
 }
 
 impl Judged {
+    /// A judged path of another backend (the mock's, a host's): `rel` is `real`
+    /// below the backend's root number `root`.
+    pub fn new(asked: PathBuf, real: PathBuf, root: usize, rel: PathBuf, access: PathAccess) -> Judged {
+        Judged { asked, real, root, rel, access }
+    }
+
+    /// The path relative to the root it lies in.
+    pub fn rel(&self) -> &Path {
+        &self.rel
+    }
+
     /// The path as the caller gave it.
     pub fn asked(&self) -> &Path {
         &self.asked

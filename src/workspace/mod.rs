@@ -11,7 +11,12 @@
 //!   hidden and counted, links reported and never followed;
 //! - [`todos`]: the agent's todo list (`todo_write` / `todo_read`).
 
+pub mod backend;
 pub mod files;
 pub mod list;
 pub mod search;
 pub mod todos;
+mod ws;
+
+pub use backend::{Backend, Local};
+pub use ws::{Workspace, WorkspaceBuilder, WorkspaceError};

@@ -35,6 +35,7 @@ mod refused_writes;
 mod roots;
 mod runner;
 mod stdin;
+mod workspace;
 mod ws_files;
 mod ws_grep;
 mod ws_list;

@@ -1,0 +1,229 @@
+//! The `Workspace` (issue 10): one object through which every read, write
+//! and command passes the jail, the checker, the gate and the audit. Each
+//! test checks from outside: the files on disk, the audit's records.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use portcullis::audit::Event;
+use portcullis::policy::WorkspacePolicy;
+use portcullis::runner::{Exec, ExecOptions};
+use portcullis::sandbox::Outcome;
+use portcullis::workspace::files::{Edit, ReadOptions};
+use portcullis::workspace::{Workspace, WorkspaceError};
+use tokio_util::sync::CancellationToken;
+
+use super::util::{rt, sandbox, MemAudit, Ws};
+
+fn policy(ws: &Ws, extra: &str) -> WorkspacePolicy {
+    let text = format!(
+        "workspace = {:?}\ndeny_paths = [\".env*\"]\n{extra}\n[shell]\ninterpreter = \"sh\"\nallow = [\"ls\", \"touch\", \"cat\", \"echo\", \"sleep\", \"true\", \"pwd\"]\ntimeout = \"30s\"\n",
+        ws.path()
+    );
+    WorkspacePolicy::from_toml(&text).unwrap_or_else(|e| panic!("policy: {e}"))
+}
+
+fn build(ws: &Ws, extra: &str) -> (Workspace, Arc<MemAudit>) {
+    let audit = Arc::new(MemAudit::default());
+    let w = Workspace::builder()
+        .policy(policy(ws, extra))
+        .audit(audit.clone())
+        .sandbox(sandbox())
+        .build()
+        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
+    (w, audit)
+}
+
+fn ran(e: Exec) -> Box<portcullis::runner::Ran> {
+    match e {
+        Exec::Ran(r) => r,
+        other => panic!("expected a run, got {other:?}"),
+    }
+}
+
+fn writable() -> ExecOptions {
+    ExecOptions { writable: true, ..ExecOptions::default() }
+}
+
+#[test]
+fn r0500_files_go_through_the_gate_and_the_audit() {
+    let ws = Ws::new();
+    let (w, audit) = build(&ws, "");
+    rt().block_on(async {
+        let written = w.write_file("notes/a.txt", "one\ntwo\n").await.unwrap_or_else(|e| panic!("write: {e}"));
+        assert!(written.created);
+        let page = w.read_file("notes/a.txt", ReadOptions::default()).await.unwrap_or_else(|e| panic!("read: {e}"));
+        assert_eq!(page.total_lines, 2);
+        assert_eq!(page.hash, written.hash);
+        let edit = Edit { old: "two".into(), new: "2".into(), replace_all: false };
+        w.edit_file("notes/a.txt", edit, Some(page.hash.clone())).await.unwrap_or_else(|e| panic!("edit: {e}"));
+        // The second edit pinned to the same (now stale) hash is refused.
+        let edit = Edit { old: "one".into(), new: "1".into(), replace_all: false };
+        let stale = w.edit_file("notes/a.txt", edit, Some(page.hash)).await;
+        assert!(matches!(&stale, Err(e) if e.kind() == "stale-hash"), "{stale:?}");
+        w.mkdir("out/deep").await.unwrap_or_else(|e| panic!("mkdir: {e}"));
+        assert!(w.exists("out/deep").await.unwrap_or(false));
+        w.remove("out/deep").await.unwrap_or_else(|e| panic!("remove: {e}"));
+    });
+    assert_eq!(ws.read("notes/a.txt"), "one\n2\n");
+    assert!(!ws.join("out/deep").exists());
+    // write, edit, (stale edit), mkdir, remove: allowed + outcome each.
+    let kinds = audit.kinds();
+    assert_eq!(kinds.iter().filter(|k| **k == "allowed").count(), 5, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| **k == "outcome").count(), 5, "{kinds:?}");
+    let failed =
+        audit.0.lock().map(|v| v.iter().filter(|e| matches!(e, Event::Outcome { error: Some(_), .. })).count());
+    assert_eq!(failed.unwrap_or(0), 1, "the stale edit's outcome names its failure");
+}
+
+#[test]
+fn r0501_denied_and_escaping_paths_are_refused_and_audited() {
+    let ws = Ws::new();
+    ws.write(".env", "SECRET=1\n");
+    let (w, audit) = build(&ws, "");
+    rt().block_on(async {
+        let r = w.read_file(".env", ReadOptions::default()).await;
+        assert!(matches!(&r, Err(e) if e.kind() == "path-escape"), "{r:?}");
+        let r = w.write_file("../outside.txt", "x").await;
+        assert!(matches!(&r, Err(WorkspaceError::Refused(_))), "{r:?}");
+        let r = w.write_file(".git/config", "x").await;
+        assert!(matches!(&r, Err(e) if e.kind() == "refused-by-policy"), "{r:?}");
+        // Control: a plain path is written.
+        w.write_file("ok.txt", "x").await.unwrap_or_else(|e| panic!("control: {e}"));
+    });
+    assert!(!ws.path().join("../outside.txt").exists());
+    assert!(!ws.join(".git/config").exists());
+    assert_eq!(audit.kinds().iter().filter(|k| **k == "denied").count(), 2);
+}
+
+#[test]
+fn r0502_readonly_view_refuses_writes_and_runs_commands_without_write_access() {
+    let ws = Ws::new();
+    let (w, audit) = build(&ws, "");
+    let ro = w.readonly();
+    rt().block_on(async {
+        let r = ro.write_file("x.txt", "x").await;
+        assert!(matches!(&r, Err(e) if e.kind() == "refused-by-policy"), "{r:?}");
+        let r = ro.remove("README.md").await;
+        assert!(matches!(&r, Err(WorkspaceError::Refused(_))), "{r:?}");
+        // `ls` runs.
+        let listed = ran(ro.exec("ls", writable()).await.unwrap_or_else(|e| panic!("ls: {e}")));
+        assert_eq!(listed.result.outcome, Outcome::Exited { code: 0 });
+        assert!(String::from_utf8_lossy(&listed.result.stdout).contains("README.md"));
+        // `touch` cannot write, although write access was asked for.
+        let touched = ran(ro.exec("touch made.txt", writable()).await.unwrap_or_else(|e| panic!("touch: {e}")));
+        assert_ne!(touched.result.outcome, Outcome::Exited { code: 0 });
+        assert!(!touched.result.writable);
+        assert!(String::from_utf8_lossy(&touched.result.stderr).contains("Read-only file system"));
+        // Control: the full view's `touch` with write access writes.
+        let full = ran(w.exec("touch made.txt", writable()).await.unwrap_or_else(|e| panic!("control: {e}")));
+        assert_eq!(full.result.outcome, Outcome::Exited { code: 0 });
+    });
+    assert!(ws.join("made.txt").exists());
+    assert!(!ws.join("x.txt").exists());
+    assert!(audit.kinds().contains(&"denied"));
+}
+
+#[test]
+fn r0503_a_scope_cannot_reach_its_parent() {
+    let ws = Ws::new();
+    ws.write("pkg/a/inner.txt", "inner\n");
+    ws.write("secret.txt", "parent\n");
+    let (w, _audit) = build(&ws, "");
+    let s = w.scope("pkg/a").unwrap_or_else(|e| panic!("scope: {e}"));
+    rt().block_on(async {
+        let page = s.read_file("inner.txt", ReadOptions::default()).await.unwrap_or_else(|e| panic!("read: {e}"));
+        assert!(page.content.contains("inner"));
+        let r = s.read_file("../../secret.txt", ReadOptions::default()).await;
+        assert!(matches!(&r, Err(e) if e.kind() == "path-escape"), "{r:?}");
+        let r = s.write_file("../../secret.txt", "x").await;
+        assert!(matches!(&r, Err(WorkspaceError::Refused(_))), "{r:?}");
+        // A command of the scope does not see the parent at all.
+        let out = ran(s.exec("cat ../../secret.txt", writable()).await.unwrap_or_else(|e| panic!("cat: {e}")));
+        assert_ne!(out.result.outcome, Outcome::Exited { code: 0 });
+        let pwd = ran(s.exec("pwd", ExecOptions::default()).await.unwrap_or_else(|e| panic!("pwd: {e}")));
+        let real = std::fs::canonicalize(ws.join("pkg/a")).unwrap_or_default();
+        assert_eq!(String::from_utf8_lossy(&pwd.result.stdout).trim(), real.display().to_string());
+        // Writable in the scope: writes land inside it.
+        let t = ran(s.exec("touch made.txt", writable()).await.unwrap_or_else(|e| panic!("touch: {e}")));
+        assert_eq!(t.result.outcome, Outcome::Exited { code: 0 });
+        // Control: the parent workspace reads the parent's file.
+        let ok = w.read_file("secret.txt", ReadOptions::default()).await;
+        assert!(ok.is_ok());
+    });
+    assert!(ws.join("pkg/a/made.txt").exists());
+    assert_eq!(ws.read("secret.txt"), "parent\n");
+}
+
+#[test]
+fn r0504_a_cancelled_token_starts_nothing() {
+    let ws = Ws::new();
+    let (w, audit) = build(&ws, "");
+    let token = CancellationToken::new();
+    token.cancel();
+    let opts = ExecOptions { cancel: Some(token), writable: true, ..ExecOptions::default() };
+    let e = rt().block_on(w.exec("touch never.txt", opts)).unwrap_or_else(|e| panic!("exec: {e}"));
+    assert!(matches!(e, Exec::Cancelled(_)), "{e:?}");
+    assert_eq!(e.exit_status(), 130);
+    assert!(!ws.join("never.txt").exists());
+    let outcome = audit.0.lock().ok().and_then(|v| v.last().cloned());
+    assert!(
+        matches!(outcome, Some(Event::Outcome { status: portcullis::audit::Status::Cancelled, .. })),
+        "{outcome:?}"
+    );
+    // A cancel mid-run kills it: cancelled, never timed out too.
+    let token = CancellationToken::new();
+    let t2 = token.clone();
+    let e = rt().block_on(async move {
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            t2.cancel();
+        });
+        w.exec("sleep 20", ExecOptions { cancel: Some(token), ..ExecOptions::default() }).await
+    });
+    let r = ran(e.unwrap_or_else(|e| panic!("exec: {e}")));
+    assert_eq!(r.result.outcome, Outcome::Cancelled);
+    assert!(r.result.duration < Duration::from_secs(15));
+}
+
+#[test]
+fn r0505_a_callers_timeout_only_lowers_the_policys() {
+    let ws = Ws::new();
+    let (w, _audit) = build(&ws, "");
+    // The policy says 30 s; the caller's 500 ms wins.
+    let opts = ExecOptions { timeout: Some(Duration::from_millis(500)), ..ExecOptions::default() };
+    let r = ran(rt().block_on(w.exec("sleep 20", opts)).unwrap_or_else(|e| panic!("exec: {e}")));
+    assert_eq!(r.result.outcome, Outcome::TimedOut);
+    // A caller's 10 h is lowered to the policy's 30 s: seen in the plan the
+    // runner prepares.
+    let opts = ExecOptions { timeout: Some(Duration::from_secs(36_000)), ..ExecOptions::default() };
+    let lowered = w.command_options(opts).timeout;
+    assert_eq!(lowered, Some(Duration::from_secs(30)));
+}
+
+#[test]
+fn r0506_dispose_refuses_new_work() {
+    let ws = Ws::new();
+    let (w, _audit) = build(&ws, "");
+    let s = w.scope("src").unwrap_or_else(|e| panic!("scope: {e}"));
+    rt().block_on(async {
+        w.dispose().await;
+        let r = w.read_file("README.md", ReadOptions::default()).await;
+        assert!(matches!(r, Err(WorkspaceError::Disposed)), "{r:?}");
+        let r = s.exec("true", ExecOptions::default()).await;
+        assert!(matches!(r, Err(WorkspaceError::Disposed)), "a projection is disposed too: {r:?}");
+    });
+}
+
+#[test]
+fn r0507_todos_are_shared_by_projections() {
+    use portcullis::workspace::todos::{Todo, TodoStatus};
+    let ws = Ws::new();
+    let (w, _audit) = build(&ws, "");
+    let ro = w.readonly();
+    let items = vec![Todo { id: None, content: "fix".into(), status: TodoStatus::InProgress }];
+    ro.write_todos(items).unwrap_or_else(|e| panic!("todos: {e}"));
+    let (items, counts) = w.scope("src").unwrap_or_else(|e| panic!("scope: {e}")).read_todos();
+    assert_eq!(items.len(), 1);
+    assert_eq!(counts.in_progress, 1);
+}
