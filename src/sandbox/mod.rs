@@ -704,8 +704,9 @@ pub fn helper_candidates() -> Vec<PathBuf> {
     if let Ok(exe) = std::env::current_exe() {
         if let Some(dir) = exe.parent() {
             out.push(dir.join("portcullis-helper"));
-            // Test binaries live in target/<profile>/deps.
-            if dir.file_name().is_some_and(|n| n == "deps") {
+            // Test binaries live in target/<profile>/deps, examples in
+            // target/<profile>/examples.
+            if dir.file_name().is_some_and(|n| n == "deps" || n == "examples") {
                 if let Some(up) = dir.parent() {
                     out.push(up.join("portcullis-helper"));
                 }

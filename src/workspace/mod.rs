@@ -1,22 +1,31 @@
-//! The workspace (issue 10): the long-lived surface a host program uses.
-//! It sits above [`crate::runner`]. So far:
+//! The workspace (issue 10): the long-lived surface a host program uses,
+//! above [`crate::runner`]. A [`Workspace`] is built once from a policy and
+//! every read, write and command of an agent passes through it: the jail,
+//! the shell checker, the gate and the audit, then the sandbox (commands)
+//! or a directory capability of the jail (files). See `docs/workspace.md`.
 //!
+//! - [`ws`]: the [`Workspace`], its builder, its errors, the projections
+//!   [`Workspace::readonly`] and [`Workspace::scope`];
+//! - [`backend`]: the [`Backend`] trait and [`Local`] (the real disk and
+//!   the sandbox);
 //! - [`files`]: the file operations (read windows, writes, edits, mkdir,
-//!   remove, exists) through the jail's judgement and a
-//!   [`crate::path::dir::Dir`], the directory capability (a leaf, so the
-//!   runner's direct writes use it too);
-//! - [`search`]: `grep` and `glob` over the jail, ripgrep's crates, deny
-//!   globs and `.gitignore` respected, symlinks never followed;
-//! - [`list`]: `list_dir`, walked by descriptor, bounded, denied entries
-//!   hidden and counted, links reported and never followed;
-//! - [`todos`]: the agent's todo list (`todo_write` / `todo_read`).
+//!   remove, exists) through a [`crate::path::dir::Dir`];
+//! - [`search`]: `grep` and `glob`, ripgrep's crates, deny globs and
+//!   `.gitignore` respected, links never followed;
+//! - [`list`]: `list_dir`, walked by descriptor, bounded;
+//! - [`todos`]: the agent's todo list.
 
 pub mod backend;
 pub mod files;
 pub mod list;
 pub mod search;
 pub mod todos;
-mod ws;
+pub mod ws;
 
 pub use backend::{Backend, Local};
 pub use ws::{Workspace, WorkspaceBuilder, WorkspaceError};
+
+/// The examples of `docs/workspace.md`, compiled with the doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/workspace.md")]
+pub struct WorkspaceDocExamples;

@@ -227,3 +227,20 @@ fn r0507_todos_are_shared_by_projections() {
     assert_eq!(items.len(), 1);
     assert_eq!(counts.in_progress, 1);
 }
+
+#[test]
+fn r0508_nothing_ambient_no_host_variable_and_no_host_stdin() {
+    let ws = Ws::new();
+    // The test process's own environment has variables a command must not
+    // see unless the policy or the caller names them.
+    let host_var = std::env::vars().map(|(k, _)| k).find(|k| k.starts_with("CARGO")).unwrap_or_else(|| "HOME".into());
+    let (w, _audit) = build(&ws, "");
+    let line = format!("echo \"[${host_var}]\"; cat; echo end");
+    let r = ran(rt().block_on(w.exec(&line, ExecOptions::default())).unwrap_or_else(|e| panic!("exec: {e}")));
+    let out = String::from_utf8_lossy(&r.result.stdout).to_string();
+    assert_eq!(out, "[]\nend\n", "a host variable leaked in, or stdin was not /dev/null");
+    // Control: named by the caller, it is passed.
+    let opts = ExecOptions { inherit_env: vec![host_var.clone().into()], ..ExecOptions::default() };
+    let r = ran(rt().block_on(w.exec(&format!("echo \"[${host_var}]\""), opts)).unwrap_or_else(|e| panic!("{e}")));
+    assert_ne!(String::from_utf8_lossy(&r.result.stdout).trim(), "[]");
+}
