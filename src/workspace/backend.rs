@@ -99,8 +99,9 @@ pub trait Backend: Send + Sync + 'static {
         run: RunOptions,
     ) -> BoxFuture<'a, Result<Exec, RunError>>;
 
-    /// The same backend narrowed to `dir` (a real directory below the
-    /// root), judging by `policy` (the scoped policy).
+    /// The same backend narrowed to `dir` (a real path below the root),
+    /// judging by `policy` (the scoped policy). A `dir` that is not a
+    /// directory is `FileError::Io` with `ENOTDIR`.
     fn scope(&self, dir: &Path, policy: &WorkspacePolicy) -> Result<Arc<dyn Backend>, FileError>;
 }
 
@@ -229,7 +230,15 @@ impl Backend for Local {
         Box::pin(async move { runner.exec_line(line, &opts, run).await })
     }
 
-    fn scope(&self, _dir: &Path, policy: &WorkspacePolicy) -> Result<Arc<dyn Backend>, FileError> {
+    fn scope(&self, dir: &Path, policy: &WorkspacePolicy) -> Result<Arc<dyn Backend>, FileError> {
+        let j = self.files.judge(dir, PathAccess::Read)?;
+        if !self.files.is_dir(&j)? {
+            return Err(FileError::Io {
+                op: "scope",
+                path: dir.to_path_buf(),
+                source: std::io::Error::from_raw_os_error(libc::ENOTDIR),
+            });
+        }
         Ok(Arc::new(Local::new(policy)?))
     }
 }

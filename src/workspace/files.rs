@@ -561,6 +561,12 @@ impl Files {
         .await
     }
 
+    /// Whether `j` is a directory (its own type, through the root's
+    /// descriptor; a link is not one).
+    pub fn is_dir(&self, j: &Judged) -> Result<bool, FileError> {
+        self.dir(j).kind(&j.rel).map(|k| k == Some(Kind::Dir)).map_err(|e| fail("stat", &j.real, e))
+    }
+
     /// Whether `j` exists (a link counts, whatever it points to).
     pub async fn exists(&self, j: &Judged) -> Result<bool, FileError> {
         self.blocking("exists", j, |me, j| {

@@ -45,6 +45,12 @@ pub enum WorkspaceError {
     /// A fault: the audit, the gate or the sandbox could not do its part.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A scope was asked for a path that is not a directory.
+    #[error("{}: not a directory; a scope narrows the workspace to a directory inside it", path.display())]
+    NotADirectory {
+        /// The path as given.
+        path: PathBuf,
+    },
     /// The workspace was disposed of: it takes no new work.
     #[error("the workspace was disposed of: it takes no new work; build a new one")]
     Disposed,
@@ -99,6 +105,7 @@ impl WorkspaceError {
             },
             WorkspaceError::Todo(_) => "todo",
             WorkspaceError::Run(_) => "fault",
+            WorkspaceError::NotADirectory { .. } => "bad-path",
             WorkspaceError::Disposed => "disposed",
         }
     }
@@ -529,7 +536,12 @@ impl Workspace {
             workspace: Some(j.real().to_path_buf()),
             ..WorkspacePolicy::default()
         });
-        let backend = v.backend.scope(j.real(), &policy)?;
+        let backend = v.backend.scope(j.real(), &policy).map_err(|e| match e {
+            FileError::Io { ref source, .. } if source.raw_os_error() == Some(libc::ENOTDIR) => {
+                WorkspaceError::NotADirectory { path: subdir.as_ref().to_path_buf() }
+            }
+            e => e.into(),
+        })?;
         let view = View {
             runner: Arc::new(runner),
             backend,

@@ -244,3 +244,17 @@ fn r0508_nothing_ambient_no_host_variable_and_no_host_stdin() {
     let r = ran(rt().block_on(w.exec(&format!("echo \"[${host_var}]\""), opts)).unwrap_or_else(|e| panic!("{e}")));
     assert_ne!(String::from_utf8_lossy(&r.result.stdout).trim(), "[]");
 }
+
+#[test]
+fn r0509_exists_answers_false_for_a_missing_path_and_scope_wants_a_directory() {
+    let ws = Ws::new();
+    let (w, _audit) = build(&ws, "");
+    rt().block_on(async {
+        assert!(!w.exists("no/such/file").await.unwrap_or_else(|e| panic!("exists: {e}")));
+        assert!(w.exists("README.md").await.unwrap_or(false));
+    });
+    let r = w.scope("README.md");
+    assert!(matches!(&r, Err(e) if e.kind() == "bad-path"), "{r:?}");
+    let r = w.scope("../");
+    assert!(matches!(&r, Err(e) if e.kind() == "path-escape"), "{r:?}");
+}
