@@ -535,6 +535,30 @@ impl Runner {
         &self.workspace
     }
 
+    /// The action a refusal before the policy's reading of the line is
+    /// recorded as: the line as given, no commands, the access asked.
+    pub(crate) fn unchecked_action(&self, words: &[OsString], opts: &ExecOptions) -> Action {
+        let backend = if opts.degraded.is_some() || self.policy.as_ref().is_some_and(|p| p.degraded.is_some()) {
+            Backend::LandlockOnly
+        } else {
+            Backend::Sandbox
+        };
+        let line = match words {
+            [one] if opts.sh => one.to_string_lossy().into_owned(),
+            _ => quote_argv(&words.iter().map(|w| w.to_string_lossy().into_owned()).collect::<Vec<_>>()),
+        };
+        Action::ShellExec(ShellExec {
+            line,
+            interpreter: if opts.sh { Interpreter::Sh } else { Interpreter::None },
+            commands: Vec::new(),
+            cwd: opts.cwd.clone().unwrap_or_else(|| self.workspace.clone()),
+            workspace: std::fs::canonicalize(&self.workspace).ok(),
+            asked: Access { writable: opts.writable, write_grants: opts.write.clone() },
+            background: opts.background,
+            backend,
+        })
+    }
+
     /// Judge a command and decide its access, running nothing and
     /// recording nothing. `words` is the argv, or with `opts.sh` one line.
     pub async fn prepare(&self, words: &[OsString], opts: &ExecOptions) -> Result<Prepared, RunError> {
@@ -552,16 +576,7 @@ impl Runner {
                 let plan = match self.check(policy, words, opts)? {
                     Ok(plan) => plan,
                     Err(r) => {
-                        let action = Action::ShellExec(ShellExec {
-                            line: shown_line,
-                            interpreter: if opts.sh { Interpreter::Sh } else { Interpreter::None },
-                            commands: Vec::new(),
-                            cwd: opts.cwd.clone().unwrap_or_else(|| self.workspace.clone()),
-                            workspace: std::fs::canonicalize(&self.workspace).ok(),
-                            asked: Access { writable: opts.writable, write_grants: opts.write.clone() },
-                            background: opts.background,
-                            backend,
-                        });
+                        let action = self.unchecked_action(words, opts);
                         let refused = Refused {
                             kind: RefusalKind::RefusedByPolicy,
                             message: r.message.clone(),

@@ -10,8 +10,10 @@
 //! - [`list`]: `list_dir`, walked by descriptor, bounded, denied entries
 //!   hidden and counted, links reported and never followed;
 //! - [`todos`]: the agent's todo list (`todo_write` / `todo_read`).
+//! - [`jobs`]: background jobs (`start_shell`, `shell_output`, `shell_kill`).
 
 pub mod files;
+pub mod jobs;
 pub mod list;
 pub mod search;
 pub mod todos;

@@ -37,4 +37,5 @@ mod runner;
 mod stdin;
 mod ws_files;
 mod ws_grep;
+mod ws_jobs;
 mod ws_list;
