@@ -53,7 +53,7 @@ pub(crate) fn from_policy(policy: &WorkspacePolicy, plan: &LinePlan, writable: b
 }
 
 /// Lay the caller's options over a request: they extend the lists and
-/// override the scalars. With a policy, start-up and loader variables are
+/// override the scalars (a timeout only lowers the policy's). With a policy, start-up and loader variables are
 /// refused by name (the policy's own are dropped in [`from_policy`]).
 pub(crate) fn merge(req: &mut ExecRequest, o: &ExecOptions, policy: bool) -> Result<(), RunError> {
     req.write.extend(o.write.iter().cloned());
@@ -86,8 +86,13 @@ pub(crate) fn merge(req: &mut ExecRequest, o: &ExecOptions, policy: bool) -> Res
         }
         req.inherit_env.push(n.clone());
     }
+    // With a policy, the caller's timeout can only lower the policy's
+    // (`shell.timeout`, or a background job's `shell.background.timeout`).
     if let Some(t) = o.timeout {
-        req.timeout = Some(t);
+        req.timeout = Some(match req.timeout {
+            Some(p) if policy => t.min(p),
+            _ => t,
+        });
     }
     if o.pids.is_some() {
         req.limits.pids = o.pids;

@@ -446,3 +446,79 @@ fn r0430_a_wait_ends_early_on_output() {
         let _ = jobs.kill(&id).await;
     });
 }
+
+/// A foreground command with an already-cancelled token starts nothing
+/// either (before the fix the helper was spawned and killed mid-setup: a
+/// sandbox failure, 125): `CancelledBeforeStart`, 130, the audit's
+/// outcome `cancelled`, no marker. The control makes the marker.
+#[test]
+fn r0431_exec_with_a_cancelled_token_starts_nothing() {
+    use portcullis::runner::RunError;
+    use portcullis::sandbox::{RunOptions, SandboxError};
+    let ws = Ws::new();
+    let audit = Arc::new(MemAudit::default());
+    let r = runner(&ws, "", audit.clone());
+    let rt = rt();
+    let writable = ExecOptions { writable: true, ..ExecOptions::default() };
+    let token = CancellationToken::new();
+    token.cancel();
+    let run = RunOptions { cancel: Some(token), ..RunOptions::default() };
+    match rt.block_on(r.exec(&sh("touch marker"), &writable, run)) {
+        Err(e @ RunError::Sandbox(SandboxError::CancelledBeforeStart { .. })) => assert_eq!(e.exit_code(), 130),
+        other => panic!("{other:?}"),
+    }
+    assert!(!ws.join("marker").exists(), "a cancelled command ran");
+    assert_eq!(outcomes(&audit), vec![Status::Cancelled]);
+    let ran = rt.block_on(r.exec(&sh("touch marker"), &writable, RunOptions::default()));
+    assert!(matches!(ran, Ok(portcullis::runner::Exec::Ran(_))), "{ran:?}");
+    assert!(ws.join("marker").exists(), "the control did not run");
+}
+
+/// With a policy, a caller's timeout only lowers `shell.timeout` (before
+/// the fix it replaced it: a 600 s timeout let `sleep 30` run out); the
+/// control: a lower one is kept.
+#[test]
+fn r0432_a_callers_timeout_only_lowers_the_policys() {
+    use portcullis::runner::Exec;
+    use portcullis::sandbox::{Outcome, RunOptions};
+    let ws = Ws::new();
+    let audit = Arc::new(MemAudit::default());
+    let short = runner(&ws, "timeout = \"1s\"\n", audit.clone());
+    let long = runner(&ws, "timeout = \"60s\"\n", audit);
+    let rt = rt();
+    for (r, t) in [(&short, 600), (&long, 1)] {
+        let opts = ExecOptions { timeout: Some(Duration::from_secs(t)), ..ExecOptions::default() };
+        let started = Instant::now();
+        match rt.block_on(r.exec(&words(&["sleep", "30"]), &opts, RunOptions::default())) {
+            Ok(Exec::Ran(ran)) => assert_eq!(ran.result.outcome, Outcome::TimedOut, "caller {t} s"),
+            other => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "caller {t} s: {:?}", started.elapsed());
+    }
+}
+
+/// Ended jobs are remembered up to `KEEP_ENDED` (the oldest forgotten
+/// first); every slot is given back.
+#[test]
+fn r0433_ended_jobs_are_bounded() {
+    use portcullis::workspace::jobs::KEEP_ENDED;
+    let ws = Ws::new();
+    let r = runner(&ws, BG, Arc::new(MemAudit::default()));
+    rt().block_on(async {
+        let jobs = Jobs::new();
+        let mut ids = Vec::new();
+        for _ in 0..=KEEP_ENDED {
+            let id = start(&jobs, &r, words(&["true"]), ExecOptions::default()).await;
+            // Wait for its end without reading it.
+            while jobs.running() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            ids.push(id);
+        }
+        assert_eq!(jobs.ids().len(), KEEP_ENDED);
+        assert!(matches!(jobs.output(&ids[0], None, Duration::ZERO).await, Err(JobError::NotFound { .. })));
+        for id in &ids[1..] {
+            assert_eq!(out(&jobs, id, None, Duration::ZERO).await.status, JobStatus::Exited);
+        }
+    });
+}
