@@ -587,7 +587,7 @@ impl Runner {
                         return Ok(Prepared::Refused { action: Box::new(action), refused });
                     }
                 };
-                let mut req = request::from_policy(policy, &plan, opts.writable)?;
+                let mut req = request::from_policy(policy, &plan, opts.writable, opts.background)?;
                 req.policy_file = self.policy_file.clone();
                 request::merge(&mut req, opts, true)?;
                 if plan.interpreter == Interpreter::Sh {

@@ -80,6 +80,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::RefusalKind;
+use crate::gate::Action;
 use crate::runner::{Exec, ExecOptions, Prepared, Refused, RunError, Runner};
 use crate::sandbox::{ExecResult, Outcome, ReportState, RunOptions, Stdin, Stream};
 
@@ -539,6 +540,12 @@ fn job_end(result: Result<Exec, RunError>, started: std::time::Instant) -> (JobS
     }
 }
 
+/// Record a refusal as denied, and return it.
+async fn recorded(runner: &Runner, action: Box<Action>, refused: Refused) -> Result<Started, JobError> {
+    runner.run_prepared(Prepared::Refused { action, refused: refused.clone() }, RunOptions::default()).await?;
+    Ok(Started::Refused(refused))
+}
+
 /// Waits for `token` (forever without one).
 async fn cancelled(token: Option<CancellationToken>) {
     match token {
@@ -577,7 +584,8 @@ impl Jobs {
                 return self.refuse(&runner, words, &opts, refusal(why.into())).await;
             }
         };
-        opts.timeout = Some(opts.timeout.map_or(bg.timeout, |t| t.min(bg.timeout)));
+        // The runner gives a background command `bg.timeout`, which the
+        // caller's `opts.timeout` can only lower.
         let cap = opts.max_output.map_or(max_output, |m| m.min(max_output));
         let cap = usize::try_from(cap).unwrap_or(usize::MAX);
         // Take a slot before the gate is asked: two starts cannot both get
@@ -601,16 +609,10 @@ impl Jobs {
             );
             return self.refuse(&runner, words, &opts, refusal(why)).await;
         };
-        let prepared = runner.prepare(words, &opts).await?;
-        if let Prepared::Refused { .. } = prepared {
-            let Exec::Refused(r) = runner.run_prepared(prepared, RunOptions::default()).await? else {
-                return Err(JobError::Run(RunError::Input {
-                    what: "job".into(),
-                    why: "a refused command ran; report this".into(),
-                }));
-            };
-            return Ok(Started::Refused(r));
-        }
+        let prepared = match runner.prepare(words, &opts).await? {
+            Prepared::Refused { action, refused } => return recorded(&runner, action, refused).await,
+            ready => ready,
+        };
         let job = {
             let mut reg = self.inner.lock();
             if reg.disposed {
@@ -652,9 +654,7 @@ impl Jobs {
         opts: &ExecOptions,
         refused: Refused,
     ) -> Result<Started, JobError> {
-        let action = Box::new(runner.unchecked_action(words, opts));
-        runner.run_prepared(Prepared::Refused { action, refused: refused.clone() }, RunOptions::default()).await?;
-        Ok(Started::Refused(refused))
+        recorded(runner, Box::new(runner.unchecked_action(words, opts)), refused).await
     }
 
     fn get(&self, id: &str) -> Result<Arc<Job>, JobError> {

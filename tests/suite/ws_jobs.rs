@@ -522,3 +522,24 @@ fn r0433_ended_jobs_are_bounded() {
         }
     });
 }
+
+/// A job's timeout is `shell.background.timeout`, not `shell.timeout`: a
+/// job outlives the foreground cap (the control: the same command in the
+/// foreground is killed by it).
+#[test]
+fn r0434_a_job_has_the_background_timeout() {
+    use portcullis::sandbox::{Outcome, RunOptions};
+    let ws = Ws::new();
+    let r = runner(&ws, "timeout = \"1s\"\n[shell.background]\ntimeout = \"60s\"\n", Arc::new(MemAudit::default()));
+    let line = sh("sleep 2; echo done");
+    rt().block_on(async {
+        let jobs = Jobs::new();
+        let id = start(&jobs, &r, line.clone(), ExecOptions::default()).await;
+        let o = until_end(&jobs, &id).await;
+        assert_eq!((o.status, o.exit_code, o.stdout.as_str()), (JobStatus::Exited, Some(0), "done\n"), "{o:?}");
+        match r.exec(&line, &ExecOptions::default(), RunOptions::default()).await {
+            Ok(portcullis::runner::Exec::Ran(ran)) => assert_eq!(ran.result.outcome, Outcome::TimedOut),
+            other => panic!("{other:?}"),
+        }
+    });
+}
