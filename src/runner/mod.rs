@@ -638,6 +638,30 @@ impl Runner {
         self.audit.as_ref()
     }
 
+    /// The action a refusal before the policy's reading of the line is
+    /// recorded as: the line as given, no commands, the access asked.
+    pub(crate) fn unchecked_action(&self, words: &[OsString], opts: &ExecOptions) -> Action {
+        let backend = if opts.degraded.is_some() || self.policy.as_ref().is_some_and(|p| p.degraded.is_some()) {
+            Backend::LandlockOnly
+        } else {
+            Backend::Sandbox
+        };
+        let line = match words {
+            [one] if opts.sh => one.to_string_lossy().into_owned(),
+            _ => quote_argv(&words.iter().map(|w| w.to_string_lossy().into_owned()).collect::<Vec<_>>()),
+        };
+        Action::ShellExec(ShellExec {
+            line,
+            interpreter: if opts.sh { Interpreter::Sh } else { Interpreter::None },
+            commands: Vec::new(),
+            cwd: opts.cwd.clone().unwrap_or_else(|| self.workspace.clone()),
+            workspace: std::fs::canonicalize(&self.workspace).ok(),
+            asked: Access { writable: opts.writable, write_grants: opts.write.clone() },
+            background: opts.background,
+            backend,
+        })
+    }
+
     /// Judge a command and decide its access, running nothing and
     /// recording nothing. `words` is the argv, or with `opts.sh` one line.
     pub async fn prepare(&self, words: &[OsString], opts: &ExecOptions) -> Result<Prepared, RunError> {
@@ -685,16 +709,7 @@ impl Runner {
                 let plan = match self.check(policy, input, opts)? {
                     Ok(plan) => plan,
                     Err(r) => {
-                        let action = Action::ShellExec(ShellExec {
-                            line: shown_line,
-                            interpreter: if opts.sh { Interpreter::Sh } else { Interpreter::None },
-                            commands: Vec::new(),
-                            cwd: opts.cwd.clone().unwrap_or_else(|| self.workspace.clone()),
-                            workspace: std::fs::canonicalize(&self.workspace).ok(),
-                            asked: Access { writable: opts.writable, write_grants: opts.write.clone() },
-                            background: opts.background,
-                            backend,
-                        });
+                        let action = self.unchecked_action(words, opts);
                         let refused = Refused {
                             kind: RefusalKind::RefusedByPolicy,
                             message: r.message.clone(),
@@ -705,7 +720,7 @@ impl Runner {
                         return Ok(Prepared::Refused { action: Box::new(action), refused });
                     }
                 };
-                let mut req = request::from_policy(policy, &plan, opts.writable)?;
+                let mut req = request::from_policy(policy, &plan, opts.writable, opts.background)?;
                 req.policy_file = self.policy_file.clone();
                 request::merge(&mut req, opts, true)?;
                 if plan.interpreter == Interpreter::Sh {
@@ -912,7 +927,7 @@ impl Runner {
                 }
                 Ok(Exec::Ran(Box::new(ran)))
             }
-            Err(e @ SandboxError::CancelledWaiting { .. }) => {
+            Err(e @ (SandboxError::CancelledWaiting { .. } | SandboxError::CancelledBeforeStart { .. })) => {
                 self.not_started(id, started, effective, crate::error_chain(&e)).await
             }
             Err(e) => {

@@ -12,9 +12,15 @@ use super::{ExecOptions, RunError};
 /// The sandbox request that runs an accepted line under `policy`: `sh -c
 /// LINE` in `sh` mode, the argv otherwise; readable roots, deny globs,
 /// protected paths, network, limits, environment and timeout from the
-/// policy; `writable` asks for the policy's `write` list (or the whole
-/// workspace when the list is empty).
-pub(crate) fn from_policy(policy: &WorkspacePolicy, plan: &LinePlan, writable: bool) -> Result<ExecRequest, RunError> {
+/// policy (a background job's is `shell.background.timeout`); `writable`
+/// asks for the policy's `write` list (or the whole workspace when the
+/// list is empty).
+pub(crate) fn from_policy(
+    policy: &WorkspacePolicy,
+    plan: &LinePlan,
+    writable: bool,
+    background: bool,
+) -> Result<ExecRequest, RunError> {
     let ws = policy.workspace_root()?;
     let argv: Vec<OsString> = match plan.interpreter {
         Interpreter::Sh => vec!["/bin/sh".into(), "-c".into(), plan.line.clone().into()],
@@ -46,14 +52,17 @@ pub(crate) fn from_policy(policy: &WorkspacePolicy, plan: &LinePlan, writable: b
             .filter(|(k, _)| !is_startup_var(k))
             .map(|(k, v)| (OsString::from(k), OsString::from(v)))
             .collect();
-        req.timeout = Some(sh.timeout);
+        req.timeout = Some(match &sh.background {
+            Some(bg) if background => bg.timeout,
+            _ => sh.timeout,
+        });
         req.max_output_bytes = usize::try_from(sh.max_output_bytes).unwrap_or(usize::MAX);
     }
     Ok(req)
 }
 
 /// Lay the caller's options over a request: they extend the lists and
-/// override the scalars. With a policy, start-up and loader variables are
+/// override the scalars (a timeout only lowers the policy's). With a policy, start-up and loader variables are
 /// refused by name (the policy's own are dropped in [`from_policy`]).
 pub(crate) fn merge(req: &mut ExecRequest, o: &ExecOptions, policy: bool) -> Result<(), RunError> {
     req.write.extend(o.write.iter().cloned());
@@ -86,8 +95,13 @@ pub(crate) fn merge(req: &mut ExecRequest, o: &ExecOptions, policy: bool) -> Res
         }
         req.inherit_env.push(n.clone());
     }
+    // With a policy, the caller's timeout can only lower the policy's
+    // (`shell.timeout`, or a background job's `shell.background.timeout`).
     if let Some(t) = o.timeout {
-        req.timeout = Some(t);
+        req.timeout = Some(match req.timeout {
+            Some(p) if policy => t.min(p),
+            _ => t,
+        });
     }
     if o.pids.is_some() {
         req.limits.pids = o.pids;

@@ -388,6 +388,13 @@ pub enum SandboxError {
         /// The workspace.
         workspace: PathBuf,
     },
+    /// The run's cancellation token was cancelled before the command was
+    /// started; nothing was started.
+    #[error("cancelled before the command started (workspace {}); nothing was started", .workspace.display())]
+    CancelledBeforeStart {
+        /// The workspace.
+        workspace: PathBuf,
+    },
     /// A security step after the command ended could not be completed, so
     /// the workspace may not be safe to use from the host: the git guard
     /// could not make a path git would read unreachable, or processes of a
@@ -521,7 +528,8 @@ impl SandboxError {
     }
 
     /// The exit code a CLI should use: 127 not found, 126 not executable,
-    /// 124 timed out and 130 cancelled while waiting for the workspace (as
+    /// 124 timed out and 130 cancelled while waiting for the workspace or
+    /// before the command started (as
     /// for a run killed by its timeout or a cancellation), 125 for any other
     /// failure of the wrapper (GNU convention).
     pub fn exit_code(&self) -> u8 {
@@ -529,7 +537,7 @@ impl SandboxError {
             SandboxError::Exec { source, .. } if source.raw_os_error() == Some(libc::ENOENT) => status::NOT_FOUND,
             SandboxError::Exec { .. } => status::CANNOT_EXECUTE,
             SandboxError::TimedOutWaiting { .. } | SandboxError::TimedOutBeforeStart { .. } => status::TIMED_OUT,
-            SandboxError::CancelledWaiting { .. } => status::CANCELLED,
+            SandboxError::CancelledWaiting { .. } | SandboxError::CancelledBeforeStart { .. } => status::CANCELLED,
             _ => status::FAILED,
         }
     }
@@ -682,8 +690,15 @@ pub struct RunOptions {
     pub stdin: Stdin,
     /// Called with each chunk of output as it arrives (within the cap).
     pub on_output: Option<OutputSink>,
-    /// Cancels the run: the whole sandbox is killed.
+    /// Cancels the run: the whole sandbox is killed. A token already
+    /// cancelled when the run is about to start starts nothing
+    /// ([`SandboxError::CancelledBeforeStart`]).
     pub cancel: Option<CancellationToken>,
+    /// The sink gets every chunk, with no cap, and the result keeps none
+    /// (its `stdout` and `stderr` stay empty, `truncated` false): for a
+    /// caller that keeps its own bounded copy, such as a background job's
+    /// ring of the newest output (`workspace::jobs`).
+    pub stream_only: bool,
 }
 
 /// Spawns sandboxed commands.
@@ -773,11 +788,11 @@ impl Sandbox {
         if !req.writable && req.write.is_empty() {
             let plan = self.plan(req)?;
             check(&plan)?;
-            let held = self.take_locks(&plan.workspace, false, req, deadline, &opts).await?;
+            let held = self.take_locks(&plan.workspace, false, req, deadline, opts.cancel.as_ref()).await?;
             return self.run_locked(&plan, req, opts, start, deadline, held).await;
         }
         let ws = canonical_workspace(req)?;
-        let held = self.take_locks(&ws, true, req, deadline, &opts).await?;
+        let held = self.take_locks(&ws, true, req, deadline, opts.cancel.as_ref()).await?;
         let plan = self.plan_locked(req)?;
         if plan.workspace != ws {
             return Err(SandboxError::invalid(
@@ -810,7 +825,7 @@ impl Sandbox {
         let start = Instant::now();
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         let writes = plan.writable || !plan.write_grants.is_empty() || !plan.create_grants.is_empty();
-        let held = self.take_locks(&plan.workspace, writes, req, deadline, &opts).await?;
+        let held = self.take_locks(&plan.workspace, writes, req, deadline, opts.cancel.as_ref()).await?;
         if writes {
             let fresh = self.plan_locked(req)?;
             if let Some(what) = stale_part(plan, &fresh) {
@@ -831,16 +846,16 @@ impl Sandbox {
         writes: bool,
         req: &ExecRequest,
         deadline: Option<tokio::time::Instant>,
-        opts: &RunOptions,
+        cancel: Option<&CancellationToken>,
     ) -> Result<Vec<nix::fcntl::Flock<std::fs::File>>, SandboxError> {
         let mut held = Vec::new();
         if req.network == Network::Host && sys::landlock_abi() < 6 {
             let kind = if writes { lock::Kind::Exclusive } else { lock::Kind::Shared };
-            held.push(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, opts.cancel.as_ref()).await?);
+            held.push(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, cancel).await?);
         }
         if writes {
             let (key, kind) = (lock::Key::Workspace(ws), lock::Kind::Exclusive);
-            held.push(lock::acquire(key, ws, self.uid, kind, deadline, opts.cancel.as_ref()).await?);
+            held.push(lock::acquire(key, ws, self.uid, kind, deadline, cancel).await?);
         }
         Ok(held)
     }
@@ -878,6 +893,9 @@ impl Sandbox {
         _held: Vec<nix::fcntl::Flock<std::fs::File>>,
     ) -> Result<ExecResult, SandboxError> {
         not_late(plan, start, deadline)?;
+        if opts.cancel.as_ref().is_some_and(CancellationToken::is_cancelled) {
+            return Err(SandboxError::CancelledBeforeStart { workspace: plan.workspace.clone() });
+        }
         if matches!(opts.stdin, Stdin::Copy) {
             stdin::refuse_named_fifo()?;
         }

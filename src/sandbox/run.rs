@@ -229,6 +229,7 @@ pub(super) async fn wait(
     let child = &mut launched.child;
     let cancel = opts.cancel.take().unwrap_or_default();
     let on_output = &mut opts.on_output;
+    let stream_only = opts.stream_only;
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let mut truncated = false;
     let (mut timed_out, mut cancelled) = (false, false);
@@ -244,6 +245,11 @@ pub(super) async fn wait(
         let want_kill = !(timed_out || cancelled) && status.is_none();
         tokio::select! {
             chunk = rx.recv(), if outputs_open => match chunk {
+                Some((stream, data)) if stream_only => {
+                    if let Some(sink) = on_output.as_mut() {
+                        sink(stream, &data);
+                    }
+                }
                 Some((stream, data)) => {
                     let room = req.max_output_bytes.saturating_sub(stdout.len() + stderr.len());
                     let take = room.min(data.len());

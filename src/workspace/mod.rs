@@ -14,9 +14,11 @@
 //!   `.gitignore` respected, links never followed;
 //! - [`list`]: `list_dir`, walked by descriptor, bounded;
 //! - [`todos`]: the agent's todo list.
+//! - [`jobs`]: background jobs (`start_shell`, `shell_output`, `shell_kill`).
 
 pub mod backend;
 pub mod files;
+pub mod jobs;
 pub mod list;
 pub mod search;
 pub mod todos;

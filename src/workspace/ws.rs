@@ -15,6 +15,7 @@ use crate::sandbox::{RunOptions, Sandbox};
 
 use super::backend::{Backend, Local};
 use super::files::{Edit, Edited, FileError, Judged, ReadOptions, ReadWindow, Written};
+use super::jobs::{JobError, JobOutput, Jobs, KillReport, Started};
 use super::list::{ListError, ListOptions, ListResult};
 use super::search::{GlobResult, GrepOptions, GrepResult, SearchError};
 use super::todos::{Todo, TodoCounts, TodoError, Todos};
@@ -42,6 +43,15 @@ pub enum WorkspaceError {
     /// A todo list was refused.
     #[error(transparent)]
     Todo(#[from] TodoError),
+    /// A background job could not be found or read.
+    #[error(transparent)]
+    Job(#[from] JobError),
+    /// A read-only view may only kill the background jobs it started.
+    #[error("background job {id} was not started by this read-only view: a reviewer does not stop the work of others")]
+    NotYourJob {
+        /// The job.
+        id: String,
+    },
     /// A fault: the audit, the gate or the sandbox could not do its part.
     #[error(transparent)]
     Run(#[from] RunError),
@@ -104,6 +114,13 @@ impl WorkspaceError {
                 SearchError::Root { .. } => "io",
             },
             WorkspaceError::Todo(_) => "todo",
+            WorkspaceError::Job(j) => match j {
+                JobError::NotFound { .. } => "job-not-found",
+                JobError::Disposed => "disposed",
+                JobError::BadCursor { .. } => "bad-cursor",
+                _ => "fault",
+            },
+            WorkspaceError::NotYourJob { .. } => "refused-by-policy",
             WorkspaceError::Run(_) => "fault",
             WorkspaceError::NotADirectory { .. } => "bad-path",
             WorkspaceError::Disposed => "disposed",
@@ -213,7 +230,12 @@ impl WorkspaceBuilder {
         };
         Ok(Workspace {
             view: Arc::new(view),
-            shared: Arc::new(Shared { todos: Todos::new(), disposed: AtomicBool::new(false) }),
+            shared: Arc::new(Shared {
+                todos: Todos::new(),
+                jobs: Jobs::new(),
+                readonly_jobs: std::sync::Mutex::default(),
+                disposed: AtomicBool::new(false),
+            }),
         })
     }
 }
@@ -221,6 +243,9 @@ impl WorkspaceBuilder {
 /// What every projection of one workspace shares.
 struct Shared {
     todos: Todos,
+    jobs: Jobs,
+    /// Jobs started by read-only views (the only ones they may kill).
+    readonly_jobs: std::sync::Mutex<std::collections::HashSet<String>>,
     disposed: AtomicBool,
 }
 
@@ -479,17 +504,74 @@ impl Workspace {
         Ok(self.view.backend.exec(&self.view.runner, line, opts, run).await?)
     }
 
-    /// The caller's options as this view runs them: without write access
-    /// in a read-only view, the timeout no longer than the policy's.
-    pub fn command_options(&self, mut opts: ExecOptions) -> ExecOptions {
-        if self.view.readonly {
-            opts.writable = false;
-            opts.write.clear();
-        }
+    /// The caller's options as this view runs a foreground command:
+    /// without write access in a read-only view, the timeout no longer
+    /// than the policy's `shell.timeout`.
+    pub fn command_options(&self, opts: ExecOptions) -> ExecOptions {
+        let mut opts = self.view_options(opts);
         if let Some(policy) = self.view.shell_timeout {
             opts.timeout = Some(opts.timeout.map_or(policy, |t| t.min(policy)));
         }
         opts
+    }
+
+    fn view_options(&self, mut opts: ExecOptions) -> ExecOptions {
+        if self.view.readonly {
+            opts.writable = false;
+            opts.write.clear();
+        }
+        opts
+    }
+
+    // ----- background jobs -----
+
+    /// Start `line` as a background job (the policy's `shell.background`
+    /// must allow it; at most `max_jobs` at once; its timeout is
+    /// `shell.background.timeout`, which the caller's can only lower).
+    /// Checked, gated and audited like [`Workspace::exec`] (the gate sees
+    /// `background: true`); a refusal is [`Started::Refused`].
+    pub async fn start_shell(&self, line: &str, opts: ExecOptions) -> Result<Started, WorkspaceError> {
+        self.live()?;
+        let opts = self.view_options(opts);
+        let cancel = opts.cancel.clone();
+        let started = self.shared.jobs.start_line(Arc::clone(&self.view.runner), line, opts, cancel).await?;
+        if let (Started::Job(id), true) = (&started, self.view.readonly) {
+            if let Ok(mut mine) = self.shared.readonly_jobs.lock() {
+                mine.insert(id.clone());
+            }
+        }
+        Ok(started)
+    }
+
+    /// A job's output since `since` (a cursor an earlier read returned;
+    /// `None`: from the oldest byte kept), waiting up to `wait` for more
+    /// if there is none yet, and where the job is.
+    pub async fn shell_output(
+        &self,
+        id: &str,
+        since: Option<u64>,
+        wait: Duration,
+    ) -> Result<JobOutput, WorkspaceError> {
+        Ok(self.shared.jobs.output(id, since, wait).await?)
+    }
+
+    /// Kill a job's whole process tree (through its cgroup; only processes
+    /// this workspace started are ever signalled) and wait until it is
+    /// gone. A read-only view may kill only the jobs it started.
+    pub async fn shell_kill(&self, id: &str) -> Result<KillReport, WorkspaceError> {
+        if self.view.readonly {
+            let mine = self.shared.readonly_jobs.lock().map(|m| m.contains(id)).unwrap_or(false);
+            if !mine && self.shared.jobs.ids().iter().any(|j| j == id) {
+                return Err(WorkspaceError::NotYourJob { id: id.to_string() });
+            }
+        }
+        Ok(self.shared.jobs.kill(id).await?)
+    }
+
+    /// The ids of the jobs this workspace knows (running, and ended ones
+    /// not yet forgotten).
+    pub fn job_ids(&self) -> Vec<String> {
+        self.shared.jobs.ids()
     }
 
     // ----- todos -----
@@ -553,8 +635,11 @@ impl Workspace {
         Ok(Workspace { view: Arc::new(view), shared: Arc::clone(&self.shared) })
     }
 
-    /// Refuse new work from now on (every projection).
+    /// Kill every background job (waiting until each tree is gone) and
+    /// refuse new work from now on, in every projection. Dropping the last
+    /// handle of a workspace kills its jobs too (without waiting).
     pub async fn dispose(&self) {
         self.shared.disposed.store(true, Ordering::SeqCst);
+        self.shared.jobs.dispose().await;
     }
 }

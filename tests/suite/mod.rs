@@ -38,4 +38,5 @@ mod stdin;
 mod workspace;
 mod ws_files;
 mod ws_grep;
+mod ws_jobs;
 mod ws_list;

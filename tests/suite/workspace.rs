@@ -258,3 +258,116 @@ fn r0509_exists_answers_false_for_a_missing_path_and_scope_wants_a_directory() {
     let r = w.scope("../");
     assert!(matches!(&r, Err(e) if e.kind() == "path-escape"), "{r:?}");
 }
+
+fn build_with_jobs(ws: &Ws) -> (Workspace, Arc<MemAudit>) {
+    let text = format!(
+        "workspace = {:?}\n[shell]\ninterpreter = \"sh\"\nallow = [\"sh\", \"touch\", \"echo\", \"sleep\", \"cat\"]\ntimeout = \"30s\"\n[shell.background]\nmax_jobs = 3\ntimeout = \"60s\"\n",
+        ws.path()
+    );
+    let policy = WorkspacePolicy::from_toml(&text).unwrap_or_else(|e| panic!("policy: {e}"));
+    let audit = Arc::new(MemAudit::default());
+    let w = Workspace::builder()
+        .policy(policy)
+        .audit(audit.clone())
+        .sandbox(sandbox())
+        .build()
+        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
+    (w, audit)
+}
+
+fn job(s: portcullis::workspace::jobs::Started) -> String {
+    match s {
+        portcullis::workspace::jobs::Started::Job(id) => id,
+        other => panic!("expected a job, got {other:?}"),
+    }
+}
+
+#[test]
+fn r0510_background_jobs_through_the_workspace_and_projections() {
+    use portcullis::workspace::jobs::JobStatus;
+    let ws = Ws::new();
+    let (w, _audit) = build_with_jobs(&ws);
+    let ro = w.readonly();
+    rt().block_on(async {
+        // The full view's job, writable.
+        let id =
+            job(w.start_shell("echo up; touch bg.txt; sleep 30", writable()).await.unwrap_or_else(|e| panic!("{e}")));
+        let out = w.shell_output(&id, None, Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out.stdout, "up\n");
+        for _ in 0..50 {
+            if ws.join("bg.txt").exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(out.status, JobStatus::Running);
+        // A read-only view may read it, but not kill it.
+        let seen = ro.shell_output(&id, None, Duration::ZERO).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(seen.stdout, "up\n");
+        let r = ro.shell_kill(&id).await;
+        assert!(matches!(&r, Err(e) if e.kind() == "refused-by-policy"), "{r:?}");
+        // A read-only view's own job runs without write access, and it may
+        // kill that one.
+        let mine = job(ro
+            .start_shell("touch ro.txt; echo rc=$?; sleep 30", writable())
+            .await
+            .unwrap_or_else(|e| panic!("{e}")));
+        // Read on from each cursor (a read from `None` returns at once
+        // whenever anything is kept).
+        let (mut out, mut cursor) = (String::new(), None);
+        for _ in 0..50 {
+            let o = ro.shell_output(&mine, cursor, Duration::from_millis(200)).await.unwrap_or_else(|e| panic!("{e}"));
+            out.push_str(&o.stdout);
+            cursor = Some(o.cursor);
+            if out.contains("rc=") {
+                break;
+            }
+        }
+        assert!(out.contains("rc=1"), "{out:?}");
+        assert_eq!(ro.shell_kill(&mine).await.map(|k| k.status).ok(), Some(JobStatus::Killed));
+        // Unknown id.
+        let r = w.shell_output("j999-00000000", None, Duration::ZERO).await;
+        assert!(matches!(&r, Err(e) if e.kind() == "job-not-found"), "{r:?}");
+        // Dispose kills the rest and refuses new jobs.
+        w.dispose().await;
+        let end = w.shell_output(&id, None, Duration::ZERO).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(end.status, JobStatus::Killed);
+        let r = w.start_shell("true", ExecOptions::default()).await;
+        assert!(matches!(&r, Err(e) if e.kind() == "disposed"), "{r:?}");
+    });
+    assert!(ws.join("bg.txt").exists(), "the writable job wrote");
+    assert!(!ws.join("ro.txt").exists(), "the read-only view's job wrote");
+}
+
+#[test]
+fn r0511_dropping_the_workspace_kills_its_jobs() {
+    let ws = Ws::new();
+    let marker = format!("pc-drop-{}", std::process::id());
+    {
+        let (w, _audit) = build_with_jobs(&ws);
+        let rt = rt();
+        rt.block_on(async {
+            let line = format!("sh -c 'sleep 300' {marker}");
+            let _id = job(w.start_shell(&line, ExecOptions::default()).await.unwrap_or_else(|e| panic!("{e}")));
+            // Control: it is running.
+            let mut seen = false;
+            for _ in 0..50 {
+                if !super::util::host_procs_containing(&marker).is_empty() {
+                    seen = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(seen, "the job never showed up in the host's process list");
+            drop(w);
+            // Let the cancelled job's task tear the sandbox down.
+            for _ in 0..100 {
+                if super::util::host_procs_containing(&marker).is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    }
+    assert_eq!(super::util::host_procs_containing(&marker), Vec::<String>::new(), "a job outlived its workspace");
+}
