@@ -1,4 +1,6 @@
-//! The workspace lock: writable runs of one workspace go one at a time.
+//! The workspace lock: writable runs of one workspace hold it shared for
+//! their life, and the git guard's cleanup holds it exclusive, once no
+//! writable run is left (see `sandbox::pending`).
 //!
 //! The lock is an `flock` on a file named after the workspace's device and
 //! inode, in a directory private to the caller's uid
@@ -32,11 +34,13 @@ use super::SandboxError;
 /// How the lock is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// A writable run: alone.
+    /// Alone: a writable run on the host network, on a kernel without
+    /// Landlock's abstract-socket scoping; the git guard's cleanup of a
+    /// workspace.
     Exclusive,
-    /// A run that must not overlap a writable one but may overlap its own
-    /// kind (a read-only run on the host network, on a kernel without
-    /// Landlock's abstract-socket scoping).
+    /// Beside its own kind: a writable run of a workspace (beside other
+    /// writable runs, never beside its cleanup); a read-only run on the
+    /// host network on such a kernel.
     Shared,
 }
 
@@ -94,6 +98,12 @@ fn file_name(ws: &Path) -> Result<String, SandboxError> {
         source: e.into(),
     })?;
     Ok(format!("ws-{:x}-{:x}.lock", st.st_dev, st.st_ino))
+}
+
+/// The caller's lock directory, opened, and the name of `ws`'s lock file
+/// in it (its git-guard records live beside it: `sandbox::pending`).
+pub(crate) fn open_for_records(ws: &Path, uid: u32) -> Result<(OwnedFd, String), SandboxError> {
+    Ok((open_dir(uid)?, file_name(ws)?))
 }
 
 /// What a lock keeps apart.

@@ -12,6 +12,7 @@ mod launch;
 mod links;
 mod lock;
 mod observe;
+mod pending;
 mod plan;
 mod result;
 mod roots;
@@ -40,6 +41,8 @@ pub use cgroup::{CgroupHost, CgroupPlan, LimitMechanism, NoCgroup};
 pub use containment::Containment;
 pub use git::GitIndex;
 pub use observe::{RefusedWrites, ReportState, SAMPLE_CAP};
+#[doc(hidden)]
+pub use pending::{leave_record_for_tests, records_dir_for_tests};
 pub use plan::{Plan, DEFAULT_PROTECTED};
 pub use result::{
     status, AppliedLimits, CloneCall, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome, Warning,
@@ -820,7 +823,9 @@ impl Sandbox {
     }
 
     /// The locks a run holds until it and its git guard are done: the
-    /// workspace's for a run that writes, and, without Landlock's
+    /// workspace's, shared, for a run that writes (writable runs of one
+    /// workspace run side by side; a cleanup of their git guard holds it
+    /// exclusive, briefly: see `sandbox::pending`), and, without Landlock's
     /// abstract-socket scoping (ABI 6), the host network's for runs on it
     /// (they share its abstract sockets, over which one could hand
     /// descriptors to another: a writable one runs alone among them).
@@ -831,15 +836,19 @@ impl Sandbox {
         req: &ExecRequest,
         deadline: Option<tokio::time::Instant>,
         opts: &RunOptions,
-    ) -> Result<Vec<nix::fcntl::Flock<std::fs::File>>, SandboxError> {
-        let mut held = Vec::new();
+    ) -> Result<Held, SandboxError> {
+        let mut held = Held { host_network: None, workspace: None };
         if req.network == Network::Host && sys::landlock_abi() < 6 {
             let kind = if writes { lock::Kind::Exclusive } else { lock::Kind::Shared };
-            held.push(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, opts.cancel.as_ref()).await?);
+            held.host_network =
+                Some(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, opts.cancel.as_ref()).await?);
         }
         if writes {
-            let (key, kind) = (lock::Key::Workspace(ws), lock::Kind::Exclusive);
-            held.push(lock::acquire(key, ws, self.uid, kind, deadline, opts.cancel.as_ref()).await?);
+            let (key, kind) = (lock::Key::Workspace(ws), lock::Kind::Shared);
+            let lock = lock::acquire(key, ws, self.uid, kind, deadline, opts.cancel.as_ref()).await?;
+            let (dir, name) = lock::open_for_records(ws, self.uid)?;
+            let records = pending::Records::open(&dir, &lock::dir(self.uid), &name, self.uid)?;
+            held.workspace = Some(pending::Hold::new(lock, records));
         }
         Ok(held)
     }
@@ -864,9 +873,12 @@ impl Sandbox {
         Ok(plan)
     }
 
-    /// Run a plan; `_held` (see [`Sandbox::take_locks`]) is kept until the
+    /// Run a plan; `held` (see [`Sandbox::take_locks`]) is kept until the
     /// run and its git guard are done. One line per step (`sandbox::run`);
-    /// the helper gets `plan.spec` as it is.
+    /// the helper gets `plan.spec` as it is. A run that writes records
+    /// what its git guard needs before its command starts, and at its end
+    /// does the guard of every writable run of the workspace, or leaves it
+    /// to the last one still going (`sandbox::pending`).
     async fn run_locked(
         &self,
         plan: &Plan,
@@ -874,24 +886,38 @@ impl Sandbox {
         mut opts: RunOptions,
         start: Instant,
         deadline: Option<tokio::time::Instant>,
-        _held: Vec<nix::fcntl::Flock<std::fs::File>>,
+        held: Held,
     ) -> Result<ExecResult, SandboxError> {
+        let Held { host_network: _host_network, workspace: mut hold } = held;
         not_late(plan, start, deadline)?;
         if matches!(opts.stdin, Stdin::Copy) {
             stdin::refuse_named_fifo()?;
         }
         run::check_containment(plan)?;
         let mut cg = run::make_cgroup(plan, self.cgroup.as_ref().ok())?;
+        if let Some(h) = hold.as_mut() {
+            h.record(plan, cg.as_ref().map(|c| c.path.as_path()))?;
+        }
         let mut observing = observe::Setup::new(&plan.spec);
         let (mut launched, streams) = run::spawn_helper(&self.helper, plan, cg.as_ref(), &mut observing, opts.stdin)?;
         let (mut warnings, mut failures) = (Vec::new(), Vec::new());
         let waited = run::wait(&mut launched, streams, req, &mut opts, deadline, cg.as_ref(), &mut warnings).await;
         run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
         let refused_writes = observing.finish().await;
-        run::guard_git(plan, &mut warnings, &mut failures);
+        if let Some(h) = hold {
+            h.finish(&mut warnings, &mut failures);
+        }
         run::settle_stdin(&mut launched, &mut warnings);
         run::assemble(plan, run::Ended { waited, refused_writes, warnings, failures, start })
     }
+}
+
+/// The locks of a run (see [`Sandbox::take_locks`]).
+struct Held {
+    /// The host network's, on a kernel without abstract-socket scoping.
+    host_network: Option<nix::fcntl::Flock<std::fs::File>>,
+    /// The workspace's, shared, for a run that writes.
+    workspace: Option<pending::Hold>,
 }
 
 /// A deadline that passed while the run was planned (or waited): nothing is
