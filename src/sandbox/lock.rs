@@ -139,6 +139,16 @@ fn open_file(key: Key<'_>, uid: u32) -> Result<File, SandboxError> {
     Ok(file)
 }
 
+/// Take the lock for `key` exclusive if no one holds it, without waiting:
+/// `None` when someone does.
+pub(crate) fn try_exclusive(key: Key<'_>, uid: u32) -> Result<Option<Flock<File>>, SandboxError> {
+    match Flock::lock(open_file(key, uid)?, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(lock)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(lock_err(&dir(uid), format!("cannot lock the lock file: {}", io::Error::from(e)))),
+    }
+}
+
 /// Take the lock for `key` (a run of `ws`), polling so that the deadline
 /// and a cancellation end the wait. Nothing is started while waiting: a
 /// deadline that passes gives `TimedOutWaiting`, a cancellation

@@ -844,11 +844,15 @@ impl Sandbox {
                 Some(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, opts.cancel.as_ref()).await?);
         }
         if writes {
-            let (key, kind) = (lock::Key::Workspace(ws), lock::Kind::Shared);
-            let lock = lock::acquire(key, ws, self.uid, kind, deadline, opts.cancel.as_ref()).await?;
+            let key = lock::Key::Workspace(ws);
             let (dir, name) = lock::open_for_records(ws, self.uid)?;
             let records = pending::Records::open(&dir, &lock::dir(self.uid), &name, self.uid)?;
-            held.workspace = Some(pending::Hold::new(lock, records));
+            // Records left by killed runs are cleaned before this run is
+            // planned when no writable run is going (its plan would take
+            // what they planted for the user's).
+            let early = records.clean_if_alone(key, self.uid)?;
+            let lock = lock::acquire(key, ws, self.uid, lock::Kind::Shared, deadline, opts.cancel.as_ref()).await?;
+            held.workspace = Some(pending::Hold::new(lock, records, early));
         }
         Ok(held)
     }

@@ -358,6 +358,27 @@ impl Records {
         nix::unistd::unlinkat(&self.dir, name, UnlinkatFlags::NoRemoveDir).map_err(io::Error::from)
     }
 
+    /// Before a writable run takes its shared hold: when records are there
+    /// and no writable run of the workspace is going (the lock can be had
+    /// exclusive at once), they are of runs whose host process was killed
+    /// (or kept because they could not be read): clean them now, so that
+    /// the run's plan does not take what they planted for the user's.
+    /// Otherwise the last writable run to end does it.
+    pub(super) fn clean_if_alone(&self, key: super::lock::Key<'_>, uid: u32) -> Result<Early, SandboxError> {
+        let mut early: Early = (Vec::new(), Vec::new());
+        if self.count() == 0 {
+            return Ok(early);
+        }
+        if let Some(alone) = super::lock::try_exclusive(key, uid)? {
+            let runs = self.clean(None, &mut early.0, &mut early.1);
+            if runs > 0 {
+                early.0.push(Warning::GitGuardCoveredOthers { runs });
+            }
+            drop(alone);
+        }
+        Ok(early)
+    }
+
     /// The cleanup, holding the workspace's lock exclusive (no writable run
     /// of it is going): the git guard of every record, each with its own
     /// roots and known trees, then the record is removed. A record that
@@ -434,11 +455,17 @@ pub(super) struct Hold {
     lock: Flock<File>,
     records: Records,
     own: Option<String>,
+    /// What a cleanup before the run did (see [`Records::clean_if_alone`]).
+    early: Early,
 }
 
+/// What a cleanup before a run did: its warnings and failures, for the
+/// run's result.
+pub(super) type Early = (Vec<Warning>, Vec<Failure>);
+
 impl Hold {
-    pub(super) fn new(lock: Flock<File>, records: Records) -> Hold {
-        Hold { lock, records, own: None }
+    pub(super) fn new(lock: Flock<File>, records: Records, early: Early) -> Hold {
+        Hold { lock, records, own: None, early }
     }
 
     /// Record what `plan`'s git guard will need, before its command starts
@@ -458,8 +485,11 @@ impl Hold {
     /// which names its cgroup, is kept for a later cleanup, which kills and
     /// awaits that cgroup first.
     pub(super) fn finish(self, warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) {
-        let Hold { lock, records, own } = self;
-        if failures.iter().any(|f| f.0 == Cleanup::Cgroup) {
+        let Hold { lock, records, own, early } = self;
+        let not_emptied = failures.iter().any(|f| f.0 == Cleanup::Cgroup);
+        warnings.extend(early.0);
+        failures.extend(early.1);
+        if not_emptied {
             return;
         }
         let file = match lock.unlock() {

@@ -200,7 +200,10 @@ fn r0402_a_record_left_by_a_killed_run_is_cleaned_by_the_next_writable_run() {
     // It never cleaned up: the planted file and its record are there.
     assert!(exists(&ws.join(".git/config.worktree")));
     assert_eq!(records(&ws).len(), 1, "{:?}", records(&ws));
-    let r = run_ok(&writable(&ws, "true"));
+    // The next writable run, alone, cleans before it is planned: its
+    // command does not see the plant.
+    let r = run_ok(&writable(&ws, "test -e .git/config.worktree && echo seen || echo gone"));
+    assert_eq!(stdout(&r), "gone\n", "{:?}", r.warnings);
     assert!(!exists(&ws.join(".git/config.worktree")), "{:?}", r.warnings);
     assert!(r.removed_paths().iter().any(|p| p.ends_with(".git/config.worktree")), "{:?}", r.warnings);
     assert_eq!(covered(&r), 1);
@@ -288,4 +291,32 @@ fn r0405_two_writable_runs_cannot_pass_descriptors() {
     assert!(giver.contains("bind_ws OK") && giver.contains("gave OK"), "{giver}");
     assert!(taker.contains("connect OK") && taker.contains("write OK") && taker.contains("fchmod OK"), "{taker}");
     assert_eq!(ws.read("src/lib.rs"), "stolen\n");
+}
+
+/// A record that cannot be read fails closed: the writable run that finds
+/// it fails with `AfterRun` (`cleanup: git-guard`, naming the record) and
+/// it is kept, so every cleanup fails until someone has checked the git
+/// dirs and removed it. CONTROL: without it the same run succeeds.
+#[test]
+fn r0406_a_record_that_cannot_be_read_fails_the_cleanup_closed() {
+    let ws = Ws::with_git();
+    let dir = records_dir_for_tests(ws.path()).unwrap_or_else(|e| panic!("{e}"));
+    let bad = dir.join("run-0-0-0.json");
+    fs::write(&bad, "{\"version\": 1, \"roots\": [").unwrap_or_else(|e| panic!("{e}"));
+    for _ in 0..2 {
+        match run(&writable(&ws, "echo ran")) {
+            Err(SandboxError::AfterRun {
+                cleanup: portcullis::sandbox::Cleanup::GitGuard, step, path, result, ..
+            }) => {
+                assert_eq!((step, path.as_path()), ("reading a git-guard record", bad.as_path()));
+                assert!(result.is_some_and(|r| stdout(&r) == "ran\n"));
+            }
+            other => panic!("expected a failed cleanup, got {other:?}"),
+        }
+        assert!(bad.exists(), "the unreadable record was removed");
+    }
+    fs::remove_file(&bad).unwrap_or_else(|e| panic!("{e}"));
+    let r = run_ok(&writable(&ws, "echo ran"));
+    assert_eq!(stdout(&r), "ran\n");
+    assert!(records(&ws).is_empty());
 }
