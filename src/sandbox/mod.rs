@@ -807,6 +807,31 @@ impl Sandbox {
     /// the user) changed the tree, and a plan made before that could let
     /// what it made escape this run's git guard or link check. Plan again,
     /// or use [`Sandbox::run`], which plans under the lock itself.
+    ///
+    /// The lock a writable run holds is shared: other writable runs of the
+    /// workspace may run beside it, and change the tree after this check
+    /// (or after [`Sandbox::run`]'s plan) as well as before. What each part
+    /// of the plan snapshots stays safe against them:
+    /// * missing git redirections (`git_guard`), hooks, includes, gitlinks
+    ///   (`git_indexes`, `git_trees`): what another run creates is in its
+    ///   own record, and the cleanup of every record waits until no
+    ///   writable run is left (`sandbox::pending`), so a plan that took it
+    ///   for the user's (and binds it read-only, or reads config from it)
+    ///   only protects more, and is never undone under this run;
+    /// * `hard_linked`, `unlistable`, renames: another run can link or move
+    ///   only names of one of its own writable mounts (a link or rename
+    ///   across mounts fails with `EXDEV`, its carve-outs and masks are
+    ///   mount points), so what it can bring into this run's writable areas
+    ///   is a file it may write itself (see "Concurrent runs" in
+    ///   docs/sandbox.md for what that leaves);
+    /// * `privileged`: no sandboxed command can make a setuid, setgid or
+    ///   file-capability program (seccomp, no capabilities);
+    /// * a path of the plan swapped for a symbolic link: the helper opens
+    ///   every bind source with `RESOLVE_NO_SYMLINKS` and walks every
+    ///   destination with `O_NOFOLLOW`, so the setup fails and nothing runs;
+    /// * missing grants: created by descriptor, an existing directory kept,
+    ///   a link on the way refused (two runs may create one at once);
+    /// * host mounts (`aliases`): a sandbox cannot change the host's mounts.
     pub async fn run_plan(&self, plan: &Plan, req: &ExecRequest, opts: RunOptions) -> Result<ExecResult, SandboxError> {
         not_full_as_degraded(req)?;
         let start = Instant::now();
