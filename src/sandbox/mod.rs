@@ -928,8 +928,21 @@ impl Sandbox {
             h.record(plan, cg.as_ref().map(|c| c.path.as_path()))?;
         }
         let mut observing = observe::Setup::new(&plan.spec);
-        let (mut launched, streams) = run::spawn_helper(&self.helper, plan, cg.as_ref(), &mut observing, opts.stdin)?;
         let (mut warnings, mut failures) = (Vec::new(), Vec::new());
+        let (mut launched, streams) =
+            match run::spawn_helper(&self.helper, plan, cg.as_ref(), &mut observing, opts.stdin) {
+                Ok(spawned) => spawned,
+                Err(e) => {
+                    // The helper (if it started) is killed and reaped; its
+                    // record is written: empty the cgroup and do the guard as
+                    // after any run, since the command may have started.
+                    run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
+                    if let Some(h) = hold {
+                        h.finish(&mut warnings, &mut failures);
+                    }
+                    return after_run(failures, Err(e));
+                }
+            };
         let waited = run::wait(&mut launched, streams, req, &mut opts, deadline, cg.as_ref(), &mut warnings).await;
         run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
         let refused_writes = observing.finish().await;
