@@ -15,7 +15,9 @@
 //!
 //! Different uids get different directories, so their runs do not wait for
 //! each other. The lock files are never removed: removing one while another
-//! run waits on it would let a third run lock a fresh file beside it.
+//! run waits on it would let a third run lock a fresh file beside it. Nor
+//! are their records' directories (`sandbox::pending`): a run holding one
+//! open would write its record where no cleanup looks.
 
 use std::fs::File;
 use std::io;
