@@ -822,7 +822,7 @@ impl Sandbox {
     ///   only names of one of its own writable mounts (a link or rename
     ///   across mounts fails with `EXDEV`, its carve-outs and masks are
     ///   mount points), so what it can bring into this run's writable areas
-    ///   is a file it may write itself (see "Concurrent runs" in
+    ///   is a file it may write itself (see "Writable runs side by side" in
     ///   docs/sandbox.md for what that leaves);
     /// * `privileged`: no sandboxed command can make a setuid, setgid or
     ///   file-capability program (seccomp, no capabilities);
