@@ -93,7 +93,7 @@ pub(crate) fn open_dir(uid: u32) -> Result<OwnedFd, SandboxError> {
 
 /// The lock file's name for a workspace: its device and inode, so that two
 /// spellings of one directory share a lock.
-fn file_name(ws: &Path) -> Result<String, SandboxError> {
+pub(crate) fn file_name(ws: &Path) -> Result<String, SandboxError> {
     let st = nix::sys::stat::stat(ws).map_err(|e| SandboxError::Path {
         what: "workspace to lock",
         path: ws.to_path_buf(),

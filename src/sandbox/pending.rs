@@ -183,7 +183,7 @@ impl OnDisk {
         }
     }
 
-    fn guard(&self) -> Result<(Guard, Option<PathBuf>), String> {
+    fn guard(&self) -> Result<(PathBuf, Guard, Option<PathBuf>), String> {
         if self.version != VERSION {
             return Err(format!("record version {} (this build reads {VERSION})", self.version));
         }
@@ -199,7 +199,7 @@ impl OnDisk {
             git_trees: dec_all(&self.git_trees)?,
             fail_git_guard: self.fail_git_guard,
         };
-        Ok((guard, self.cgroup.as_deref().map(dec).transpose()?))
+        Ok((dec(&self.workspace)?, guard, self.cgroup.as_deref().map(dec).transpose()?))
     }
 }
 
@@ -207,6 +207,8 @@ impl OnDisk {
 pub(crate) struct Records {
     dir: OwnedFd,
     path: PathBuf,
+    /// The lock file's name: the workspace's device and inode.
+    lock_name: String,
 }
 
 fn lock_err(path: &Path, problem: String) -> SandboxError {
@@ -248,7 +250,7 @@ impl Records {
                 ),
             ));
         }
-        Ok(Records { dir, path })
+        Ok(Records { dir, path, lock_name: lock_name.to_string() })
     }
 
     /// The names in the directory that are records (or records being
@@ -414,7 +416,7 @@ impl Records {
                 continue;
             }
             let decoded = self.read(name).and_then(|d| d.guard());
-            let (guard, cgroup) = match decoded {
+            let (workspace, guard, cgroup) = match decoded {
                 Ok(g) => g,
                 Err(problem) => {
                     let text = format!(
@@ -437,7 +439,14 @@ impl Records {
                     continue;
                 }
             }
-            super::run::guard_git(&guard, warnings, failures);
+            // A record of a workspace that is no longer there (removed, and
+            // its inode reused by this one; or moved): its paths name
+            // nothing of this workspace.
+            if super::lock::file_name(&workspace).ok().as_deref() != Some(self.lock_name.as_str()) {
+                warnings.push(Warning::GitGuardRecordStale { record: path.clone(), workspace });
+            } else {
+                super::run::guard_git(&guard, warnings, failures);
+            }
             if Some(name.as_str()) != own {
                 others += 1;
             }
@@ -606,7 +615,8 @@ mod tests {
         };
         let data = serde_json::to_vec(&OnDisk::of(Path::new("/ws"), &g, Some(Path::new("/cg/x")))).unwrap_or_default();
         let back: Result<OnDisk, _> = serde_json::from_slice(&data);
-        let (g2, cg) = back.map_err(|e| e.to_string()).and_then(|d| d.guard()).unwrap_or_else(|e| panic!("{e}"));
+        let (ws, g2, cg) = back.map_err(|e| e.to_string()).and_then(|d| d.guard()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ws, PathBuf::from("/ws"));
         assert_eq!(g2, g);
         assert_eq!(cg, Some(PathBuf::from("/cg/x")));
     }

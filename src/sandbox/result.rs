@@ -240,6 +240,15 @@ pub enum Warning {
         /// How many other runs.
         runs: usize,
     },
+    /// A git-guard record of a run of a workspace that is no longer at its
+    /// path (removed, or moved) was dropped without its cleanup: its paths
+    /// name nothing of this workspace.
+    GitGuardRecordStale {
+        /// The record.
+        record: PathBuf,
+        /// The workspace it was written for.
+        workspace: PathBuf,
+    },
     /// A git index could not be read again after the run, so its gitlinks
     /// could not be checked (the run fails too).
     SubmoduleIndexUnreadable {
@@ -340,6 +349,13 @@ impl fmt::Display for Warning {
                 f,
                 "the git guard at the end of this run covered {runs} other writable run(s) of this workspace too \
                  (ended while it ran, or killed)"
+            ),
+            Warning::GitGuardRecordStale { record, workspace } => write!(
+                f,
+                "dropped the git-guard record {} of a run of {}, which is no longer there: if that workspace was \
+                 moved, check its git dirs for hooks and config a command may have planted before running git there",
+                record.display(),
+                workspace.display()
             ),
             Warning::SubmoduleIndexUnreadable { problem, .. } => write!(
                 f,

@@ -320,3 +320,33 @@ fn r0406_a_record_that_cannot_be_read_fails_the_cleanup_closed() {
     assert_eq!(stdout(&r), "ran\n");
     assert!(records(&ws).is_empty());
 }
+
+/// A record whose workspace is no longer at its path (moved; or removed
+/// and its inode reused) names nothing of the workspace now locked: it is
+/// dropped with a warning, and nothing is removed by its paths (which
+/// lead nowhere now). CONTROL: in r0402 the same record, with the
+/// workspace in place, has its path removed.
+#[test]
+fn r0407_a_record_of_a_workspace_no_longer_there_is_dropped_with_a_warning() {
+    let ws = Ws::with_git();
+    ws.write(".git/commondir", "../elsewhere\n");
+    let rec = leave_record_for_tests(ws.path(), &[ws.join(".git/commondir")]).unwrap_or_else(|e| panic!("{e}"));
+    let moved = ws.path().with_file_name(format!(
+        "{}-moved",
+        ws.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    ));
+    fs::rename(ws.path(), &moved).unwrap_or_else(|e| panic!("rename: {e}"));
+    let mut req = ExecRequest::new(&moved, ["true"]);
+    req.writable = true;
+    let r = run(&req);
+    // Put it back for the tempdir's cleanup before asserting.
+    fs::rename(&moved, ws.path()).unwrap_or_else(|e| panic!("rename back: {e}"));
+    let r = r.unwrap_or_else(|e| panic!("{}", portcullis::error_chain(&e)));
+    assert!(
+        r.warnings.iter().any(|w| matches!(w, Warning::GitGuardRecordStale { record, .. } if *record == rec)),
+        "{:?}",
+        r.warnings
+    );
+    assert!(exists(&ws.join(".git/commondir")));
+    assert!(!rec.exists() && records(&ws).is_empty());
+}
