@@ -37,9 +37,11 @@
 //!
 //! Within one run no new link can cross the boundary: the kernel refuses a
 //! link between two mounts (`EXDEV`), and the read-only areas, the grants
-//! and the carve-outs are all separate mounts. Writable runs of a workspace
-//! are planned one at a time under its lock, so no other sandboxed run *of
-//! the same workspace* adds a link between this plan and its run. A run of
+//! and the carve-outs are all separate mounts. Writable runs of one
+//! workspace run side by side (`sandbox::pending`), and one may link, after
+//! this plan, only names within one of its own writable mounts: a file it
+//! may write itself, which this run may then write through the new name; a
+//! file no writable run may write cannot be brought in. A run of
 //! another workspace whose plan grants writes here (a `--write` naming this
 //! workspace, or a shared directory granted to both) takes another lock and
 //! can: it may link a file this plan keeps read-only into a name this run

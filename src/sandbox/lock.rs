@@ -1,4 +1,6 @@
-//! The workspace lock: writable runs of one workspace go one at a time.
+//! The workspace lock: writable runs of one workspace hold it shared for
+//! their life, and the git guard's cleanup holds it exclusive, once no
+//! writable run is left (see `sandbox::pending`).
 //!
 //! The lock is an `flock` on a file named after the workspace's device and
 //! inode, in a directory private to the caller's uid
@@ -13,7 +15,9 @@
 //!
 //! Different uids get different directories, so their runs do not wait for
 //! each other. The lock files are never removed: removing one while another
-//! run waits on it would let a third run lock a fresh file beside it.
+//! run waits on it would let a third run lock a fresh file beside it. Nor
+//! are their records' directories (`sandbox::pending`): a run holding one
+//! open would write its record where no cleanup looks.
 
 use std::fs::File;
 use std::io;
@@ -32,11 +36,13 @@ use super::SandboxError;
 /// How the lock is held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// A writable run: alone.
+    /// Alone: a writable run on the host network, on a kernel without
+    /// Landlock's abstract-socket scoping; the git guard's cleanup of a
+    /// workspace.
     Exclusive,
-    /// A run that must not overlap a writable one but may overlap its own
-    /// kind (a read-only run on the host network, on a kernel without
-    /// Landlock's abstract-socket scoping).
+    /// Beside its own kind: a writable run of a workspace (beside other
+    /// writable runs, never beside its cleanup); a read-only run on the
+    /// host network on such a kernel.
     Shared,
 }
 
@@ -87,13 +93,19 @@ pub(crate) fn open_dir(uid: u32) -> Result<OwnedFd, SandboxError> {
 
 /// The lock file's name for a workspace: its device and inode, so that two
 /// spellings of one directory share a lock.
-fn file_name(ws: &Path) -> Result<String, SandboxError> {
+pub(crate) fn file_name(ws: &Path) -> Result<String, SandboxError> {
     let st = nix::sys::stat::stat(ws).map_err(|e| SandboxError::Path {
         what: "workspace to lock",
         path: ws.to_path_buf(),
         source: e.into(),
     })?;
     Ok(format!("ws-{:x}-{:x}.lock", st.st_dev, st.st_ino))
+}
+
+/// The caller's lock directory, opened, and the name of `ws`'s lock file
+/// in it (its git-guard records live beside it: `sandbox::pending`).
+pub(crate) fn open_for_records(ws: &Path, uid: u32) -> Result<(OwnedFd, String), SandboxError> {
+    Ok((open_dir(uid)?, file_name(ws)?))
 }
 
 /// What a lock keeps apart.
@@ -127,6 +139,16 @@ fn open_file(key: Key<'_>, uid: u32) -> Result<File, SandboxError> {
         return Err(lock_err(&path, "the lock file is not a regular file of the caller's; remove it".into()));
     }
     Ok(file)
+}
+
+/// Take the lock for `key` exclusive if no one holds it, without waiting:
+/// `None` when someone does.
+pub(crate) fn try_exclusive(key: Key<'_>, uid: u32) -> Result<Option<Flock<File>>, SandboxError> {
+    match Flock::lock(open_file(key, uid)?, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(lock)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(lock_err(&dir(uid), format!("cannot lock the lock file: {}", io::Error::from(e)))),
+    }
 }
 
 /// Take the lock for `key` (a run of `ws`), polling so that the deadline

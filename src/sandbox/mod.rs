@@ -12,6 +12,7 @@ mod launch;
 mod links;
 mod lock;
 mod observe;
+mod pending;
 mod plan;
 mod result;
 mod roots;
@@ -40,6 +41,8 @@ pub use cgroup::{CgroupHost, CgroupPlan, LimitMechanism, NoCgroup};
 pub use containment::Containment;
 pub use git::GitIndex;
 pub use observe::{RefusedWrites, ReportState, SAMPLE_CAP};
+#[doc(hidden)]
+pub use pending::{leave_record_for_tests, records_dir_for_tests};
 pub use plan::{Plan, DEFAULT_PROTECTED};
 pub use result::{
     status, AppliedLimits, CloneCall, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome, Warning,
@@ -820,6 +823,31 @@ impl Sandbox {
     /// the user) changed the tree, and a plan made before that could let
     /// what it made escape this run's git guard or link check. Plan again,
     /// or use [`Sandbox::run`], which plans under the lock itself.
+    ///
+    /// The lock a writable run holds is shared: other writable runs of the
+    /// workspace may run beside it, and change the tree after this check
+    /// (or after [`Sandbox::run`]'s plan) as well as before. What each part
+    /// of the plan snapshots stays safe against them:
+    /// * missing git redirections (`git_guard`), hooks, includes, gitlinks
+    ///   (`git_indexes`, `git_trees`): what another run creates is in its
+    ///   own record, and the cleanup of every record waits until no
+    ///   writable run is left (`sandbox::pending`), so a plan that took it
+    ///   for the user's (and binds it read-only, or reads config from it)
+    ///   only protects more, and is never undone under this run;
+    /// * `hard_linked`, `unlistable`, renames: another run can link or move
+    ///   only names of one of its own writable mounts (a link or rename
+    ///   across mounts fails with `EXDEV`, its carve-outs and masks are
+    ///   mount points), so what it can bring into this run's writable areas
+    ///   is a file it may write itself (see "Writable runs side by side" in
+    ///   docs/sandbox.md for what that leaves);
+    /// * `privileged`: no sandboxed command can make a setuid, setgid or
+    ///   file-capability program (seccomp, no capabilities);
+    /// * a path of the plan swapped for a symbolic link: the helper opens
+    ///   every bind source with `RESOLVE_NO_SYMLINKS` and walks every
+    ///   destination with `O_NOFOLLOW`, so the setup fails and nothing runs;
+    /// * missing grants: created by descriptor, an existing directory kept,
+    ///   a link on the way refused (two runs may create one at once);
+    /// * host mounts (`aliases`): a sandbox cannot change the host's mounts.
     pub async fn run_plan(&self, plan: &Plan, req: &ExecRequest, opts: RunOptions) -> Result<ExecResult, SandboxError> {
         not_full_as_degraded(req)?;
         let start = Instant::now();
@@ -836,7 +864,9 @@ impl Sandbox {
     }
 
     /// The locks a run holds until it and its git guard are done: the
-    /// workspace's for a run that writes, and, without Landlock's
+    /// workspace's, shared, for a run that writes (writable runs of one
+    /// workspace run side by side; a cleanup of their git guard holds it
+    /// exclusive, briefly: see `sandbox::pending`), and, without Landlock's
     /// abstract-socket scoping (ABI 6), the host network's for runs on it
     /// (they share its abstract sockets, over which one could hand
     /// descriptors to another: a writable one runs alone among them).
@@ -847,15 +877,23 @@ impl Sandbox {
         req: &ExecRequest,
         deadline: Option<tokio::time::Instant>,
         cancel: Option<&CancellationToken>,
-    ) -> Result<Vec<nix::fcntl::Flock<std::fs::File>>, SandboxError> {
-        let mut held = Vec::new();
+    ) -> Result<Held, SandboxError> {
+        let mut held = Held { host_network: None, workspace: None };
         if req.network == Network::Host && sys::landlock_abi() < 6 {
             let kind = if writes { lock::Kind::Exclusive } else { lock::Kind::Shared };
-            held.push(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, cancel).await?);
+            held.host_network =
+                Some(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, cancel).await?);
         }
         if writes {
-            let (key, kind) = (lock::Key::Workspace(ws), lock::Kind::Exclusive);
-            held.push(lock::acquire(key, ws, self.uid, kind, deadline, cancel).await?);
+            let key = lock::Key::Workspace(ws);
+            let (dir, name) = lock::open_for_records(ws, self.uid)?;
+            let records = pending::Records::open(&dir, &lock::dir(self.uid), &name, self.uid)?;
+            // Records left by killed runs are cleaned before this run is
+            // planned when no writable run is going (its plan would take
+            // what they planted for the user's).
+            let early = records.clean_if_alone(key, self.uid)?;
+            let lock = lock::acquire(key, ws, self.uid, lock::Kind::Shared, deadline, cancel).await?;
+            held.workspace = Some(pending::Hold::new(lock, records, early));
         }
         Ok(held)
     }
@@ -880,9 +918,12 @@ impl Sandbox {
         Ok(plan)
     }
 
-    /// Run a plan; `_held` (see [`Sandbox::take_locks`]) is kept until the
+    /// Run a plan; `held` (see [`Sandbox::take_locks`]) is kept until the
     /// run and its git guard are done. One line per step (`sandbox::run`);
-    /// the helper gets `plan.spec` as it is.
+    /// the helper gets `plan.spec` as it is. A run that writes records
+    /// what its git guard needs before its command starts, and at its end
+    /// does the guard of every writable run of the workspace, or leaves it
+    /// to the last one still going (`sandbox::pending`).
     async fn run_locked(
         &self,
         plan: &Plan,
@@ -890,8 +931,9 @@ impl Sandbox {
         mut opts: RunOptions,
         start: Instant,
         deadline: Option<tokio::time::Instant>,
-        _held: Vec<nix::fcntl::Flock<std::fs::File>>,
+        held: Held,
     ) -> Result<ExecResult, SandboxError> {
+        let Held { host_network: _host_network, workspace: mut hold } = held;
         not_late(plan, start, deadline)?;
         if opts.cancel.as_ref().is_some_and(CancellationToken::is_cancelled) {
             return Err(SandboxError::CancelledBeforeStart { workspace: plan.workspace.clone() });
@@ -901,16 +943,42 @@ impl Sandbox {
         }
         run::check_containment(plan)?;
         let mut cg = run::make_cgroup(plan, self.cgroup.as_ref().ok())?;
+        if let Some(h) = hold.as_mut() {
+            h.record(plan, cg.as_ref().map(|c| c.path.as_path()))?;
+        }
         let mut observing = observe::Setup::new(&plan.spec);
-        let (mut launched, streams) = run::spawn_helper(&self.helper, plan, cg.as_ref(), &mut observing, opts.stdin)?;
         let (mut warnings, mut failures) = (Vec::new(), Vec::new());
+        let (mut launched, streams) =
+            match run::spawn_helper(&self.helper, plan, cg.as_ref(), &mut observing, opts.stdin) {
+                Ok(spawned) => spawned,
+                Err(e) => {
+                    // The helper (if it started) is killed and reaped; its
+                    // record is written: empty the cgroup and do the guard as
+                    // after any run, since the command may have started.
+                    run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
+                    if let Some(h) = hold {
+                        h.finish(&mut warnings, &mut failures);
+                    }
+                    return after_run(failures, Err(e));
+                }
+            };
         let waited = run::wait(&mut launched, streams, req, &mut opts, deadline, cg.as_ref(), &mut warnings).await;
         run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
         let refused_writes = observing.finish().await;
-        run::guard_git(plan, &mut warnings, &mut failures);
+        if let Some(h) = hold {
+            h.finish(&mut warnings, &mut failures);
+        }
         run::settle_stdin(&mut launched, &mut warnings);
         run::assemble(plan, run::Ended { waited, refused_writes, warnings, failures, start })
     }
+}
+
+/// The locks of a run (see [`Sandbox::take_locks`]).
+struct Held {
+    /// The host network's, on a kernel without abstract-socket scoping.
+    host_network: Option<nix::fcntl::Flock<std::fs::File>>,
+    /// The workspace's, shared, for a run that writes.
+    workspace: Option<pending::Hold>,
 }
 
 /// A deadline that passed while the run was planned (or waited): nothing is

@@ -222,6 +222,33 @@ pub enum Warning {
         /// The kernel's answer.
         error: String,
     },
+    /// This writable run's git guard is left to the last writable run of
+    /// the workspace to end (writable runs of one workspace run side by
+    /// side): until then what the command created where git reads config
+    /// and hooks may exist. Run git on the host in this workspace only when
+    /// no writable command of it is running.
+    GitGuardDeferred {
+        /// Records of other writable runs pending when this one ended (runs
+        /// still going, or ended while another ran, or killed).
+        others: usize,
+    },
+    /// The git guard done at the end of this run covered other writable
+    /// runs of the workspace too: those that ended while it ran, and any
+    /// whose host process was killed. What it removed for them is among
+    /// these warnings.
+    GitGuardCoveredOthers {
+        /// How many other runs.
+        runs: usize,
+    },
+    /// A git-guard record of a run of a workspace that is no longer at its
+    /// path (removed, or moved) was dropped without its cleanup: its paths
+    /// name nothing of this workspace.
+    GitGuardRecordStale {
+        /// The record.
+        record: PathBuf,
+        /// The workspace it was written for.
+        workspace: PathBuf,
+    },
     /// A git index could not be read again after the run, so its gitlinks
     /// could not be checked (the run fails too).
     SubmoduleIndexUnreadable {
@@ -311,6 +338,24 @@ impl fmt::Display for Warning {
                  before removing it",
                 target.display(),
                 entry.display()
+            ),
+            Warning::GitGuardDeferred { others } => write!(
+                f,
+                "git guard left to the last writable run of this workspace to end ({others} other run(s) pending): \
+                 until none is running, what a command created where git reads config and hooks may exist; run git \
+                 on the host here only when no writable command of this workspace is running"
+            ),
+            Warning::GitGuardCoveredOthers { runs } => write!(
+                f,
+                "the git guard at the end of this run covered {runs} other writable run(s) of this workspace too \
+                 (ended while it ran, or killed)"
+            ),
+            Warning::GitGuardRecordStale { record, workspace } => write!(
+                f,
+                "dropped the git-guard record {} of a run of {}, which is no longer there: if that workspace was \
+                 moved, check its git dirs for hooks and config a command may have planted before running git there",
+                record.display(),
+                workspace.display()
             ),
             Warning::SubmoduleIndexUnreadable { problem, .. } => write!(
                 f,

@@ -17,8 +17,9 @@ use tokio::sync::mpsc;
 
 use super::cgroup::Cgroup;
 use super::{
-    after_run, guard, launch, observe, pump, read_records, setup_error, stdin, submodules, sys, Cleanup, Enforcement,
-    ExecRequest, ExecResult, LandlockStatus, Outcome, Plan, RunOptions, SandboxError, Stdin, Stream, Warning,
+    after_run, guard, launch, observe, pending, pump, read_records, setup_error, stdin, submodules, sys, Cleanup,
+    Enforcement, ExecRequest, ExecResult, LandlockStatus, Outcome, Plan, RunOptions, SandboxError, Stdin, Stream,
+    Warning,
 };
 use crate::path::lexical;
 
@@ -335,19 +336,16 @@ pub(super) async fn empty_cgroup(
     }
 }
 
-/// Git redirections the command created where nothing could be mounted
+/// Git redirections a command created where nothing could be mounted
 /// (the files did not exist): make them unreachable before any host git
 /// runs; then gitlinks the command added, to repositories of its own, are
-/// quarantined. A failure fails the run, never a mere warning.
-pub(super) fn guard_git(plan: &Plan, warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) {
-    let roots: Vec<&Path> = plan
-        .writable
-        .then_some(plan.workspace.as_path())
-        .into_iter()
-        .chain(plan.write_grants.iter().map(PathBuf::as_path))
-        .collect();
-    let fail_guard = cfg!(debug_assertions) && plan.spec.test_switches.fail_git_guard;
-    for f in &plan.git_guard {
+/// quarantined. `work` is one writable run's (see `sandbox::pending`: the
+/// last writable run of a workspace to end does this for every run since
+/// the last cleanup). A failure fails the run, never a mere warning.
+pub(super) fn guard_git(work: &pending::Guard, warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) {
+    let roots: Vec<&Path> = work.roots.iter().map(PathBuf::as_path).collect();
+    let fail_guard = cfg!(debug_assertions) && work.fail_git_guard;
+    for f in &work.git_guard {
         match guard::remove(&roots, f, fail_guard) {
             Ok(guard::Removed::Nothing) => {}
             Ok(guard::Removed::Deleted { entry }) if entry == *f || entry == lexical(f) => {
@@ -370,7 +368,7 @@ pub(super) fn guard_git(plan: &Plan, warnings: &mut Vec<Warning>, failures: &mut
             }
         }
     }
-    submodules::quarantine_new(plan, &roots, warnings, failures);
+    submodules::quarantine_new(work, &roots, warnings, failures);
 }
 
 /// Only now, with every process of the sandbox gone, is what the command

@@ -16,17 +16,18 @@ use std::path::{Path, PathBuf};
 
 use super::git;
 use super::guard;
-use super::{Cleanup, Plan, Warning};
+use super::pending::Guard;
+use super::{Cleanup, Warning};
 
 /// A failure for the run's result: which cleanup, the step, the path, why.
 pub(super) type Failure = (Cleanup, &'static str, PathBuf, io::Error);
 
 /// Quarantine the `.git` of every gitlink the command added (see the module
 /// docs); warnings and failures are appended.
-pub(super) fn quarantine_new(plan: &Plan, roots: &[&Path], warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) {
-    let fail_rename = cfg!(debug_assertions) && plan.spec.test_switches.fail_git_guard;
-    let known: BTreeSet<&Path> = plan.git_trees.iter().map(PathBuf::as_path).collect();
-    for ix in &indexes_after(plan) {
+pub(super) fn quarantine_new(work: &Guard, roots: &[&Path], warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) {
+    let fail_rename = cfg!(debug_assertions) && work.fail_git_guard;
+    let known: BTreeSet<&Path> = work.git_trees.iter().map(PathBuf::as_path).collect();
+    for ix in &indexes_after(work) {
         let mut found = git::Found::default();
         if let Err((file, why)) = git::gitlinks_into(&ix.index, ix.sha256, &mut found) {
             // What cannot be read cannot be checked: git on the host may
@@ -85,12 +86,12 @@ pub(super) fn quarantine_new(plan: &Plan, roots: &[&Path], warnings: &mut Vec<Wa
     }
 }
 
-/// The indexes to read again: the plan's, and those of linked worktrees
+/// The indexes to read again: the plan's (kept in `work`), and those of linked worktrees
 /// of their git dirs the plan did not read (made by the command, `git
 /// worktree add`), each with the working tree its `gitdir` file names.
-fn indexes_after(plan: &Plan) -> Vec<git::GitIndex> {
-    let mut out = plan.git_indexes.clone();
-    for ix in &plan.git_indexes {
+fn indexes_after(work: &Guard) -> Vec<git::GitIndex> {
+    let mut out = work.git_indexes.clone();
+    for ix in &work.git_indexes {
         let Some(gd) = ix.index.parent() else { continue };
         for (private, wt) in git::linked_worktrees(gd) {
             let index = private.join("index");

@@ -103,15 +103,20 @@ except OSError as e: print("fchmod", err(e))
 "#;
 
 /// One round of the attack: the giver (writable, Landlock off when
-/// `break_landlock`) and the taker (read-only) run at once.
-fn fd_passing_round(break_landlock: bool) -> (Ws, String, String) {
+/// `break_landlock`) and the taker (read-only, or, with `taker_grant`,
+/// writable in `target` only, so that `src/` and `.git` are read-only for
+/// it too) run at once.
+pub(super) fn fd_passing_round(break_landlock: bool, taker_grant: bool) -> (Ws, String, String) {
     let ws = Ws::with_git();
     fs::set_permissions(ws.join(".git"), fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("chmod: {e}"));
     let wsp = ws.path().display().to_string();
     let mut giver = py(&ws, GIVER, &[&wsp]);
     giver.writable = true;
     giver.test_switches.skip_landlock = break_landlock;
-    let taker = py(&ws, TAKER, &[&wsp]);
+    let mut taker = py(&ws, TAKER, &[&wsp]);
+    if taker_grant {
+        taker.write = vec![ws.join("target")];
+    }
     let t = std::thread::spawn(move || run_ok(&taker));
     let g = run_ok(&giver);
     assert_eq!(g.outcome.code(), Some(0), "giver: {}", stderr(&g));
@@ -124,7 +129,7 @@ fn fd_passing_round(break_landlock: bool) -> (Ws, String, String) {
 
 #[test]
 fn r0066_a_read_only_run_cannot_borrow_a_writable_runs_descriptors() {
-    let (ws, giver, taker) = fd_passing_round(false);
+    let (ws, giver, taker) = fd_passing_round(false, false);
     // The writable run cannot make a socket in the workspace (Landlock's
     // make-sock right is withheld there), while its private /tmp and a
     // socketpair within the run work.
@@ -141,7 +146,7 @@ fn r0066_a_read_only_run_cannot_borrow_a_writable_runs_descriptors() {
     // would let it bind), the same two runs do hand the descriptors over,
     // and the read-only run writes through them after the writable run and
     // its git guard are gone.
-    let (ws, giver, taker) = fd_passing_round(true);
+    let (ws, giver, taker) = fd_passing_round(true, false);
     assert!(giver.contains("bind_ws OK") && giver.contains("gave OK"), "{giver}");
     assert!(taker.contains("connect OK") && taker.contains("write OK"), "{taker}");
     assert!(taker.contains("fchmod OK"), "{taker}");
@@ -255,28 +260,33 @@ fn r0067_no_command_can_hold_the_workspace_lock() {
     assert!(stdout(&held).contains("locked"), "{}", stdout(&held));
 }
 
+/// Hold the workspace's lock exclusive from outside, as the git guard's
+/// cleanup does (writable runs hold it shared and no longer wait for each
+/// other), until the returned lock is dropped.
+fn hold_exclusive(ws: &Ws) -> nix::fcntl::Flock<fs::File> {
+    // A writable run makes the lock file.
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    run_ok(&req);
+    let f = fs::OpenOptions::new().read(true).open(lock_file(ws)).unwrap_or_else(|e| panic!("open lock: {e}"));
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .unwrap_or_else(|(_, e)| panic!("lock the workspace: {e}"))
+}
+
 #[test]
 fn r0068_a_timeout_covers_the_wait_for_the_workspace() {
     let ws = Ws::new();
     let marker = ws.join("marker");
     let m = marker.display().to_string();
-    let first = |secs: &str| {
-        let mut r = ws.req(&["sh", "-c", &format!("echo started; sleep {secs}")]);
-        r.writable = true;
-        r
-    };
     let touch = || {
         let mut r = ws.req(&["touch", &m]);
         r.writable = true;
         r
     };
 
-    // Behind a 3 s writable run, `--timeout 1` gives up after about 1 s
-    // and starts nothing.
-    let (tx, rx) = mpsc::channel();
-    let a = first("3");
-    let t = std::thread::spawn(move || run_signalling(&a, tx));
-    rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|e| panic!("first run never started: {e}"));
+    // While a cleanup holds the lock, `--timeout 1` gives up after about
+    // 1 s and starts nothing.
+    let held = hold_exclusive(&ws);
     let mut b = touch();
     b.timeout = Some(Duration::from_secs(1));
     let t0 = Instant::now();
@@ -303,15 +313,9 @@ fn r0068_a_timeout_covers_the_wait_for_the_workspace() {
         other => panic!("expected a cancellation while waiting, got {other:?}"),
     }
     assert!(t1.elapsed() < Duration::from_millis(1500), "cancel took {:?}", t1.elapsed());
-    let r = t.join().unwrap_or_else(|_| panic!("first run panicked")).unwrap_or_else(|e| panic!("first run: {e}"));
-    assert_eq!(r.outcome.code(), Some(0));
     assert!(!marker.exists(), "a run that timed out or was cancelled while waiting started its command");
 
     // The CLI maps the wait's timeout to 124.
-    let (tx, rx) = mpsc::channel();
-    let a = first("2");
-    let t = std::thread::spawn(move || run_signalling(&a, tx));
-    rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|e| panic!("first run never started: {e}"));
     let out = cli()
         .args(["exec", "--workspace"])
         .arg(ws.path())
@@ -320,14 +324,13 @@ fn r0068_a_timeout_covers_the_wait_for_the_workspace() {
         .unwrap_or_else(|e| panic!("cli: {e}"));
     assert_eq!(out.status.code(), Some(124), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing was started"));
-    let _ = t.join();
     assert!(!marker.exists());
 
     // CONTROL: without a timeout the same run waits and then runs.
-    let (tx, rx) = mpsc::channel();
-    let a = first("1");
-    let t = std::thread::spawn(move || run_signalling(&a, tx));
-    rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|e| panic!("first run never started: {e}"));
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        drop(held);
+    });
     let t0 = Instant::now();
     let r = run_ok(&touch());
     assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
@@ -432,33 +435,4 @@ fn r0069_other_channels_between_concurrent_runs_are_closed() {
         let r = t.join().unwrap_or_else(|_| panic!("server panicked")).unwrap_or_else(|e| panic!("server: {e}"));
         assert!(stdout(&r).contains("same_run OK"), "{}", stdout(&r));
     }
-}
-
-/// Regression (review): two writable runs on one workspace at once let the
-/// second re-plant a git name the first one's guard removed (its plan saw
-/// the first run's hook as the user's). Writable runs of one workspace now
-/// go one at a time; read-only runs do not wait.
-#[test]
-fn r0052_writable_runs_of_one_workspace_go_one_at_a_time() {
-    let ws = Ws::new();
-    let bin = bin_dir().join("portcullis");
-    let w = ws.path().display().to_string();
-    let first = std::process::Command::new(&bin)
-        .args(["exec", "--workspace", &w, "--writable", "--", "sh", "-c", "touch started; sleep 1; touch first-done"])
-        .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !ws.join("started").exists() {
-        assert!(std::time::Instant::now() < deadline, "the first run never started");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    // Control: a read-only run does not wait for the writable one.
-    let r = run_ok(&ws.req(&["sh", "-c", "test -e first-done && echo after || echo during"]));
-    assert_eq!(stdout(&r).trim(), "during");
-    let mut req = ws.req(&["sh", "-c", "test -e first-done && echo after || echo during"]);
-    req.writable = true;
-    let r = run_ok(&req);
-    assert_eq!(stdout(&r).trim(), "after", "a second writable run waits for the first");
-    let mut first = first;
-    assert!(first.wait().is_ok_and(|s| s.success()));
 }

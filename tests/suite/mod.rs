@@ -21,6 +21,7 @@ mod hookfix;
 mod landlock_only;
 mod limits;
 mod links_review;
+mod lock_concurrency;
 mod meta;
 mod modes_review;
 mod observe_review;

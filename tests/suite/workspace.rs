@@ -371,3 +371,49 @@ fn r0511_dropping_the_workspace_kills_its_jobs() {
     }
     assert_eq!(super::util::host_procs_containing(&marker), Vec::<String>::new(), "a job outlived its workspace");
 }
+
+#[test]
+fn r0512_a_writable_background_job_does_not_stall_writable_commands() {
+    use portcullis::workspace::jobs::JobStatus;
+    let ws = Ws::with_git();
+    let (w, _audit) = build_with_jobs(&ws);
+    rt().block_on(async {
+        // A writable "dev server": it plants a hook (the git guard's
+        // business) and waits for a file the foreground commands make.
+        let line = "sh -c 'echo \"[core]\" > .git/config.worktree; echo planted=$?; \
+                    while [ ! -e done.txt ]; do sleep 0.1; done; echo saw-done'";
+        let opts = ExecOptions { writable: true, ..ExecOptions::default() };
+        let id = job(w.start_shell(line, opts).await.unwrap_or_else(|e| panic!("{e}")));
+        // Writable commands start and finish while it runs.
+        for i in 0..3 {
+            let t = ran(w.exec(&format!("touch fg{i}.txt"), writable()).await.unwrap_or_else(|e| panic!("{e}")));
+            assert_eq!(t.result.outcome, Outcome::Exited { code: 0 }, "foreground {i}");
+        }
+        let status = w.shell_output(&id, None, Duration::ZERO).await.map(|o| o.status).ok();
+        assert_eq!(status, Some(JobStatus::Running), "the job ended before the foreground commands finished");
+        let t = ran(w.exec("touch done.txt", writable()).await.unwrap_or_else(|e| panic!("{e}")));
+        assert_eq!(t.result.outcome, Outcome::Exited { code: 0 });
+        // The job sees it and ends; the last writable run out cleans up.
+        let mut cursor = None;
+        let mut out = String::new();
+        for _ in 0..100 {
+            let o = w.shell_output(&id, cursor, Duration::from_millis(200)).await.unwrap_or_else(|e| panic!("{e}"));
+            out.push_str(&o.stdout);
+            cursor = Some(o.cursor);
+            if o.status != JobStatus::Running {
+                assert_eq!(o.status, JobStatus::Exited, "{o:?}");
+                break;
+            }
+        }
+        assert!(out.contains("saw-done"), "{out:?}");
+        // Control: the job could plant it (the file was missing, so no
+        // mount kept it read-only; the guard's cleanup is what removes it).
+        assert!(out.contains("planted=0"), "{out:?}");
+    });
+    for i in 0..3 {
+        assert!(ws.join(&format!("fg{i}.txt")).exists());
+    }
+    // The promise: no writable run is going, so nothing the job planted
+    // where host git reads hooks is left.
+    assert!(!ws.join(".git/config.worktree").exists(), "a planted git redirection survived every writable run");
+}

@@ -1,0 +1,623 @@
+//! Writable runs of one workspace side by side, and the git guard's
+//! cleanup done once none of them is left.
+//!
+//! A writable run holds its workspace's lock (`sandbox::lock`) *shared* for
+//! its whole life, so writable runs and background jobs of one workspace
+//! run at once. Before its command starts, each writes a record of what its
+//! git guard must do (the guarded paths, its writable roots, the indexes to
+//! read again and the working trees its plan knew, its cgroup) into a
+//! directory beside the lock file, in the caller's private lock directory,
+//! which no sandboxed command can see. When a run has ended (its cgroup
+//! emptied), it lets go of its shared hold and tries the lock *exclusive*
+//! without waiting: if it gets it, no writable run of the workspace is left,
+//! and it does the cleanup of every record there (its own and those of the
+//! runs that ended while it ran, or whose host process was killed), then
+//! removes them; if not, another writable run is still going (or is doing
+//! the cleanup), and the last one to end does it. A run starting while a
+//! cleanup holds the lock waits for it (bounded by its timeout and
+//! cancellation, as any wait for the lock).
+//!
+//! Why deferred, not each run's own guard at its end: a run's plan takes
+//! what a concurrent run created (a `.git/hooks` that was missing) for the
+//! user's and binds it read-only; removing it while the later run still
+//! runs detaches that bind in its mount namespace, and the later run could
+//! plant there unguarded. Done only when none is running, the cleanup of the
+//! union covers what any overlapping run could have created, and the
+//! promise is: **when no writable run of the workspace is running, none of
+//! the git redirections any of them listed exists** (or a run failed with
+//! `SandboxError::AfterRun`).
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, Flock, FlockArg, OFlag, RenameFlags};
+use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
+use nix::unistd::UnlinkatFlags;
+use serde::{Deserialize, Serialize};
+
+use super::git::GitIndex;
+use super::run::Failure;
+use super::{Cleanup, Plan, SandboxError, Warning};
+
+/// At most this many records are kept for one workspace: a run starting
+/// beyond it is refused, a cleanup finding more fails closed.
+pub(crate) const MAX_RECORDS: usize = 1024;
+/// At most this many bytes in one record (a plan of 10,000 git dirs is a
+/// few MB); a larger one is refused when written, and fails the cleanup
+/// when read.
+pub(crate) const MAX_RECORD_BYTES: u64 = 16 << 20;
+
+const VERSION: u32 = 1;
+const PREFIX: &str = "run-";
+const SUFFIX: &str = ".json";
+const TMP_PREFIX: &str = ".tmp-run-";
+
+/// What one writable run's git guard needs after the run: everything of
+/// its plan that `run::guard_git` reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Guard {
+    /// The writable roots (the workspace when writable, the write grants).
+    pub(super) roots: Vec<PathBuf>,
+    /// `Plan::git_guard`.
+    pub(super) git_guard: Vec<PathBuf>,
+    /// `Plan::git_indexes`.
+    pub(super) git_indexes: Vec<GitIndex>,
+    /// `Plan::git_trees`.
+    pub(super) git_trees: Vec<PathBuf>,
+    /// The debug test switch `fail_git_guard`.
+    pub(super) fail_git_guard: bool,
+}
+
+impl Guard {
+    /// What `plan`'s git guard needs.
+    pub(super) fn of(plan: &Plan) -> Guard {
+        Guard {
+            roots: plan.writable.then(|| plan.workspace.clone()).into_iter().chain(plan.write_grants.clone()).collect(),
+            git_guard: plan.git_guard.clone(),
+            git_indexes: plan.git_indexes.clone(),
+            git_trees: plan.git_trees.clone(),
+            fail_git_guard: plan.spec.test_switches.fail_git_guard,
+        }
+    }
+}
+
+/// A path in a record: UTF-8 as it is, `%` and every byte that is not
+/// UTF-8 as `%XX` (paths need not be UTF-8; JSON strings must).
+fn enc(p: &Path) -> String {
+    let mut s = String::new();
+    for chunk in p.as_os_str().as_bytes().utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '%' {
+                s.push_str("%25");
+            } else {
+                s.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s
+}
+
+fn dec(s: &str) -> Result<PathBuf, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+            let byte =
+                hex.and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or_else(|| format!("bad escape in {s:?}"))?;
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    let p = PathBuf::from(OsStr::from_bytes(&out));
+    if !p.is_absolute() {
+        return Err(format!("{s:?} is not an absolute path"));
+    }
+    Ok(p)
+}
+
+fn enc_all(ps: &[PathBuf]) -> Vec<String> {
+    ps.iter().map(|p| enc(p)).collect()
+}
+
+fn dec_all(ss: &[String]) -> Result<Vec<PathBuf>, String> {
+    ss.iter().map(|s| dec(s)).collect()
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IndexOnDisk {
+    index: String,
+    worktree: String,
+    sha256: bool,
+}
+
+/// A record as it is on disk (serde JSON).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OnDisk {
+    version: u32,
+    /// The host process that ran it (for people reading the file).
+    pid: u32,
+    workspace: String,
+    /// The run's cgroup, killed and awaited before a later cleanup of a
+    /// record left behind (its host process was killed mid-run).
+    cgroup: Option<String>,
+    roots: Vec<String>,
+    git_guard: Vec<String>,
+    git_indexes: Vec<IndexOnDisk>,
+    git_trees: Vec<String>,
+    fail_git_guard: bool,
+}
+
+impl OnDisk {
+    fn of(ws: &Path, g: &Guard, cgroup: Option<&Path>) -> OnDisk {
+        OnDisk {
+            version: VERSION,
+            pid: std::process::id(),
+            workspace: enc(ws),
+            cgroup: cgroup.map(enc),
+            roots: enc_all(&g.roots),
+            git_guard: enc_all(&g.git_guard),
+            git_indexes: g
+                .git_indexes
+                .iter()
+                .map(|i| IndexOnDisk { index: enc(&i.index), worktree: enc(&i.worktree), sha256: i.sha256 })
+                .collect(),
+            git_trees: enc_all(&g.git_trees),
+            fail_git_guard: g.fail_git_guard,
+        }
+    }
+
+    fn guard(&self) -> Result<(PathBuf, Guard, Option<PathBuf>), String> {
+        if self.version != VERSION {
+            return Err(format!("record version {} (this build reads {VERSION})", self.version));
+        }
+        let git_indexes = self
+            .git_indexes
+            .iter()
+            .map(|i| Ok(GitIndex { index: dec(&i.index)?, worktree: dec(&i.worktree)?, sha256: i.sha256 }))
+            .collect::<Result<_, String>>()?;
+        let guard = Guard {
+            roots: dec_all(&self.roots)?,
+            git_guard: dec_all(&self.git_guard)?,
+            git_indexes,
+            git_trees: dec_all(&self.git_trees)?,
+            fail_git_guard: self.fail_git_guard,
+        };
+        Ok((dec(&self.workspace)?, guard, self.cgroup.as_deref().map(dec).transpose()?))
+    }
+}
+
+/// The records' directory of one workspace, opened.
+pub(crate) struct Records {
+    dir: OwnedFd,
+    path: PathBuf,
+    /// The lock file's name: the workspace's device and inode.
+    lock_name: String,
+}
+
+fn lock_err(path: &Path, problem: String) -> SandboxError {
+    SandboxError::Lock { path: path.to_path_buf(), problem }
+}
+
+impl Records {
+    /// Open (creating it, mode 700) the records' directory of the workspace
+    /// whose lock file is `lock_name`, in the caller's lock directory
+    /// `lock_dir`, refusing a link, a non-directory, another uid's or one
+    /// open to others.
+    pub(crate) fn open(
+        lock_dir: &OwnedFd,
+        lock_dir_path: &Path,
+        lock_name: &str,
+        uid: u32,
+    ) -> Result<Records, SandboxError> {
+        let name = format!("{}.runs", lock_name.trim_end_matches(".lock"));
+        let path = lock_dir_path.join(&name);
+        match mkdirat(lock_dir, name.as_str(), Mode::from_bits_truncate(0o700)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(lock_err(&path, format!("cannot create it: {}", io::Error::from(e)))),
+        }
+        let dir = openat(
+            lock_dir,
+            name.as_str(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| lock_err(&path, format!("cannot open it ({}); it must be a directory", io::Error::from(e))))?;
+        let st = fstat(&dir).map_err(|e| lock_err(&path, format!("cannot stat it: {}", io::Error::from(e))))?;
+        if st.st_uid != uid || st.st_mode & 0o077 != 0 {
+            return Err(lock_err(
+                &path,
+                format!(
+                    "it belongs to uid {} with mode {:o}; it must be uid {uid}'s, mode 700: remove it",
+                    st.st_uid,
+                    st.st_mode & 0o7777
+                ),
+            ));
+        }
+        Ok(Records { dir, path, lock_name: lock_name.to_string() })
+    }
+
+    /// The names in the directory that are records (or records being
+    /// written), at most `MAX_RECORDS + 1` of them.
+    fn names(&self) -> io::Result<Vec<String>> {
+        let fd = openat(&self.dir, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
+        let mut d = nix::dir::Dir::from_fd(fd)?;
+        let mut out = Vec::new();
+        for e in d.iter() {
+            let e = e?;
+            let Ok(name) = e.file_name().to_str() else { continue };
+            if (name.starts_with(PREFIX) && name.ends_with(SUFFIX)) || name.starts_with(TMP_PREFIX) {
+                out.push(name.to_string());
+                if out.len() > MAX_RECORDS {
+                    break;
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// How many records there are (those of runs still going, of runs that
+    /// ended while another ran, and of killed ones).
+    pub(crate) fn count(&self) -> usize {
+        self.names().map(|n| n.iter().filter(|n| !n.starts_with(TMP_PREFIX)).count()).unwrap_or(0)
+    }
+
+    /// Write the record of a run about to start: a fresh file (`O_EXCL`,
+    /// mode 600) written whole under a temporary name, then renamed into
+    /// place without replacing anything, so a record is never seen half
+    /// written. Returns its name. An error means the run must not start.
+    pub(super) fn write(&self, ws: &Path, guard: &Guard, cgroup: Option<&Path>) -> Result<String, SandboxError> {
+        let names = self.names().map_err(|e| lock_err(&self.path, format!("cannot list it: {e}")))?;
+        if names.len() >= MAX_RECORDS {
+            return Err(SandboxError::LimitExceeded {
+                what: "git-guard records of one workspace",
+                limit: MAX_RECORDS as u64,
+                message: format!(
+                    "{} already holds {MAX_RECORDS} records of writable runs of {} whose git guard has not run; \
+                     let the writable runs of this workspace end (the last one cleans up), then run again",
+                    self.path.display(),
+                    ws.display()
+                ),
+            });
+        }
+        let data = serde_json::to_vec(&OnDisk::of(ws, guard, cgroup))
+            .map_err(|e| lock_err(&self.path, format!("cannot encode the git-guard record: {e}")))?;
+        if data.len() as u64 > MAX_RECORD_BYTES {
+            return Err(SandboxError::LimitExceeded {
+                what: "bytes of a git-guard record",
+                limit: MAX_RECORD_BYTES,
+                message: format!(
+                    "the git guard of this run of {} would need a record of {} bytes, more than {MAX_RECORD_BYTES}; \
+                     narrow the writable areas",
+                    ws.display(),
+                    data.len()
+                ),
+            });
+        }
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let stem = format!("{}-{nanos}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        let (tmp, name) = (format!("{TMP_PREFIX}{stem}"), format!("{PREFIX}{stem}{SUFFIX}"));
+        let fail = |what: &str, e: io::Error| {
+            lock_err(&self.path.join(&name), format!("cannot {what} the git-guard record: {e}"))
+        };
+        let fd = openat(
+            &self.dir,
+            tmp.as_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(|e| fail("create", e.into()))?;
+        let written = File::from(fd).write_all(&data).map_err(|e| fail("write", e)).and_then(|()| {
+            nix::fcntl::renameat2(&self.dir, tmp.as_str(), &self.dir, name.as_str(), RenameFlags::RENAME_NOREPLACE)
+                .map_err(|e| fail("rename into place", e.into()))
+        });
+        if let Err(e) = written {
+            let _ = nix::unistd::unlinkat(&self.dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+            return Err(e);
+        }
+        Ok(name)
+    }
+
+    fn read(&self, name: &str) -> Result<OnDisk, String> {
+        let fd = openat(
+            &self.dir,
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("cannot open it: {}", io::Error::from(e)))?;
+        let st = fstat(&fd).map_err(|e| format!("cannot stat it: {}", io::Error::from(e)))?;
+        if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+            return Err("it is not a regular file".into());
+        }
+        let mut data = Vec::new();
+        File::from(fd).take(MAX_RECORD_BYTES + 1).read_to_end(&mut data).map_err(|e| format!("cannot read it: {e}"))?;
+        if data.len() as u64 > MAX_RECORD_BYTES {
+            return Err(format!("it is larger than {MAX_RECORD_BYTES} bytes"));
+        }
+        serde_json::from_slice(&data).map_err(|e| format!("it is not a git-guard record: {e}"))
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        nix::unistd::unlinkat(&self.dir, name, UnlinkatFlags::NoRemoveDir).map_err(io::Error::from)
+    }
+
+    /// Before a writable run takes its shared hold: when records are there
+    /// and no writable run of the workspace is going (the lock can be had
+    /// exclusive at once), they are of runs whose host process was killed
+    /// (or kept because they could not be read): clean them now, so that
+    /// the run's plan does not take what they planted for the user's.
+    /// Otherwise the last writable run to end does it.
+    pub(super) fn clean_if_alone(&self, key: super::lock::Key<'_>, uid: u32) -> Result<Early, SandboxError> {
+        let mut early: Early = (Vec::new(), Vec::new());
+        if self.count() == 0 {
+            return Ok(early);
+        }
+        if let Some(alone) = super::lock::try_exclusive(key, uid)? {
+            let runs = self.clean(None, &mut early.0, &mut early.1);
+            if runs > 0 {
+                early.0.push(Warning::GitGuardCoveredOthers { runs });
+            }
+            drop(alone);
+        }
+        Ok(early)
+    }
+
+    /// The cleanup, holding the workspace's lock exclusive (no writable run
+    /// of it is going): the git guard of every record, each with its own
+    /// roots and known trees, then the record is removed. A record that
+    /// cannot be read is kept and fails the cleanup (it may list paths that
+    /// are then left): remove it by hand once the git dirs are checked. A
+    /// record whose run's cgroup cannot be emptied (its host process was
+    /// killed and the command lives on) is kept for a later cleanup, and
+    /// fails this one. Returns how many records other than `own` were
+    /// processed.
+    pub(super) fn clean(&self, own: Option<&str>, warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) -> usize {
+        let names = match self.names() {
+            Ok(n) => n,
+            Err(e) => {
+                failures.push((Cleanup::GitGuard, "listing the git-guard records", self.path.clone(), e));
+                return 0;
+            }
+        };
+        if names.len() > MAX_RECORDS {
+            failures.push((
+                Cleanup::GitGuard,
+                "listing the git-guard records (more than the bound; the rest are left for the next cleanup)",
+                self.path.clone(),
+                io::Error::from_raw_os_error(libc::E2BIG),
+            ));
+        }
+        let mut others = 0;
+        for name in names.iter().take(MAX_RECORDS) {
+            let path = self.path.join(name);
+            if name.starts_with(TMP_PREFIX) {
+                // Left by a host process killed while writing it, so
+                // before its command could start: nothing to clean.
+                let _ = self.remove(name);
+                continue;
+            }
+            let decoded = self.read(name).and_then(|d| d.guard());
+            let (workspace, guard, cgroup) = match decoded {
+                Ok(g) => g,
+                Err(problem) => {
+                    let text = format!(
+                        "the git-guard record {} cannot be used ({problem}); the paths it lists may still exist: \
+                         check the workspace's git dirs, then remove the record",
+                        path.display()
+                    );
+                    failures.push((Cleanup::GitGuard, "reading a git-guard record", path, io::Error::other(text)));
+                    continue;
+                }
+            };
+            if let Some(cg) = cgroup {
+                if let Err(e) = empty_cgroup(&cg, Duration::from_secs(5)) {
+                    failures.push((
+                        Cleanup::Cgroup,
+                        "emptying the cgroup of a run whose host process was killed",
+                        cg,
+                        e,
+                    ));
+                    continue;
+                }
+            }
+            // A record of a workspace that is no longer there (removed, and
+            // its inode reused by this one; or moved): its paths name
+            // nothing of this workspace.
+            if super::lock::file_name(&workspace).ok().as_deref() != Some(self.lock_name.as_str()) {
+                warnings.push(Warning::GitGuardRecordStale { record: path.clone(), workspace });
+            } else {
+                super::run::guard_git(&guard, warnings, failures);
+            }
+            if Some(name.as_str()) != own {
+                others += 1;
+            }
+            if let Err(e) = self.remove(name) {
+                failures.push((Cleanup::GitGuard, "removing a git-guard record", path, e));
+            }
+        }
+        others
+    }
+}
+
+/// A writable run's hold on its workspace: the lock, shared, and its
+/// record once written.
+pub(super) struct Hold {
+    lock: Flock<File>,
+    records: Records,
+    own: Option<String>,
+    /// What a cleanup before the run did (see [`Records::clean_if_alone`]).
+    early: Early,
+}
+
+/// What a cleanup before a run did: its warnings and failures, for the
+/// run's result.
+pub(super) type Early = (Vec<Warning>, Vec<Failure>);
+
+impl Hold {
+    pub(super) fn new(lock: Flock<File>, records: Records, early: Early) -> Hold {
+        Hold { lock, records, own: None, early }
+    }
+
+    /// Record what `plan`'s git guard will need, before its command starts
+    /// (an error: nothing starts).
+    pub(super) fn record(&mut self, plan: &Plan, cgroup: Option<&Path>) -> Result<(), SandboxError> {
+        self.own = Some(self.records.write(&plan.workspace, &Guard::of(plan), cgroup)?);
+        Ok(())
+    }
+
+    /// The run has ended: let go of the shared hold and try the lock
+    /// exclusive without waiting. Got: no writable run of the workspace is
+    /// left, and this run does the git guard of every record there. Not
+    /// got: another writable run is going (or cleaning up), and the last
+    /// one to end does it; the result says so. A run whose cgroup could not
+    /// be emptied (a `cleanup: cgroup` failure, already in `failures`) does
+    /// no cleanup: its processes could plant again behind it; its record,
+    /// which names its cgroup, is kept for a later cleanup, which kills and
+    /// awaits that cgroup first.
+    pub(super) fn finish(self, warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) {
+        let Hold { lock, records, own, early } = self;
+        let not_emptied = failures.iter().any(|f| f.0 == Cleanup::Cgroup);
+        warnings.extend(early.0);
+        failures.extend(early.1);
+        if not_emptied {
+            return;
+        }
+        let file = match lock.unlock() {
+            Ok(f) => f,
+            Err((_, e)) => {
+                failures.push((Cleanup::GitGuard, "unlocking the workspace's lock", records.path.clone(), e.into()));
+                return;
+            }
+        };
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(alone) => {
+                let runs = records.clean(own.as_deref(), warnings, failures);
+                if runs > 0 {
+                    warnings.push(Warning::GitGuardCoveredOthers { runs });
+                }
+                drop(alone);
+            }
+            Err((_, Errno::EWOULDBLOCK)) => {
+                warnings.push(Warning::GitGuardDeferred { others: records.count().saturating_sub(1) })
+            }
+            Err((_, e)) => failures.push((
+                Cleanup::GitGuard,
+                "locking the workspace exclusive for the git guard",
+                records.path.clone(),
+                e.into(),
+            )),
+        }
+    }
+}
+
+/// Kill what is left in a cgroup of a run whose host process was killed
+/// (the lifeline makes the helper kill it too) and wait until it is empty;
+/// then remove it. A cgroup that is gone is empty.
+fn empty_cgroup(cg: &Path, budget: Duration) -> io::Result<()> {
+    let events = cg.join("cgroup.events");
+    let populated = || match std::fs::read_to_string(&events) {
+        Ok(s) => Ok(s.lines().any(|l| l == "populated 1")),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    };
+    if !populated()? {
+        let _ = std::fs::remove_dir(cg);
+        return Ok(());
+    }
+    let _ = std::fs::write(cg.join("cgroup.kill"), "1");
+    let start = Instant::now();
+    while populated()? {
+        if start.elapsed() > budget {
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_dir(cg);
+    Ok(())
+}
+
+/// `#[doc(hidden)]` test support: write a record as a run of `ws` would
+/// (its guard listing `git_guard`, its writable root the workspace), and
+/// leave it, as a host process killed mid-run does. Returns its path.
+#[doc(hidden)]
+pub fn leave_record_for_tests(ws: &Path, git_guard: &[PathBuf]) -> Result<PathBuf, SandboxError> {
+    let uid = nix::unistd::getuid().as_raw();
+    let (dir_fd, lock_name) = super::lock::open_for_records(ws, uid)?;
+    let records = Records::open(&dir_fd, &super::lock::dir(uid), &lock_name, uid)?;
+    let ws = std::fs::canonicalize(ws).map_err(|source| SandboxError::Path {
+        what: "workspace",
+        path: ws.into(),
+        source,
+    })?;
+    let guard = Guard {
+        roots: vec![ws.clone()],
+        git_guard: git_guard.to_vec(),
+        git_indexes: Vec::new(),
+        git_trees: vec![ws.clone()],
+        fail_git_guard: false,
+    };
+    let name = records.write(&ws, &guard, None)?;
+    Ok(records.path.join(name))
+}
+
+/// The records' directory of `ws` for the caller (test support: what is
+/// pending there).
+#[doc(hidden)]
+pub fn records_dir_for_tests(ws: &Path) -> Result<PathBuf, SandboxError> {
+    let uid = nix::unistd::getuid().as_raw();
+    let (dir_fd, lock_name) = super::lock::open_for_records(ws, uid)?;
+    Ok(Records::open(&dir_fd, &super::lock::dir(uid), &lock_name, uid)?.path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_round_trip_whatever_their_bytes() {
+        for raw in [&b"/ws/.git/hooks"[..], b"/ws/100%/x", b"/ws/\xff\xfe/%41", b"/ws/\xc3\xa9t\xc3\xa9"] {
+            let p = PathBuf::from(OsStr::from_bytes(raw));
+            let e = enc(&p);
+            assert_eq!(dec(&e).ok(), Some(p), "{e}");
+        }
+        assert!(dec("/ws/%zz").is_err());
+        assert!(dec("/ws/%4").is_err());
+        assert!(dec("relative").is_err());
+    }
+
+    #[test]
+    fn a_record_round_trips() {
+        let g = Guard {
+            roots: vec!["/ws".into()],
+            git_guard: vec!["/ws/.git/hooks".into(), PathBuf::from(OsStr::from_bytes(b"/ws/\xff"))],
+            git_indexes: vec![GitIndex { index: "/ws/.git/index".into(), worktree: "/ws".into(), sha256: true }],
+            git_trees: vec!["/ws".into()],
+            fail_git_guard: true,
+        };
+        let data = serde_json::to_vec(&OnDisk::of(Path::new("/ws"), &g, Some(Path::new("/cg/x")))).unwrap_or_default();
+        let back: Result<OnDisk, _> = serde_json::from_slice(&data);
+        let (ws, g2, cg) = back.map_err(|e| e.to_string()).and_then(|d| d.guard()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ws, PathBuf::from("/ws"));
+        assert_eq!(g2, g);
+        assert_eq!(cg, Some(PathBuf::from("/cg/x")));
+    }
+}
