@@ -38,3 +38,4 @@ mod stdin;
 mod ws_files;
 mod ws_grep;
 mod ws_list;
+mod ws_review;

@@ -1,0 +1,256 @@
+//! Adversarial review of the file tools' directory capability
+//! (`portcullis::path::dir`, `workspace::{files, list, search}`), attacked
+//! from outside: a path changed between judgement and open for every
+//! operation in both resolutions, hard links to files outside, a file
+//! that grows while it is read, a directory swapped for a link while
+//! `glob` walks, owner and mode on replace, temporary files, odd names.
+//! Each test has a control (the same operation works without the attack).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use portcullis::path::dir::Resolution;
+use portcullis::path::DenyGlobs;
+use portcullis::policy::{PathAccess, PathJail, WorkspacePolicy};
+use portcullis::workspace::files::{sha256_hex, Edit, FileError, Files, Judged, ReadOptions};
+use portcullis::workspace::list::{list_dir, ListOptions};
+use portcullis::workspace::search::{grep, GrepOptions};
+
+use super::util::*;
+
+const BOTH: [Resolution; 2] = [Resolution::Openat2, Resolution::Walk];
+
+fn jail_of(ws: &Path, deny: &[&str]) -> PathJail {
+    let policy = WorkspacePolicy {
+        workspace: Some(ws.to_path_buf()),
+        deny_paths: deny.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    PathJail::new(&policy).unwrap_or_else(|e| panic!("jail: {e}"))
+}
+
+fn files(ws: &Path, res: Resolution) -> Files {
+    Files::with_resolution(jail_of(ws, &[".env*", "secrets/**"]), res).unwrap_or_else(|e| panic!("files: {e}"))
+}
+
+fn judge(f: &Files, p: impl AsRef<Path>, access: PathAccess) -> Judged {
+    let p = p.as_ref();
+    f.judge(p, access).unwrap_or_else(|e| panic!("judge {}: {e}", p.display()))
+}
+
+fn edit(old: &str, new: &str) -> Edit {
+    Edit { old: old.into(), new: new.into(), replace_all: false }
+}
+
+fn no_deny() -> DenyGlobs {
+    DenyGlobs::new(&[]).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `<tmp>/ws` with `a/b/f.txt`, and `<tmp>/outside/` holding a secret at
+/// the same relative places (`b/f.txt`, `f.txt`).
+struct Pair {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    outside: PathBuf,
+}
+
+fn pair() -> Pair {
+    let dir = tempfile::Builder::new().prefix("pc-wsr-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+    let ws = dir.path().join("ws");
+    let outside = dir.path().join("outside");
+    for d in [ws.join("a/b"), outside.join("b")] {
+        std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
+    }
+    for (p, s) in [
+        (ws.join("a/b/f.txt"), "inside\n"),
+        (outside.join("b/f.txt"), "SECRET\n"),
+        (outside.join("f.txt"), "SECRET\n"),
+        (outside.join("only-outside"), "SECRET\n"),
+        (outside.join("b/only-outside"), "SECRET\n"),
+    ] {
+        std::fs::write(p, s).unwrap_or_else(|e| panic!("{e}"));
+    }
+    Pair { _dir: dir, ws, outside }
+}
+
+/// Where the link is swapped in after the judgement.
+#[derive(Clone, Copy, Debug)]
+enum Swap {
+    /// `a` becomes a link to `outside` (two levels above the file).
+    Top,
+    /// `a/b` becomes a link to `outside` (the file's own directory).
+    Parent,
+    /// `a/b/f.txt` itself becomes a link to `outside/f.txt`.
+    Last,
+}
+
+fn swap(p: &Pair, s: Swap) {
+    let (at, to) = match s {
+        Swap::Top => (p.ws.join("a"), p.outside.clone()),
+        Swap::Parent => (p.ws.join("a/b"), p.outside.clone()),
+        Swap::Last => (p.ws.join("a/b/f.txt"), p.outside.join("f.txt")),
+    };
+    std::fs::rename(&at, at.with_extension("old")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(&to, &at).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Every file operation, judged before a link is swapped into the path and
+/// run after, in both resolutions and at every depth: nothing outside is
+/// read, written, made or removed, and the operations on a changed parent
+/// fail as `Changed` (ELOOP). r0308 covers one swap depth; this is every
+/// operation (multi_edit, nested creation, list_dir, grep included) at
+/// every depth. Control: the same judged operations without the swap work.
+#[test]
+fn r0350_every_operation_judged_before_a_link_swap_touches_nothing_outside() {
+    let rt = rt();
+    for res in BOTH {
+        for s in [None, Some(Swap::Top), Some(Swap::Parent), Some(Swap::Last)] {
+            let p = pair();
+            let f = files(&p.ws, res);
+            let jr = judge(&f, "a/b/f.txt", PathAccess::Read);
+            let jw = judge(&f, "a/b/f.txt", PathAccess::Write);
+            let jn = judge(&f, "a/b/new.txt", PathAccess::Write);
+            let jp = judge(&f, "a/b/n1/n2/g.txt", PathAccess::Write);
+            let jm = judge(&f, "a/b/d/e", PathAccess::Write);
+            let jx = f.judge_remove(Path::new("a/b/f.txt")).unwrap_or_else(|e| panic!("{e}"));
+            if let Some(s) = s {
+                swap(&p, s);
+            }
+            let before = snapshot(&p.outside);
+            let ctx = format!("{res:?} {s:?}");
+            let mut results: Vec<(&str, Result<String, FileError>)> = vec![
+                ("read", rt.block_on(f.read_file(&jr, ReadOptions::default())).map(|w| w.content)),
+                ("exists", rt.block_on(f.exists(&jr)).map(|b| b.to_string())),
+                ("edit", rt.block_on(f.edit_file(&jw, edit("SECRET", "pwned"), None)).map(|e| e.hash)),
+                (
+                    "multi_edit",
+                    rt.block_on(f.multi_edit(&jw, vec![edit("SECRET", "x"), edit("x", "pwned")], None)).map(|e| e.hash),
+                ),
+                ("create", rt.block_on(f.write_file(&jn, b"pwned\n".to_vec())).map(|w| w.hash)),
+                ("create-parents", rt.block_on(f.write_file(&jp, b"pwned\n".to_vec())).map(|w| w.hash)),
+                ("mkdir", rt.block_on(f.mkdir(&jm)).map(|()| String::new())),
+                ("write", rt.block_on(f.write_file(&jw, b"pwned\n".to_vec())).map(|w| w.hash)),
+            ];
+            results.push(("remove", rt.block_on(f.remove(&jx)).map(|()| String::new())));
+            assert_eq!(snapshot(&p.outside), before, "{ctx}: nothing outside changed");
+            for (op, r) in &results {
+                match (s, r) {
+                    // Control: all of it works without the swap (the edits
+                    // find no SECRET inside: NotFound, the file untouched).
+                    (None, Err(FileError::NotFound { .. })) if op.contains("edit") => {}
+                    (None, Ok(out)) => assert!(!out.contains("SECRET"), "{ctx} {op}"),
+                    (Some(Swap::Top | Swap::Parent), Err(FileError::Changed { source, .. })) => {
+                        assert_eq!(source.raw_os_error(), Some(libc::ELOOP), "{ctx} {op}: {source}")
+                    }
+                    // The file itself is a link now: not read through, not
+                    // written through; exists and remove act on the link.
+                    (Some(Swap::Last), Err(FileError::Changed { source, .. })) => {
+                        assert_eq!(source.raw_os_error(), Some(libc::ELOOP), "{ctx} {op}: {source}")
+                    }
+                    (Some(Swap::Last), Err(FileError::NotRegular { .. })) if *op == "write" => {}
+                    (Some(Swap::Last), Ok(out))
+                        if ["exists", "create", "create-parents", "mkdir", "remove"].contains(op) =>
+                    {
+                        assert!(!out.contains("SECRET"), "{ctx} {op}")
+                    }
+                    (_, other) => panic!("{ctx} {op}: {other:?}"),
+                }
+            }
+            assert_eq!(std::fs::read_to_string(p.outside.join("f.txt")).ok().as_deref(), Some("SECRET\n"), "{ctx}");
+            assert_eq!(std::fs::read_to_string(p.outside.join("b/f.txt")).ok().as_deref(), Some("SECRET\n"), "{ctx}");
+            if let Some(Swap::Last) = s {
+                assert!(p.outside.join("f.txt").exists(), "{ctx}: remove took the link, not its target");
+            }
+            // list_dir and grep of the swapped directory: nothing from outside.
+            let ws = std::fs::canonicalize(&p.ws).unwrap_or_else(|e| panic!("{e}"));
+            let listed = list_dir(&ws, &no_deny(), Path::new("a/b"), &ListOptions::default());
+            if let Ok(l) = &listed {
+                assert!(!l.entries.iter().any(|e| e.path.to_string_lossy().contains("only-outside")), "{ctx}: {l:?}");
+            }
+            assert_eq!(listed.is_ok(), matches!(s, None | Some(Swap::Last)), "{ctx}: {listed:?}");
+            let mut o = GrepOptions::new("SECRET");
+            o.path = Some(PathBuf::from("a"));
+            if let Ok(g) = grep(&ws, &no_deny(), &o) {
+                assert!(g.matches.is_empty(), "{ctx}: grep found {:?}", g.matches);
+            }
+        }
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"))
+}
+
+/// A file that another process appends to as fast as it can while it is
+/// read: the read (and grep, and the edit's read) takes the file as it was
+/// when opened, so it ends, its `total_bytes` is at most what the file held
+/// by then, and its hash is of exactly the bytes it counted. Before the
+/// fix a read streamed to whatever end-of-file it reached, racing the
+/// writer (a log being written by a background job could keep a read
+/// going, and its memory and time, unbounded).
+#[test]
+fn r0351_a_file_growing_while_read_is_read_as_it_was_when_opened() {
+    let ws = Ws::new();
+    let log = ws.join("grow.log");
+    let chunk = vec![b'x'; 1 << 20];
+    let mut first = chunk.clone();
+    first.push(b'\n');
+    std::fs::write(&log, &first).unwrap_or_else(|e| panic!("{e}"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, log) = (Arc::clone(&stop), log.clone());
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&log) else { return 0u64 };
+            let mut n = 0u64;
+            // 40 MiB/s, faster than a debug build hashes, for at most
+            // 8 s (320 MiB), so a broken read still ends.
+            while !stop.load(Ordering::Relaxed) && n < 320 {
+                if f.write_all(&chunk).is_err() {
+                    break;
+                }
+                n += 1;
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            n
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let rt = rt();
+    let f = files(ws.path(), Resolution::Openat2);
+    let j = judge(&f, "grow.log", PathAccess::Read);
+    let root = std::fs::canonicalize(ws.path()).unwrap_or_default();
+    let mut o = GrepOptions::new("needle");
+    o.max_line_bytes = 1 << 30;
+    let g = grep(&root, &no_deny(), &o);
+    let size_before = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let t = Instant::now();
+    let w = rt.block_on(f.read_file(&j, ReadOptions { offset: 1, limit: Some(1), max_bytes: Some(100) }));
+    let took = t.elapsed();
+    // Both ended while the writer was still writing (it stops after 8 s).
+    let still_writing = !writer.is_finished();
+    stop.store(true, Ordering::Relaxed);
+    let chunks = writer.join().unwrap_or(0);
+    let w = w.unwrap_or_else(|e| panic!("read: {e}"));
+    assert!(chunks > 4, "the writer kept writing during the read ({chunks} MiB)");
+    // Taken at the open: not less than before it, far less than the writer wrote.
+    assert!(w.total_bytes >= size_before, "{} < {size_before}", w.total_bytes);
+    let size_after = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        w.total_bytes < size_after,
+        "the read ran to the writer's end: {} of {size_after} ({took:?})",
+        w.total_bytes
+    );
+    // The hash is of the bytes counted: the file's prefix of that length.
+    let all = std::fs::read(&log).unwrap_or_default();
+    let n = usize::try_from(w.total_bytes).unwrap_or(usize::MAX).min(all.len());
+    assert_eq!(w.hash, sha256_hex(&all[..n]));
+    assert!(g.is_ok(), "{g:?}");
+    assert!(still_writing, "grep or the read ran until the writer stopped ({chunks} MiB, read took {took:?})");
+}
