@@ -41,6 +41,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkContext, SinkFinish, SinkMatch};
 use ignore::{DirEntry, WalkBuilder, WalkState};
+use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use serde::Serialize;
 
@@ -352,6 +353,18 @@ fn open_beneath(root_fd: &OwnedFd, rel: &Path) -> io::Result<File> {
         .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
     let fd = nix::fcntl::openat2(root_fd, rel, how).map_err(io::Error::from)?;
     Ok(File::from(fd))
+}
+
+/// Whether `rel` is a regular file below the root descriptor, reached
+/// without a link (`ELOOP` when one is on the way). Opens nothing (`O_PATH`).
+fn regular_beneath(root_fd: &OwnedFd, rel: &Path) -> Result<bool, Errno> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let fd = nix::fcntl::openat2(root_fd, rel, how)?;
+    let st = nix::sys::stat::fstat(&fd)?;
+    Ok(nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT
+        == nix::sys::stat::SFlag::S_IFREG)
 }
 
 /// The ignore files the walker reads in a directory.
@@ -747,7 +760,7 @@ pub fn grep(root: &Path, deny: &DenyGlobs, opts: &GrepOptions) -> Result<GrepRes
 /// are counted, not followed; denied and ignored paths are left out.
 pub fn glob(root: &Path, deny: &DenyGlobs, pattern: &str, max: usize) -> Result<GlobResult, SearchError> {
     let g = NameGlob::new(pattern)?;
-    let (root, _fd) = open_root(root)?;
+    let (root, root_fd) = open_root(root)?;
     let counts = Arc::new(Counts::default());
     let mut wb = walker(&root, &root, deny, true, true, &counts)?;
     wb.sort_by_file_name(|a, b| a.cmp(b));
@@ -764,6 +777,25 @@ pub fn glob(root: &Path, deny: &DenyGlobs, pattern: &str, max: usize) -> Result<
         let Ok(rel) = e.path().strip_prefix(&root) else { continue };
         if !g.matches(rel) {
             continue;
+        }
+        // The walker lists a directory by its path: one swapped for a link
+        // since it was seen would list the names of wherever the link
+        // leads. A name is returned only if it is a regular file below the
+        // root, reached from the root's descriptor without a link.
+        match regular_beneath(&root_fd, rel) {
+            Ok(true) => {}
+            Ok(false) => {
+                bump(&counts.special);
+                continue;
+            }
+            Err(Errno::ELOOP) => {
+                bump(&counts.links);
+                continue;
+            }
+            Err(_) => {
+                bump(&counts.unreadable);
+                continue;
+            }
         }
         if paths.len() >= max {
             truncated = true;

@@ -16,7 +16,7 @@ use portcullis::path::DenyGlobs;
 use portcullis::policy::{PathAccess, PathJail, WorkspacePolicy};
 use portcullis::workspace::files::{sha256_hex, Edit, FileError, Files, Judged, ReadOptions};
 use portcullis::workspace::list::{list_dir, ListOptions};
-use portcullis::workspace::search::{grep, GrepOptions};
+use portcullis::workspace::search::{glob, grep, GrepOptions};
 
 use super::util::*;
 
@@ -253,4 +253,133 @@ fn r0351_a_file_growing_while_read_is_read_as_it_was_when_opened() {
     assert_eq!(w.hash, sha256_hex(&all[..n]));
     assert!(g.is_ok(), "{g:?}");
     assert!(still_writing, "grep or the read ran until the writer stopped ({chunks} MiB, read took {took:?})");
+}
+
+/// A replaced file keeps its owner and mode: a root caller's write or edit
+/// of another user's file leaves it that user's (before the fix it became
+/// root's, and the user could no longer write their own file); setuid and
+/// setgid are dropped, as before. Control: a new file is the caller's.
+#[test]
+fn r0352_a_replaced_file_keeps_its_owner_and_mode() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let ws = Ws::new();
+    ws.write("own.txt", "one\n");
+    let p = ws.join("own.txt");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap_or_else(|e| panic!("{e}"));
+    let owner = if in_root_pass("r0352", "chown to another user") {
+        std::os::unix::fs::chown(&p, Some(1234), Some(2345)).unwrap_or_else(|e| panic!("{e}"));
+        (1234, 2345)
+    } else {
+        let m = std::fs::metadata(&p).unwrap_or_else(|e| panic!("{e}"));
+        (m.uid(), m.gid())
+    };
+    let rt = rt();
+    for res in BOTH {
+        let f = files(ws.path(), res);
+        let j = judge(&f, "own.txt", PathAccess::Write);
+        rt.block_on(f.write_file(&j, b"two\n".to_vec())).unwrap_or_else(|e| panic!("{e}"));
+        let m = std::fs::metadata(&p).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (owner.0, owner.1, 0o640), "{res:?} write");
+        rt.block_on(f.edit_file(&j, edit("two", "three"), None)).unwrap_or_else(|e| panic!("{e}"));
+        let m = std::fs::metadata(&p).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (owner.0, owner.1, 0o640), "{res:?} edit");
+        assert_eq!(ws.read("own.txt"), "three\n");
+        std::fs::write(&p, "two\n").unwrap_or_else(|e| panic!("{e}"));
+    }
+    // Control: a new file belongs to the caller.
+    let f = files(ws.path(), Resolution::Openat2);
+    let j = judge(&f, "new.txt", PathAccess::Write);
+    rt.block_on(f.write_file(&j, b"n\n".to_vec())).unwrap_or_else(|e| panic!("{e}"));
+    let m = std::fs::metadata(ws.join("new.txt")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(m.uid(), nix::unistd::getuid().as_raw());
+}
+
+/// A name in the workspace that is a hard link to a file outside it (made
+/// on the host: a sandboxed command cannot make one, Landlock refuses the
+/// link with EXDEV, and protected_hardlinks lets only someone who may read
+/// and write the file link it). The decision (docs/threat-model.md): the
+/// file tools read it — it is a file of the workspace, and whoever linked
+/// it could read it — but never write through it: a write or an edit
+/// replaces the name with a new file (temp + rename), a remove unlinks the
+/// name only, so the other name's content, inode and link count outside
+/// are untouched. Control: the name in the workspace does change.
+#[test]
+fn r0353_a_hard_link_to_a_file_outside_is_read_but_never_written_through() {
+    use std::os::unix::fs::MetadataExt;
+    let rt = rt();
+    for res in BOTH {
+        let p = pair();
+        let secret = p.outside.join("f.txt");
+        std::fs::hard_link(&secret, p.ws.join("linked.txt")).unwrap_or_else(|e| panic!("{e}"));
+        let ino = std::fs::metadata(&secret).map(|m| m.ino()).unwrap_or(0);
+        let f = files(&p.ws, res);
+        let w = rt
+            .block_on(f.read_file(&judge(&f, "linked.txt", PathAccess::Read), ReadOptions::default()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(w.content.contains("SECRET"), "{res:?}: read as the workspace's file");
+        let j = judge(&f, "linked.txt", PathAccess::Write);
+        rt.block_on(f.edit_file(&j, edit("SECRET", "edited"), None)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read_to_string(p.ws.join("linked.txt")).ok().as_deref(), Some("edited\n"));
+        let m = std::fs::metadata(&secret).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((std::fs::read_to_string(&secret).ok().as_deref(), m.ino(), m.nlink()), (Some("SECRET\n"), ino, 1));
+        std::fs::remove_file(p.ws.join("linked.txt")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::hard_link(&secret, p.ws.join("linked.txt")).unwrap_or_else(|e| panic!("{e}"));
+        rt.block_on(f.write_file(&j, b"written\n".to_vec())).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read_to_string(&secret).ok().as_deref(), Some("SECRET\n"), "{res:?} write");
+        std::fs::remove_file(p.ws.join("linked.txt")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::hard_link(&secret, p.ws.join("linked.txt")).unwrap_or_else(|e| panic!("{e}"));
+        let jx = f.judge_remove(Path::new("linked.txt")).unwrap_or_else(|e| panic!("{e}"));
+        rt.block_on(f.remove(&jx)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!p.ws.join("linked.txt").exists());
+        assert_eq!(std::fs::read_to_string(&secret).ok().as_deref(), Some("SECRET\n"), "{res:?} remove");
+    }
+}
+
+/// `glob` while a directory of the workspace is swapped, again and again,
+/// for a link to a directory outside: the walker lists a directory by its
+/// path, so before the fix it listed the outside directory's names as if
+/// they were the workspace's. Every name it returns is now checked to be a
+/// regular file below the root, reached without a link. Control: the same
+/// glob without the swap finds the workspace's own file.
+#[test]
+fn r0354_glob_lists_no_name_from_outside_while_a_directory_is_swapped() {
+    let p = pair();
+    let root = std::fs::canonicalize(&p.ws).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(p.ws.join("a/b/mine-1"), "x").unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..50 {
+        std::fs::write(p.outside.join(format!("b/only-outside-{i}")), "x").unwrap_or_else(|e| panic!("{e}"));
+    }
+    let control = glob(&root, &no_deny(), "**/*-1", 1000).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(control.paths, vec!["a/b/mine-1".to_string()]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let toggler = {
+        let (stop, a, real, link_to) = (Arc::clone(&stop), p.ws.join("a"), p.ws.join("a.real"), p.outside.clone());
+        std::thread::spawn(move || {
+            let mut flips = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // `a` is the real directory, then a link to outside, then back.
+                let _ = std::fs::rename(&a, &real);
+                let _ = std::os::unix::fs::symlink(&link_to, &a);
+                std::thread::sleep(Duration::from_micros(100));
+                let _ = std::fs::remove_file(&a);
+                let _ = std::fs::rename(&real, &a);
+                std::thread::sleep(Duration::from_micros(100));
+                flips += 1;
+            }
+            flips
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut leaked = Vec::new();
+    let mut rounds = 0;
+    while Instant::now() < deadline && leaked.is_empty() {
+        if let Ok(r) = glob(&root, &no_deny(), "**/*", 1000) {
+            leaked.extend(r.paths.into_iter().filter(|p| p.contains("only-outside")));
+        }
+        rounds += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let flips = toggler.join().unwrap_or(0);
+    assert!(flips > 10, "the swap ran ({flips} flips in {rounds} globs)");
+    assert!(leaked.is_empty(), "glob listed names outside the workspace after {rounds} rounds: {leaked:?}");
 }
