@@ -480,10 +480,17 @@ fn keep_owner(fd: &OwnedFd, uid: u32, gid: u32) -> io::Result<()> {
     }
 }
 
-/// `rel` as a relative path; an absolute one would leave the root.
+/// `rel` as a relative path; an absolute one would leave the root. One of
+/// `PATH_MAX` bytes or more is refused (`ENAMETOOLONG`) before anything is
+/// done, in both resolutions: `openat2` refuses it, and the walk, which
+/// could go deeper one component at a time, must not make a tree that
+/// nothing else can name (nor half of one before failing).
 fn relative(rel: &Path) -> io::Result<&Path> {
     if rel.is_absolute() {
         return Err(escape());
+    }
+    if rel.as_os_str().len() >= libc::PATH_MAX as usize {
+        return Err(io(Errno::ENAMETOOLONG));
     }
     Ok(rel)
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use portcullis::path::dir::Resolution;
 use portcullis::path::DenyGlobs;
-use portcullis::policy::{PathAccess, PathJail, WorkspacePolicy};
+use portcullis::policy::{PathAccess, PathJail, PolicyError, WorkspacePolicy};
 use portcullis::workspace::files::{sha256_hex, Edit, FileError, Files, Judged, ReadOptions};
 use portcullis::workspace::list::{list_dir, ListOptions};
 use portcullis::workspace::search::{glob, grep, GrepOptions};
@@ -382,4 +382,85 @@ fn r0354_glob_lists_no_name_from_outside_while_a_directory_is_swapped() {
     let flips = toggler.join().unwrap_or(0);
     assert!(flips > 10, "the swap ran ({flips} flips in {rounds} globs)");
     assert!(leaked.is_empty(), "glob listed names outside the workspace after {rounds} rounds: {leaked:?}");
+}
+
+/// The spellings an attacker tries, each judged and run: `..` out and
+/// back, absolute paths inside and out, deny globs by the spelled path
+/// (a link named `.env.local`) and by the resolved one (`a/../.env`, a link
+/// `cfg -> .env`), `/proc` magic links, names with a newline or bytes that
+/// are not UTF-8, a 255-byte name (its temporary name still fits
+/// NAME_MAX), a 256-byte one and a path past PATH_MAX (typed errors, no
+/// panic). Controls: the plain spellings of the same files work.
+#[test]
+fn r0355_spellings_dotdot_absolute_deny_magic_links_and_odd_names() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let rt = rt();
+    let p = pair();
+    std::fs::write(p.ws.join(".env"), "TOKEN=1\n").unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(".env", p.ws.join("cfg")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink("a/b/f.txt", p.ws.join(".env.local")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink("/proc/self/root/etc/passwd", p.ws.join("magic")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink("/proc/self/cwd", p.ws.join("cwd")).unwrap_or_else(|e| panic!("{e}"));
+    let ws = std::fs::canonicalize(&p.ws).unwrap_or_else(|e| panic!("{e}"));
+    for res in BOTH {
+        let f = files(&p.ws, res);
+        let escape = |path: &Path, access| match f.judge(path, access) {
+            Err(FileError::Jail(PolicyError::PathEscape { .. })) => {}
+            other => panic!("{res:?} {}: want PathEscape, got {other:?}", path.display()),
+        };
+        for bad in [
+            PathBuf::from("a/../../outside/f.txt"),
+            PathBuf::from("../outside/f.txt"),
+            p.outside.join("f.txt"),
+            PathBuf::from(".env"),
+            PathBuf::from("a/../.env"),
+            PathBuf::from("./a/b/../../.env"),
+            PathBuf::from("cfg"),
+            PathBuf::from(".env.local"),
+            PathBuf::from("magic"),
+            PathBuf::from("cwd/x"),
+            PathBuf::from("/proc/self/root").join(ws.strip_prefix("/").unwrap_or(&ws)).join("a/b/f.txt"),
+        ] {
+            escape(&bad, PathAccess::Read);
+            escape(&bad, PathAccess::Write);
+        }
+        // Controls: the same files, spelled plainly.
+        for good in [PathBuf::from("a/b/../b/f.txt"), ws.join("a/b/f.txt"), PathBuf::from("./a//b/f.txt")] {
+            let j = judge(&f, &good, PathAccess::Read);
+            let w = rt.block_on(f.read_file(&j, ReadOptions::default())).unwrap_or_else(|e| panic!("{e}"));
+            assert!(w.content.contains("inside"), "{res:?} {}", good.display());
+        }
+        // Odd names: written, read back, listed.
+        let long = "n".repeat(255);
+        for name in [OsStr::new("new\nline.txt"), OsStr::from_bytes(b"caf\xe9.txt"), OsStr::new(&long)] {
+            let j = judge(&f, Path::new(name), PathAccess::Write);
+            rt.block_on(f.write_file(&j, b"odd\n".to_vec())).unwrap_or_else(|e| panic!("{res:?} {name:?}: {e}"));
+            rt.block_on(f.write_file(&j, b"odd2\n".to_vec())).unwrap_or_else(|e| panic!("{res:?} {name:?}: {e}"));
+            assert_eq!(std::fs::read(p.ws.join(name)).ok().as_deref(), Some(&b"odd2\n"[..]), "{res:?} {name:?}");
+            let w = rt.block_on(f.read_file(&j, ReadOptions::default())).unwrap_or_else(|e| panic!("{e}"));
+            assert!(w.content.contains("odd2"));
+        }
+        let listed =
+            list_dir(&ws, &no_deny(), Path::new(""), &ListOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        for name in [&b"new\nline.txt"[..], b"caf\xe9.txt", long.as_bytes()] {
+            assert!(listed.entries.iter().any(|e| e.path.as_os_str().as_bytes() == name), "{res:?} {listed:?}");
+        }
+        // Too long: typed errors, nothing made.
+        let too_long = "n".repeat(256);
+        let r = f.judge(Path::new(&too_long), PathAccess::Write).map(|j| rt.block_on(f.write_file(&j, b"x".to_vec())));
+        assert!(matches!(r, Err(FileError::Jail(_)) | Ok(Err(FileError::Io { .. }))), "{res:?}: {r:?}");
+        let deep: PathBuf = (0..500).map(|i| format!("d{i:07}")).collect();
+        let r = f.judge(&deep, PathAccess::Write).map(|j| rt.block_on(f.write_file(&j, b"x".to_vec())));
+        assert!(matches!(r, Err(FileError::Jail(_)) | Ok(Err(FileError::Io { .. }))), "{res:?}: {r:?}");
+        assert!(!p.ws.join("d0000000").exists(), "{res:?}: nothing of the too-deep path was made");
+    }
+    // No temporary file is left beside any of them.
+    let left: Vec<_> = std::fs::read_dir(&p.ws)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().as_bytes().windows(12).any(|w| w == b".portcullis-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
