@@ -421,9 +421,9 @@ impl Dir {
         } else {
             self.parent_of(rel)?
         };
-        let mode = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        let old = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => match Kind::of(&st) {
-                Kind::File => Some(Mode::from_bits_truncate(st.st_mode & 0o7777 & !0o6000)),
+                Kind::File => Some((Mode::from_bits_truncate(st.st_mode & 0o7777 & !0o6000), st.st_uid, st.st_gid)),
                 Kind::Dir => return Err(io(Errno::EISDIR)),
                 kind => {
                     return Err(io::Error::new(
@@ -439,8 +439,9 @@ impl Dir {
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = openat(dir.as_fd(), tmp.as_os_str(), flags, Mode::from_bits_truncate(0o666)).map_err(io)?;
         let result = (|| {
-            if let Some(m) = mode {
-                fchmod(fd.as_fd(), m).map_err(io)?;
+            if let Some((mode, uid, gid)) = old {
+                keep_owner(&fd, uid, gid)?;
+                fchmod(fd.as_fd(), mode).map_err(io)?;
             }
             let mut f = File::from(fd);
             f.write_all(data)?;
@@ -457,10 +458,39 @@ impl Dir {
     }
 }
 
-/// `rel` as a relative path; an absolute one would leave the root.
+/// Give the new file `fd` the replaced file's owner and group, as far as
+/// the caller may: root keeps both (a root host program editing a user's
+/// file must not hand it to root); another caller keeps the group where it
+/// is a member, else the file is simply the caller's, like any file it
+/// creates (`EPERM` is not an error here).
+fn keep_owner(fd: &OwnedFd, uid: u32, gid: u32) -> io::Result<()> {
+    use nix::unistd::{fchown, Gid, Uid};
+    let st = fstat(fd.as_fd()).map_err(io)?;
+    if (st.st_uid, st.st_gid) == (uid, gid) {
+        return Ok(());
+    }
+    match fchown(fd.as_fd(), Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid))) {
+        Ok(()) => Ok(()),
+        Err(Errno::EPERM) if st.st_gid != gid => match fchown(fd.as_fd(), None, Some(Gid::from_raw(gid))) {
+            Ok(()) | Err(Errno::EPERM) => Ok(()),
+            Err(e) => Err(io(e)),
+        },
+        Err(Errno::EPERM) => Ok(()),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// `rel` as a relative path; an absolute one would leave the root. One of
+/// `PATH_MAX` bytes or more is refused (`ENAMETOOLONG`) before anything is
+/// done, in both resolutions: `openat2` refuses it, and the walk, which
+/// could go deeper one component at a time, must not make a tree that
+/// nothing else can name (nor half of one before failing).
 fn relative(rel: &Path) -> io::Result<&Path> {
     if rel.is_absolute() {
         return Err(escape());
+    }
+    if rel.as_os_str().len() >= libc::PATH_MAX as usize {
+        return Err(io(Errno::ENAMETOOLONG));
     }
     Ok(rel)
 }

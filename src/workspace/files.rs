@@ -20,6 +20,9 @@
 //! partial character). A 10 MB file or a 10 MB line under a 64 KB cap costs
 //! about 64 KB + 64 KB. An edit holds the file and its new version
 //! (twice its size): it must see the whole file to find the old text.
+//! Every read takes the file as its `fstat` at the open found it: no more
+//! than that size, so a file that grows while read (a log a background job
+//! writes) ends the read where it stood (`r0351`).
 //!
 //! Text: a file with a NUL byte in its first 8 KiB is binary and a read
 //! answers [`FileError::Binary`] (no window). Other bytes that are not UTF-8
@@ -514,10 +517,10 @@ impl Files {
         let _guard = self.lock(&j.real).await;
         self.blocking("edit", j, move |me, j| {
             let dir = me.dir(j);
-            let mut f = dir.open_file(&j.rel).map_err(|e| fail("edit", &j.real, e))?;
-            let mut content = Vec::new();
-            f.read_to_end(&mut content).map_err(|e| fail("edit", &j.real, e))?;
-            drop(f);
+            let f = dir.open_file(&j.rel).map_err(|e| fail("edit", &j.real, e))?;
+            let size = f.metadata().map_err(|e| fail("edit", &j.real, e))?.len();
+            let mut content = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+            snapshot(f, size).read_to_end(&mut content).map_err(|e| fail("edit", &j.real, e))?;
             if let Some(expected) = expect {
                 let actual = sha256_hex(&content);
                 if !actual.eq_ignore_ascii_case(expected.trim()) {
@@ -619,6 +622,18 @@ fn apply(content: &[u8], e: &Edit) -> Result<(Vec<u8>, usize), EditFail> {
     }
     out.extend_from_slice(&content[last..]);
     Ok((out, hits.len()))
+}
+
+/// How much of a file whose size says 0 is read: a pseudo-file (`/proc`,
+/// `/sys` in a readable root) reports 0 and still has content.
+pub const EMPTY_SIZE_READ: u64 = 1 << 20;
+
+/// `f` as it was when opened: no more than the `size` its `fstat` gave (or
+/// [`EMPTY_SIZE_READ`] for a size of 0), so a file another process keeps
+/// appending to cannot keep a read going (time, memory) without end, and
+/// the hash and counts are of one consistent prefix.
+fn snapshot(f: std::fs::File, size: u64) -> io::Take<std::fs::File> {
+    f.take(if size == 0 { EMPTY_SIZE_READ } else { size })
 }
 
 enum WindowError {
@@ -744,7 +759,7 @@ fn read_window(f: std::fs::File, opts: ReadOptions) -> Result<ReadWindow, Window
         line_over: false,
     };
     let size = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut r = BufReader::with_capacity(64 * 1024, f);
+    let mut r = BufReader::with_capacity(64 * 1024, snapshot(f, size));
     let mut hasher = Sha256::new();
     let mut total: u64 = 0;
     let mut lines = 0usize;

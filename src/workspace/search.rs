@@ -41,6 +41,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkContext, SinkFinish, SinkMatch};
 use ignore::{DirEntry, WalkBuilder, WalkState};
+use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use serde::Serialize;
 
@@ -354,6 +355,18 @@ fn open_beneath(root_fd: &OwnedFd, rel: &Path) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
+/// Whether `rel` is a regular file below the root descriptor, reached
+/// without a link (`ELOOP` when one is on the way). Opens nothing (`O_PATH`).
+fn regular_beneath(root_fd: &OwnedFd, rel: &Path) -> Result<bool, Errno> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let fd = nix::fcntl::openat2(root_fd, rel, how)?;
+    let st = nix::sys::stat::fstat(&fd)?;
+    Ok(nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT
+        == nix::sys::stat::SFlag::S_IFREG)
+}
+
 /// The ignore files the walker reads in a directory.
 const IGNORE_FILES: &[&str] = &[".gitignore", ".ignore"];
 
@@ -463,17 +476,50 @@ fn admit(root: &Path, deny: &DenyGlobs, gitignore: bool, default_ignores: bool, 
 }
 
 /// A reader that remembers whether reading failed (to tell a read error
-/// from the searcher's line-length limit).
+/// from the searcher's line-length limit), and stops a file that grows
+/// while it is read: past [`SIZE_CHECK_AFTER`] bytes it takes the file's
+/// size once (`fstat`) and reads no further than that, so a log another
+/// process keeps appending to cannot keep the search going without end.
+/// (Smaller files skip the `fstat`: it would cost a warm search ~10%.)
 struct Tracked<'a> {
     f: &'a File,
     failed: bool,
+    read: u64,
+    limit: Option<u64>,
+}
+
+/// Bytes read from a file before its size is taken (see [`Tracked`]).
+const SIZE_CHECK_AFTER: u64 = 1 << 20;
+
+impl<'a> Tracked<'a> {
+    fn new(f: &'a File) -> Self {
+        Tracked { f, failed: false, read: 0, limit: None }
+    }
 }
 
 impl Read for Tracked<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let r = self.f.read(buf);
-        if r.is_err() {
-            self.failed = true;
+        if self.limit.is_none() && self.read >= SIZE_CHECK_AFTER {
+            let size = match self.f.metadata() {
+                Ok(m) => m.len(),
+                Err(e) => {
+                    self.failed = true;
+                    return Err(e);
+                }
+            };
+            self.limit = Some(size.max(self.read));
+        }
+        let want = match self.limit {
+            Some(l) => usize::try_from(l.saturating_sub(self.read)).unwrap_or(usize::MAX).min(buf.len()),
+            None => buf.len(),
+        };
+        if want == 0 {
+            return Ok(0);
+        }
+        let r = self.f.read(&mut buf[..want]);
+        match &r {
+            Ok(n) => self.read += *n as u64,
+            Err(_) => self.failed = true,
         }
         r
     }
@@ -664,7 +710,7 @@ pub fn grep(root: &Path, deny: &DenyGlobs, opts: &GrepOptions) -> Result<GrepRes
                 }
             };
             let mut sink = FileSink { lines: Vec::new(), cap, found, max, stop, mine: 0, binary: false };
-            let mut rd = Tracked { f: &f, failed: false };
+            let mut rd = Tracked::new(&f);
             let r = searcher.search_reader(&m, &mut rd, &mut sink);
             let failed = rd.failed;
             let FileSink { lines, binary, mine, .. } = sink;
@@ -714,7 +760,7 @@ pub fn grep(root: &Path, deny: &DenyGlobs, opts: &GrepOptions) -> Result<GrepRes
 /// are counted, not followed; denied and ignored paths are left out.
 pub fn glob(root: &Path, deny: &DenyGlobs, pattern: &str, max: usize) -> Result<GlobResult, SearchError> {
     let g = NameGlob::new(pattern)?;
-    let (root, _fd) = open_root(root)?;
+    let (root, root_fd) = open_root(root)?;
     let counts = Arc::new(Counts::default());
     let mut wb = walker(&root, &root, deny, true, true, &counts)?;
     wb.sort_by_file_name(|a, b| a.cmp(b));
@@ -731,6 +777,25 @@ pub fn glob(root: &Path, deny: &DenyGlobs, pattern: &str, max: usize) -> Result<
         let Ok(rel) = e.path().strip_prefix(&root) else { continue };
         if !g.matches(rel) {
             continue;
+        }
+        // The walker lists a directory by its path: one swapped for a link
+        // since it was seen would list the names of wherever the link
+        // leads. A name is returned only if it is a regular file below the
+        // root, reached from the root's descriptor without a link.
+        match regular_beneath(&root_fd, rel) {
+            Ok(true) => {}
+            Ok(false) => {
+                bump(&counts.special);
+                continue;
+            }
+            Err(Errno::ELOOP) => {
+                bump(&counts.links);
+                continue;
+            }
+            Err(_) => {
+                bump(&counts.unreadable);
+                continue;
+            }
         }
         if paths.len() >= max {
             truncated = true;

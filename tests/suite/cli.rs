@@ -6,7 +6,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 
-use super::util::{available, cli, sandbox, test_root, Ws};
+use super::util::{available, clean_host_tmp, cli, sandbox, test_root, Ws};
 
 fn run(args: &[&str]) -> Output {
     run_with(cli().args(args))
@@ -321,6 +321,9 @@ fn r0079_skips_are_visible_and_doctor_names_the_kill() {
 /// /dev/shm`, noticed while reviewing concurrent runs). It is refused now.
 #[test]
 fn r0118_a_grant_under_dev_is_refused_not_ignored() {
+    if !clean_host_tmp("r0118") {
+        return;
+    }
     if !sandbox_works("r0118") {
         return;
     }

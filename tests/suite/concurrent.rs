@@ -380,6 +380,9 @@ except OSError as e: print("bind_shm", err(e))
 
 #[test]
 fn r0069_other_channels_between_concurrent_runs_are_closed() {
+    if !clean_host_tmp("r0069") {
+        return;
+    }
     let ws = Ws::new();
     let wsp = ws.path().display().to_string();
 

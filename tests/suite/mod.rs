@@ -41,3 +41,4 @@ mod ws_files;
 mod ws_grep;
 mod ws_jobs;
 mod ws_list;
+mod ws_review;

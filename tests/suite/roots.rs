@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use portcullis::SandboxError;
 use sha2::{Digest, Sha256};
 
-use super::util::{cli, in_root_pass, is_root, run, run_ok, sandbox, skipped, stderr, stdout, test_root, Ws};
+use super::util::{
+    clean_host_tmp, cli, in_root_pass, is_root, run, run_ok, sandbox, skipped, stderr, stdout, test_root, Ws,
+};
 
 fn sha(p: &Path) -> String {
     let data = fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
@@ -81,6 +83,9 @@ impl Home {
 
 #[test]
 fn r0085_a_toolchain_in_a_mode_700_home_runs_and_the_command_stays_nobody() {
+    if !clean_host_tmp("r0085") {
+        return;
+    }
     let home = Home::new();
     let tool = home.tool();
     let bin = tool.join("bin/tool");
@@ -215,6 +220,9 @@ impl Drop for Cleanup {
 /// /tmp: the source stays read-only (EROFS), target/ and /tmp are writable.
 #[test]
 fn r0087_write_tmp_keeps_a_workspace_in_tmp_read_only_except_target() {
+    if !clean_host_tmp("r0087") {
+        return;
+    }
     let base = tempfile::Builder::new().prefix("pc-tmpws-").tempdir_in("/tmp").unwrap_or_else(|e| panic!("{e}"));
     let ws = Ws::new_in(base.path());
     let src = ws.join("src/main.rs");

@@ -379,3 +379,112 @@ impl MemAudit {
             .unwrap_or_default()
     }
 }
+
+/// Set by scripts/test (and the re-run below) when `/tmp` is a fresh,
+/// private tmpfs in a mount namespace of the test run's own.
+const PRIVATE_TMP: &str = "PORTCULLIS_PRIVATE_TMP";
+
+/// For a test that grants the host's `/tmp`: whether to run its body here.
+///
+/// A grant of `/tmp` walks all of it (deny masks, hard links, unlistable
+/// directories), so a stale tree or a hard-linked clone someone left in the
+/// machine's `/tmp` makes the sandbox refuse the run — correctly. The test
+/// means to show what a `/tmp` grant does, not what this machine's `/tmp`
+/// holds, so it runs against a clean one:
+/// * under scripts/test (`PORTCULLIS_PRIVATE_TMP=1`) `/tmp` already is a
+///   private, empty tmpfs: run here;
+/// * as root, the test re-runs itself (this one test, the same binary) in a
+///   new mount namespace with a fresh tmpfs on `/tmp`, checks that it
+///   passed, and returns false;
+/// * otherwise (an unprivileged `cargo test`), it uses the real `/tmp`, as
+///   [`real_host_tmp`] does: run, or skip visibly when `/tmp` holds
+///   something that makes the refusal correct.
+pub fn clean_host_tmp(test: &str) -> bool {
+    if std::env::var_os(PRIVATE_TMP).is_some_and(|v| v == "1") {
+        return true;
+    }
+    if is_root() {
+        if let Some(name) = rerunnable(test) {
+            rerun_in_private_tmp(test, &name);
+            return false;
+        }
+    }
+    real_host_tmp(test)
+}
+
+/// For a test of the real host `/tmp` grant: run (true), or skip visibly
+/// (false) when a `/tmp` grant is refused because of what `/tmp` holds (too
+/// many hard-linked names, a directory the checks cannot list): that
+/// refusal is the sandbox doing its job, not the test's subject.
+pub fn real_host_tmp(test: &str) -> bool {
+    let ws = Ws::new();
+    let mut req = ws.req(&["true"]);
+    req.write.push(PathBuf::from("/tmp"));
+    match sandbox().plan(&req) {
+        Ok(_) => true,
+        Err(
+            e @ (SandboxError::LimitExceeded { .. }
+            | SandboxError::UnsafePath { .. }
+            | SandboxError::GrantRefused { .. }),
+        ) => {
+            skipped(
+                test,
+                &format!(
+                    "the host's /tmp holds what makes a /tmp grant refused, by design ({}); \
+                     scripts/test runs this test in a private, clean /tmp",
+                    portcullis::error_chain(&e)
+                ),
+            );
+            false
+        }
+        // Anything else is the test's business: let its own run show it.
+        Err(_) => true,
+    }
+}
+
+/// The test's full name (libtest names each test's thread after it), when
+/// the test binary can be re-run with it in a namespace where `/tmp` is
+/// hidden: not when the binary or the helpers lie in `/tmp` themselves.
+fn rerunnable(test: &str) -> Option<String> {
+    let name = std::thread::current().name().map(str::to_owned)?;
+    if !name.ends_with(&format!("::{test}")) && !name.contains(&format!("::{test}_")) {
+        return None;
+    }
+    let exe = std::env::current_exe().ok()?;
+    let under_tmp = |p: &Path| fs::canonicalize(p).is_ok_and(|p| p.starts_with("/tmp"));
+    (!under_tmp(&exe) && !under_tmp(&bin_dir())).then_some(name)
+}
+
+fn rerun_in_private_tmp(test: &str, name: &str) {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{test}: the test binary: {e}"));
+    let mut cmd = Command::new(exe);
+    cmd.args(["--exact", name, "--test-threads=1", "--nocapture"])
+        .env(PRIVATE_TMP, "1")
+        .env("PORTCULLIS_BIN_DIR", bin_dir());
+    // SAFETY: the closure runs in the forked child before exec; it makes
+    // three system calls and allocates nothing (the strings are literals).
+    unsafe {
+        cmd.pre_exec(|| {
+            use nix::mount::{mount, MsFlags};
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)?;
+            mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)?;
+            mount(
+                Some("tmpfs"),
+                "/tmp",
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some("mode=1777,size=64m"),
+            )?;
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap_or_else(|e| panic!("{test}: re-run in a private /tmp: {e}"));
+    let (so, se) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && so.contains("test result: ok. 1 passed"), "{test} in a private /tmp:\n{so}\n{se}");
+    // Pass its skip notes on, where they are seen.
+    for line in se.lines().filter(|l| l.starts_with("SKIPPED ") || l.starts_with("ROOT PASS ONLY ")) {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    }
+}
