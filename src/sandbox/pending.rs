@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, Flock, FlockArg, OFlag, RenameFlags};
+use nix::fcntl::{openat, Flock, FlockArg, OFlag};
 use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 use serde::{Deserialize, Serialize};
@@ -326,8 +326,8 @@ impl Records {
         )
         .map_err(|e| fail("create", e.into()))?;
         let written = File::from(fd).write_all(&data).map_err(|e| fail("write", e)).and_then(|()| {
-            nix::fcntl::renameat2(&self.dir, tmp.as_str(), &self.dir, name.as_str(), RenameFlags::RENAME_NOREPLACE)
-                .map_err(|e| fail("rename into place", e.into()))
+            let (from, to) = (cstr(&tmp), cstr(&name));
+            crate::sys::rename_noreplace(&self.dir, &from, &to).map_err(|e| fail("rename into place", e))
         });
         if let Err(e) = written {
             let _ = nix::unistd::unlinkat(&self.dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
@@ -620,4 +620,10 @@ mod tests {
         assert_eq!(g2, g);
         assert_eq!(cg, Some(PathBuf::from("/cg/x")));
     }
+}
+
+/// A record's name as the kernel takes it (the names are made here, of
+/// digits, letters and `-._`: never a NUL).
+fn cstr(name: &str) -> std::ffi::CString {
+    std::ffi::CString::new(name).unwrap_or_default()
 }

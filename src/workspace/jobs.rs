@@ -66,9 +66,13 @@
 //! down), the helper is reaped (killed after 1 s), and the cgroup is
 //! killed and removed; no process is left behind (tests r0427, r0428).
 //!
-//! **Writable jobs.** A writable job holds the workspace's exclusive lock
-//! for its whole life (the git guard's), so later writable commands of the
-//! workspace wait for it (until their timeout).
+//! **Writable jobs.** Writable runs of one workspace run side by side (the
+//! workspace lock is held shared; see docs/sandbox.md, "Writable runs side
+//! by side"), so a writable dev server or watcher does not stall later
+//! writable commands. The git guard's promise is then: when no writable
+//! run of the workspace is running, none of the git redirections any of
+//! them listed exists; the last one to end cleans up for all (a run whose
+//! cleanup was left to a later one says so: `Warning::GitGuardDeferred`).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
