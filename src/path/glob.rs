@@ -219,13 +219,34 @@ pub enum MaskError {
 /// follows links; a glob whose literal directories go through one is
 /// refused (it would match nothing, and fail open).
 pub fn masks(globs: &[String], root: &Path) -> Result<Masks, MaskError> {
+    masks_with(globs, None, root)
+}
+
+/// The relative globs of `globs` (those not starting with `/`), in order:
+/// what [`masks`] compiles into one [`DenyGlobs`] to walk the root with.
+pub fn relative_globs(globs: &[String]) -> Vec<String> {
+    globs.iter().filter(|g| !g.starts_with('/')).cloned().collect()
+}
+
+/// [`masks`], with the relative globs already compiled: `compiled` must be
+/// `DenyGlobs::new(&relative_globs(globs))` (a compiled access profile
+/// holds it; the compilation is a pure function of the glob text). Only
+/// the compilation is reused: every link check and the walk run afresh.
+pub fn masks_with(globs: &[String], compiled: Option<&DenyGlobs>, root: &Path) -> Result<Masks, MaskError> {
     let mut out = Masks::default();
-    let rel: Vec<String> = globs.iter().filter(|g| !g.starts_with('/')).cloned().collect();
+    let rel = relative_globs(globs);
     for g in &rel {
         refuse_link_in_prefix(g, root)?;
     }
     if !rel.is_empty() {
-        let deny = DenyGlobs::new(&rel).map_err(|reason| MaskError::Glob { glob: rel.join(" "), reason })?;
+        let fresh;
+        let deny = match compiled {
+            Some(d) => d,
+            None => {
+                fresh = DenyGlobs::new(&rel).map_err(|reason| MaskError::Glob { glob: rel.join(" "), reason })?;
+                &fresh
+            }
+        };
         let hit = |p: &Path| deny.matching(root, p).is_some();
         walk(root, root, &hit, None, &mut out, &mut 0)?;
     }

@@ -32,8 +32,12 @@ use serde::Serialize;
 
 use crate::audit::{Audit, AuditError, Event, RefusalKind, RefusedWritesRecord, Status};
 use crate::gate::{Access, Action, Backend, Decision, Gate, GateError, ShellExec};
-use crate::policy::{quote_argv, Interpreter, LinePlan, PlannedCommand, PolicyError, Verdict, WorkspacePolicy};
-use crate::sandbox::{ExecRequest, ExecResult, Mode, Outcome, RunOptions, Sandbox, SandboxError, TestSwitches};
+use crate::policy::{
+    quote_argv, Interpreter, LinePlan, PlannedCommand, PolicyError, ShellChecker, Verdict, WorkspacePolicy,
+};
+use crate::sandbox::{
+    ExecRequest, ExecResult, Mode, Outcome, Profile, RunOptions, Sandbox, SandboxError, TestSwitches,
+};
 use crate::Network;
 
 pub use direct::{Fs, FsDone};
@@ -50,8 +54,14 @@ pub enum Line<'a> {
 
 /// The policy's verdict on a line, run in `cwd` (default: the workspace);
 /// `sh` reads it as `sh` whatever the policy says. Runs nothing.
+/// Compiles the policy's checker for the call: a long-lived caller holds a
+/// [`Runner`] and uses [`Runner::check_line`].
 pub fn check_line(policy: &WorkspacePolicy, line: Line<'_>, sh: bool, cwd: Option<&Path>) -> Result<Verdict, RunError> {
-    let mut checker = policy.checker()?;
+    check_with(policy.checker()?, line, sh, cwd)
+}
+
+/// The verdict of `checker` on a line.
+fn check_with(mut checker: ShellChecker, line: Line<'_>, sh: bool, cwd: Option<&Path>) -> Result<Verdict, RunError> {
     if sh {
         checker = checker.with_interpreter(Interpreter::Sh);
     }
@@ -497,7 +507,21 @@ impl RunnerBuilder {
             Some(s) => s,
             None => Sandbox::new()?,
         };
-        Ok(Runner { policy, policy_file: self.policy_file, workspace, gate, audit, audit_log, sandbox })
+        // Compiled once: the checker (its jail re-checked before each use)
+        // and the access profile (pure: see `sandbox::profile`).
+        let checker = policy.as_ref().map(WorkspacePolicy::checker).transpose()?;
+        let profile = Profile::new(policy.as_ref().map_or(&[][..], |p| &p.deny_paths[..]))?;
+        Ok(Runner {
+            policy,
+            policy_file: self.policy_file,
+            workspace,
+            gate,
+            audit,
+            audit_log,
+            sandbox,
+            checker,
+            profile,
+        })
     }
 }
 
@@ -512,6 +536,10 @@ pub struct Runner {
     /// command may get write access to it.
     audit_log: Option<PathBuf>,
     sandbox: Sandbox,
+    /// The policy's compiled checker.
+    checker: Option<ShellChecker>,
+    /// What every plan reuses.
+    profile: Profile,
 }
 
 impl Runner {
@@ -535,6 +563,34 @@ impl Runner {
         &self.workspace
     }
 
+    /// The policy's verdict on a line run in `cwd` (default: the
+    /// workspace), `sh` reading it as `sh`, with the checker compiled when
+    /// the runner was built (compiled afresh when the workspace, a readable
+    /// root or a grant resolves elsewhere now: see [`PathJail::is_current`]).
+    /// Runs nothing. Without a policy there is nothing to check against.
+    ///
+    /// [`PathJail::is_current`]: crate::policy::PathJail::is_current
+    pub fn check_line(&self, line: Line<'_>, sh: bool, cwd: Option<&Path>) -> Result<Verdict, RunError> {
+        let (Some(policy), Some(held)) = (&self.policy, &self.checker) else {
+            return Err(RunError::input("policy", "checking a line needs a policy (its checker reads the line)"));
+        };
+        let checker = if held.jail().is_current(policy)? { held.clone() } else { policy.checker()? };
+        check_with(checker, line, sh, cwd)
+    }
+
+    /// The compiled access profile every plan of this runner reuses.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// The sandbox's plan for a prepared command, as [`Ready::plan`] makes
+    /// it, with the runner's profile (the same plan, less recompiled).
+    pub fn plan(&self, ready: &Ready) -> Result<crate::sandbox::Plan, SandboxError> {
+        let plan = self.sandbox.plan_with(&self.profile, &ready.request)?;
+        within_effective(&plan, &ready.effective, &ready.workspace_real())?;
+        Ok(plan)
+    }
+
     /// Judge a command and decide its access, running nothing and
     /// recording nothing. `words` is the argv, or with `opts.sh` one line.
     pub async fn prepare(&self, words: &[OsString], opts: &ExecOptions) -> Result<Prepared, RunError> {
@@ -549,7 +605,7 @@ impl Runner {
         };
         let (mut req, checked) = match &self.policy {
             Some(policy) => {
-                let plan = match self.check(policy, words, opts)? {
+                let plan = match self.check(words, opts)? {
                     Ok(plan) => plan,
                     Err(r) => {
                         let action = Action::ShellExec(ShellExec {
@@ -664,7 +720,7 @@ impl Runner {
             return Ok(());
         }
         // What the asked access would keep read-only (planned, nothing made).
-        let asked = self.sandbox.plan(req)?;
+        let asked = self.sandbox.plan_with(&self.profile, req)?;
         let kept: Vec<&PathBuf> = asked.protected.iter().chain(&asked.masked).collect();
         let (out, keep): (Vec<PathBuf>, Vec<PathBuf>) = std::mem::take(&mut effective.write_grants)
             .into_iter()
@@ -681,7 +737,6 @@ impl Runner {
     /// The policy's verdict on the words: the checked line, or its refusal.
     fn check(
         &self,
-        policy: &WorkspacePolicy,
         words: &[OsString],
         opts: &ExecOptions,
     ) -> Result<Result<LinePlan, crate::policy::Refusal>, RunError> {
@@ -693,7 +748,7 @@ impl Runner {
                     .ok_or_else(|| RunError::input(format!("{w:?}"), "the policy checker reads UTF-8 text"))
             })
             .collect::<Result<Vec<String>, RunError>>()?;
-        Ok(match check_line(policy, Line::Argv(&words), opts.sh, opts.cwd.as_deref())? {
+        Ok(match self.check_line(Line::Argv(&words), opts.sh, opts.cwd.as_deref())? {
             Verdict::Accepted(p) => Ok(p),
             Verdict::Refused(r) => Err(r),
         })
@@ -747,7 +802,10 @@ impl Runner {
             .await
             .map_err(RunError::Audit)?;
         let started = std::time::Instant::now();
-        let result = self.sandbox.run_checked(&request, run, |plan| within_effective(plan, &effective, &ws_real)).await;
+        let result = self
+            .sandbox
+            .run_checked_with(Some(&self.profile), &request, run, |plan| within_effective(plan, &effective, &ws_real))
+            .await;
         match result {
             Ok(result) => {
                 let event = outcome_event(&id, &effective, &result);

@@ -13,6 +13,7 @@ mod links;
 mod lock;
 mod observe;
 mod plan;
+mod profile;
 mod result;
 mod roots;
 mod run;
@@ -41,6 +42,7 @@ pub use containment::Containment;
 pub use git::GitIndex;
 pub use observe::{RefusedWrites, ReportState, SAMPLE_CAP};
 pub use plan::{Plan, DEFAULT_PROTECTED};
+pub use profile::Profile;
 pub use result::{
     status, AppliedLimits, CloneCall, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome, Warning,
 };
@@ -744,9 +746,14 @@ impl Sandbox {
 
     /// Resolve a request into a plan without running anything.
     pub fn plan(&self, req: &ExecRequest) -> Result<Plan, SandboxError> {
+        self.plan_opt(None, req)
+    }
+
+    /// Plan, with a compiled profile or without.
+    fn plan_opt(&self, profile: Option<&Profile>, req: &ExecRequest) -> Result<Plan, SandboxError> {
         not_full_as_degraded(req)?;
         let contained = containment::decide(&self.cgroup, req, self.uid)?;
-        plan::build(req, self.uid, self.gid, contained)
+        plan::build(req, self.uid, self.gid, contained, profile)
     }
 
     /// Plan and run. A run that writes is planned once, under the
@@ -766,18 +773,30 @@ impl Sandbox {
         opts: RunOptions,
         check: impl FnOnce(&Plan) -> Result<(), SandboxError>,
     ) -> Result<ExecResult, SandboxError> {
+        self.run_checked_with(None, req, opts, check).await
+    }
+
+    /// [`Sandbox::run_checked`], planning with `profile` when given
+    /// ([`Sandbox::plan_with`]: the same plan, less recompiled).
+    pub async fn run_checked_with(
+        &self,
+        profile: Option<&Profile>,
+        req: &ExecRequest,
+        opts: RunOptions,
+        check: impl FnOnce(&Plan) -> Result<(), SandboxError>,
+    ) -> Result<ExecResult, SandboxError> {
         let start = Instant::now();
         // The timeout covers the whole run, waiting for the workspace too.
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         if !req.writable && req.write.is_empty() {
-            let plan = self.plan(req)?;
+            let plan = self.plan_opt(profile, req)?;
             check(&plan)?;
             let held = self.take_locks(&plan.workspace, false, req, deadline, &opts).await?;
             return self.run_locked(&plan, req, opts, start, deadline, held).await;
         }
         let ws = canonical_workspace(req)?;
         let held = self.take_locks(&ws, true, req, deadline, &opts).await?;
-        let plan = self.plan_locked(req)?;
+        let plan = self.plan_locked(profile, req)?;
         if plan.workspace != ws {
             return Err(SandboxError::invalid(
                 "workspace",
@@ -811,7 +830,7 @@ impl Sandbox {
         let writes = plan.writable || !plan.write_grants.is_empty() || !plan.create_grants.is_empty();
         let held = self.take_locks(&plan.workspace, writes, req, deadline, &opts).await?;
         if writes {
-            let fresh = self.plan_locked(req)?;
+            let fresh = self.plan_locked(None, req)?;
             if let Some(what) = stale_part(plan, &fresh) {
                 return Err(SandboxError::PlanChanged { workspace: plan.workspace.clone(), what });
             }
@@ -846,14 +865,14 @@ impl Sandbox {
 
     /// Plan a run that writes, under the workspace's lock: missing grants
     /// inside the workspace are created first (then planned on for real).
-    fn plan_locked(&self, req: &ExecRequest) -> Result<Plan, SandboxError> {
-        let mut plan = self.plan(req)?;
+    fn plan_locked(&self, profile: Option<&Profile>, req: &ExecRequest) -> Result<Plan, SandboxError> {
+        let mut plan = self.plan_opt(profile, req)?;
         if !plan.create_grants.is_empty() {
             for g in &plan.create_grants {
                 let rel = g.strip_prefix(&plan.workspace).unwrap_or(g);
                 grants::create(&plan.workspace, rel)?;
             }
-            plan = self.plan(req)?;
+            plan = self.plan_opt(profile, req)?;
             if let Some(g) = plan.create_grants.first() {
                 return Err(SandboxError::CreateGrant {
                     path: g.clone(),
@@ -1073,7 +1092,7 @@ mod tests {
         let d = tempfile::Builder::new().prefix("pc-steps-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
         let req = ExecRequest::new(d.path(), ["true"]);
         let contained = containment::decide(&Err(NoCgroup::NotMounted), &req, 1000).unwrap_or_else(|e| panic!("{e}"));
-        let plan = plan::build(&req, 1000, 1000, contained).unwrap_or_else(|e| panic!("{e}"));
+        let plan = plan::build(&req, 1000, 1000, contained, None).unwrap_or_else(|e| panic!("{e}"));
         for s in Step::ALL {
             let e = setup_error(&plan, Ok(*s), libc::EIO, NO_DETAIL);
             match (&e, s) {
