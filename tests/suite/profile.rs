@@ -251,3 +251,39 @@ fn r0454_a_grant_whose_link_is_swapped_between_runs_is_refused_as_before() {
     }
     assert!(!outside.path().join("f").exists(), "nothing was written outside");
 }
+
+/// The checker a runner holds resolves paths against the workspace's real
+/// path as it was when the runner was built; before each use the runner
+/// checks that the jail still resolves the same (`PathJail::is_current`)
+/// and compiles afresh when it does not.
+#[test]
+fn r0455_the_runners_held_checker_follows_a_workspace_that_resolves_elsewhere() {
+    use portcullis::policy::{Verdict, WorkspacePolicy};
+    use portcullis::runner::{check_line, Line};
+    let (a, b) = (Ws::new(), Ws::new());
+    let links = tempfile::Builder::new().prefix("pc-link-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+    let name = links.path().join("ws");
+    std::os::unix::fs::symlink(a.path(), &name).unwrap_or_else(|e| panic!("{e}"));
+    let policy = WorkspacePolicy::from_toml(&format!(
+        "workspace = {:?}\n[shell]\ninterpreter = \"sh\"\nallow = [\"cat\"]\n",
+        name.display().to_string()
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let runner = Runner::builder().policy(policy.clone()).sandbox(sandbox()).build().unwrap_or_else(|e| panic!("{e}"));
+    let line = ["cat README.md > out.txt".to_string()];
+    let target = |v: Verdict| match v {
+        Verdict::Accepted(p) => p.commands[0].redirects[0].path.clone(),
+        Verdict::Refused(r) => panic!("refused: {r:?}"),
+    };
+    let held = |r: &Runner| target(r.check_line(Line::Argv(&line), true, None).unwrap_or_else(|e| panic!("{e}")));
+    let fresh = || target(check_line(&policy, Line::Argv(&line), true, None).unwrap_or_else(|e| panic!("{e}")));
+    let real = |w: &Ws| fs::canonicalize(w.path()).unwrap_or_default().join("out.txt");
+    // Control: while the name leads to `a`, both resolve there.
+    assert_eq!(held(&runner), real(&a));
+    assert_eq!(fresh(), real(&a));
+    // The name now leads to `b`: the held checker is not used stale.
+    fs::remove_file(&name).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(b.path(), &name).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(fresh(), real(&b));
+    assert_eq!(held(&runner), real(&b), "the runner's checker resolved against the old workspace");
+}
