@@ -962,8 +962,8 @@ fn spawn_spec(
     let remap = uid == 0;
     let env = build_env(req);
     let filter = portcullis_helper::filter::Profile { degraded, network_none: req.network == Network::None };
-    let seccomp_sha256 = match profile.and_then(|p| p.seccomp_sha256(filter)) {
-        Some(sha) => sha.to_string(),
+    let seccomp_sha256 = match profile {
+        Some(p) => p.seccomp_sha256(filter)?,
         None => seccomp_sha256(filter)?,
     };
 

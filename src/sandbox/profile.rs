@@ -61,6 +61,8 @@
 //! it); they stay, because a plan that skips one can let a command keep
 //! what it planted.
 
+use std::sync::OnceLock;
+
 use portcullis_helper::filter::Profile as FilterProfile;
 
 use super::{plan, ExecRequest, Plan, Sandbox, SandboxError};
@@ -78,8 +80,15 @@ pub struct Profile {
     deny_text: Vec<String>,
     /// Their compilation (None when there are none).
     deny: Option<DenyGlobs>,
-    /// The seccomp program's SHA-256 per filter profile.
-    seccomp: Vec<(FilterProfile, String)>,
+    /// The seccomp program's SHA-256 per filter profile (indexed by
+    /// [`slot`]), each computed when first needed: a one-shot caller pays
+    /// for the one it uses, as a fresh plan does.
+    seccomp: [OnceLock<String>; 4],
+}
+
+/// Where the hash of `filter`'s program is kept.
+fn slot(filter: FilterProfile) -> usize {
+    usize::from(filter.degraded) * 2 + usize::from(filter.network_none)
 }
 
 impl Profile {
@@ -97,14 +106,7 @@ impl Profile {
                     .map_err(|reason| SandboxError::Glob { glob: deny_text.join(" "), reason })?,
             )
         };
-        let mut seccomp = Vec::new();
-        for degraded in [false, true] {
-            for network_none in [false, true] {
-                let filter = FilterProfile { degraded, network_none };
-                seccomp.push((filter, plan::seccomp_sha256(filter)?));
-            }
-        }
-        Ok(Profile { deny_text, deny, seccomp })
+        Ok(Profile { deny_text, deny, seccomp: Default::default() })
     }
 
     /// The compiled relative deny globs, when they were compiled from
@@ -114,11 +116,15 @@ impl Profile {
     }
 
     /// The seccomp program's SHA-256 for `filter`.
-    pub(super) fn seccomp_sha256(&self, filter: FilterProfile) -> Option<&str> {
-        self.seccomp
-            .iter()
-            .find(|(f, _)| f.degraded == filter.degraded && f.network_none == filter.network_none)
-            .map(|(_, sha)| sha.as_str())
+    pub(super) fn seccomp_sha256(&self, filter: FilterProfile) -> Result<String, SandboxError> {
+        let Some(cell) = self.seccomp.get(slot(filter)) else { return plan::seccomp_sha256(filter) };
+        if let Some(sha) = cell.get() {
+            return Ok(sha.clone());
+        }
+        let sha = plan::seccomp_sha256(filter)?;
+        // Another thread may have set it meanwhile: to the same value.
+        let _ = cell.set(sha.clone());
+        Ok(sha)
     }
 }
 
