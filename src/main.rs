@@ -378,7 +378,7 @@ async fn exec(a: ExecArgs) -> ExitCode {
     if a.explain {
         return match &prepared {
             Prepared::Refused { refused, .. } => refusal(&Exec::Refused(refused.clone()), a.json),
-            Prepared::Ready(ready) => match ready.plan(runner.sandbox()) {
+            Prepared::Ready(ready) => match runner.plan(ready) {
                 Ok(plan) if a.json => {
                     println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());
                     ExitCode::SUCCESS

@@ -169,6 +169,31 @@ impl DenyGlobs {
     }
 }
 
+impl DenyGlobs {
+    /// [`DenyGlobs::matching`] for an entry whose parent is known not to
+    /// match (nor any ancestor of it below `root`, nor, for absolute globs,
+    /// above it): only the entry's own name and path are tried, since every
+    /// other candidate `matching` tries (the names of the directories on
+    /// the way, their relative and absolute paths) is one of the parent's,
+    /// which all failed. The deny walk descends only into directories that
+    /// did not match, so for each entry it meets this is exactly
+    /// `matching`, at one set lookup per kind instead of one per path
+    /// component.
+    fn matching_below_unmatched(&self, root: &Path, path: &Path) -> bool {
+        if !self.abs_src.is_empty() && self.abs.is_match(path) {
+            return true;
+        }
+        let Ok(rel) = path.strip_prefix(root) else { return false };
+        if rel.as_os_str().is_empty() {
+            return false;
+        }
+        if !self.name_src.is_empty() && path.file_name().is_some_and(|n| self.names.is_match(Path::new(n))) {
+            return true;
+        }
+        !self.path_src.is_empty() && self.paths.is_match(rel)
+    }
+}
+
 /// What the deny globs mask on disk.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Masks {
@@ -219,14 +244,37 @@ pub enum MaskError {
 /// follows links; a glob whose literal directories go through one is
 /// refused (it would match nothing, and fail open).
 pub fn masks(globs: &[String], root: &Path) -> Result<Masks, MaskError> {
+    masks_with(globs, None, root)
+}
+
+/// The relative globs of `globs` (those not starting with `/`), in order:
+/// what [`masks`] compiles into one [`DenyGlobs`] to walk the root with.
+pub fn relative_globs(globs: &[String]) -> Vec<String> {
+    globs.iter().filter(|g| !g.starts_with('/')).cloned().collect()
+}
+
+/// [`masks`], with the relative globs already compiled: `compiled` must be
+/// `DenyGlobs::new(&relative_globs(globs))` (a compiled access profile
+/// holds it; the compilation is a pure function of the glob text). Only
+/// the compilation is reused: every link check and the walk run afresh.
+pub fn masks_with(globs: &[String], compiled: Option<&DenyGlobs>, root: &Path) -> Result<Masks, MaskError> {
     let mut out = Masks::default();
-    let rel: Vec<String> = globs.iter().filter(|g| !g.starts_with('/')).cloned().collect();
+    let rel = relative_globs(globs);
     for g in &rel {
         refuse_link_in_prefix(g, root)?;
     }
     if !rel.is_empty() {
-        let deny = DenyGlobs::new(&rel).map_err(|reason| MaskError::Glob { glob: rel.join(" "), reason })?;
-        let hit = |p: &Path| deny.matching(root, p).is_some();
+        let fresh;
+        let deny = match compiled {
+            Some(d) => d,
+            None => {
+                fresh = DenyGlobs::new(&rel).map_err(|reason| MaskError::Glob { glob: rel.join(" "), reason })?;
+                &fresh
+            }
+        };
+        // The walk enters only directories that did not match: each entry
+        // is judged by its own name and path alone.
+        let hit = |p: &Path| deny.matching_below_unmatched(root, p);
         walk(root, root, &hit, None, &mut out, &mut 0)?;
     }
     for g in globs.iter().filter(|g| g.starts_with('/')) {
@@ -240,10 +288,12 @@ pub fn masks(globs: &[String], root: &Path) -> Result<Masks, MaskError> {
         }
         let deny =
             DenyGlobs::new(std::slice::from_ref(g)).map_err(|reason| MaskError::Glob { glob: g.clone(), reason })?;
-        let hit = |p: &Path| deny.matching(&prefix, p).is_some();
-        if hit(&prefix) {
+        if deny.matching(&prefix, &prefix).is_some() {
             out.paths.push(prefix);
         } else if prefix.is_dir() {
+            // Neither the prefix nor any directory above it matched, and the
+            // walk enters only directories that did not.
+            let hit = |p: &Path| deny.matching_below_unmatched(&prefix, p);
             // A glob without `**` matches only as deep as it has components.
             let depth = (!g.contains("**"))
                 .then(|| Path::new(g).components().count().saturating_sub(prefix.components().count()).max(1));
@@ -399,5 +449,86 @@ mod tests {
         assert!(DenyGlobs::new(&["/".into()]).is_err());
         assert!(DenyGlobs::new(&["a/../b".into()]).is_err());
         assert!(DenyGlobs::new(&["[".into()]).is_err());
+    }
+
+    /// The walk judges each entry by its own name and path only
+    /// (`matching_below_unmatched`): the masks are exactly what judging
+    /// every entry of the tree with the full `matching` gives, keeping the
+    /// shallowest of each matching chain.
+    #[test]
+    fn the_walk_masks_what_full_matching_masks() {
+        let d =
+            tempfile::Builder::new().prefix("pc-glob-walk-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
+        let root = d.path().to_path_buf();
+        let files = [
+            "a/b/c.key",
+            "a/x/b/y",
+            "a/b",
+            "src/deep/k/z.txt",
+            "src/deep/q",
+            "secrets/s/t",
+            "x/1/y.txt",
+            "x/1/2/y.txt",
+            "docs/secrets.md",
+            "n/.env",
+            "n/m/.env.local",
+            "keep/me.rs",
+            "deep/deep/deep/v",
+        ];
+        for f in files {
+            let p = root.join(f);
+            if let Some(parent) = p.parent() {
+                let _ = fs::create_dir_all(parent);
+            }
+            let _ = fs::write(&p, "x");
+        }
+        let _ = std::os::unix::fs::symlink(root.join("keep"), root.join("n/link.key"));
+        let sets: [&[&str]; 5] = [
+            &["*.key", "secrets", ".env*"],
+            &["a/**/b", "x/*/y.txt"],
+            &["**/deep/*", "keep/**"],
+            &["deep", "src/deep/**"],
+            &["*", "a/b/c.key"],
+        ];
+        for set in sets {
+            let globs: Vec<String> = set.iter().map(|g| g.to_string()).collect();
+            let deny = globs_of(&globs);
+            // The oracle: every entry, judged whole; a match hides what is below.
+            fn all(dir: &Path, out: &mut Vec<PathBuf>) {
+                let Ok(rd) = fs::read_dir(dir) else { return };
+                for e in rd.flatten() {
+                    let p = e.path();
+                    out.push(p.clone());
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        all(&p, out);
+                    }
+                }
+            }
+            let mut every = Vec::new();
+            all(&root, &mut every);
+            let hits: Vec<PathBuf> = every.into_iter().filter(|p| deny.matching(&root, p).is_some()).collect();
+            let mut want: Vec<PathBuf> = hits
+                .iter()
+                .filter(|p| !hits.iter().any(|q| p.starts_with(q) && p != &q))
+                .map(|p| {
+                    if fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+                        fs::canonicalize(p).unwrap_or_default()
+                    } else {
+                        p.clone()
+                    }
+                })
+                .collect();
+            let mut got = ok(masks(&globs, &root)).paths;
+            want.sort();
+            got.sort();
+            assert_eq!(got, want, "{set:?}");
+        }
+    }
+
+    fn globs_of(g: &[String]) -> DenyGlobs {
+        match DenyGlobs::new(g) {
+            Ok(d) => d,
+            Err(e) => panic!("{e}"),
+        }
     }
 }

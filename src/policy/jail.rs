@@ -33,9 +33,36 @@ pub struct PathJail {
     deny: DenyGlobs,
 }
 
+/// The file-system-dependent part of a jail.
+struct Resolved {
+    root: PathBuf,
+    allow: Vec<PathBuf>,
+    grants: Vec<PathBuf>,
+}
+
 impl PathJail {
     /// The jail of `policy`; its workspace must exist.
     pub fn new(policy: &WorkspacePolicy) -> Result<Self, PolicyError> {
+        let (Resolved { root, allow, grants }, globs) = Self::resolve_policy(policy)?;
+        let deny = DenyGlobs::new(&globs).map_err(|e| PolicyError::invalid("deny_paths", e))?;
+        Ok(PathJail { root, allow, grants, deny })
+    }
+
+    /// Whether this jail, compiled from `policy` earlier, is still what
+    /// [`PathJail::new`] would compile now: the same real paths for the
+    /// workspace, the readable roots and the grants outside it, and no link
+    /// in a deny glob's literal directories (the error a fresh compile
+    /// would return, when one appeared). The rest (the compiled globs) is a
+    /// function of the policy's text alone, so this proves the jail
+    /// current; a long-lived checker asks it before every use.
+    pub fn is_current(&self, policy: &WorkspacePolicy) -> Result<bool, PolicyError> {
+        let (now, _) = Self::resolve_policy(policy)?;
+        Ok(now.root == self.root && now.allow == self.allow && now.grants == self.grants)
+    }
+
+    /// What the jail reads from the file system, and the normalised deny
+    /// globs.
+    fn resolve_policy(policy: &WorkspacePolicy) -> Result<(Resolved, Vec<String>), PolicyError> {
         let ws = policy.workspace_root()?;
         let root = fs::canonicalize(ws).map_err(|source| PolicyError::Resolve { path: ws.to_path_buf(), source })?;
         if !root.is_dir() {
@@ -78,8 +105,7 @@ impl PathJail {
             }
             globs.push(g);
         }
-        let deny = DenyGlobs::new(&globs).map_err(|e| PolicyError::invalid("deny_paths", e))?;
-        Ok(PathJail { root, allow, grants, deny })
+        Ok((Resolved { root, allow, grants }, globs))
     }
 
     /// The deny globs, compiled.

@@ -32,8 +32,12 @@ use serde::Serialize;
 
 use crate::audit::{Audit, AuditError, Event, RefusalKind, RefusedWritesRecord, Status};
 use crate::gate::{Access, Action, Backend, Decision, Gate, GateError, ShellExec};
-use crate::policy::{quote_argv, Interpreter, LinePlan, PlannedCommand, PolicyError, Verdict, WorkspacePolicy};
-use crate::sandbox::{ExecRequest, ExecResult, Mode, Outcome, RunOptions, Sandbox, SandboxError, TestSwitches};
+use crate::policy::{
+    quote_argv, Interpreter, LinePlan, PlannedCommand, PolicyError, ShellChecker, Verdict, WorkspacePolicy,
+};
+use crate::sandbox::{
+    ExecRequest, ExecResult, Mode, Outcome, Profile, RunOptions, Sandbox, SandboxError, TestSwitches,
+};
 use crate::Network;
 
 pub use direct::{Fs, FsDone};
@@ -50,8 +54,14 @@ pub enum Line<'a> {
 
 /// The policy's verdict on a line, run in `cwd` (default: the workspace);
 /// `sh` reads it as `sh` whatever the policy says. Runs nothing.
+/// Compiles the policy's checker for the call: a long-lived caller holds a
+/// [`Runner`] and uses [`Runner::check_line`].
 pub fn check_line(policy: &WorkspacePolicy, line: Line<'_>, sh: bool, cwd: Option<&Path>) -> Result<Verdict, RunError> {
-    let mut checker = policy.checker()?;
+    check_with(policy.checker()?, line, sh, cwd)
+}
+
+/// The verdict of `checker` on a line.
+fn check_with(mut checker: ShellChecker, line: Line<'_>, sh: bool, cwd: Option<&Path>) -> Result<Verdict, RunError> {
     if sh {
         checker = checker.with_interpreter(Interpreter::Sh);
     }
@@ -535,7 +545,21 @@ impl RunnerBuilder {
             None => Sandbox::new()?,
         };
         let sandbox = Arc::new(sandbox);
-        Ok(Runner { policy, policy_file: self.policy_file, workspace, gate, audit, audit_log, sandbox })
+        // Compiled once: the checker (its jail re-checked before each use)
+        // and the access profile (pure: see `sandbox::profile`).
+        let checker = policy.as_ref().map(WorkspacePolicy::checker).transpose()?;
+        let profile = Profile::new(policy.as_ref().map_or(&[][..], |p| &p.deny_paths[..]))?;
+        Ok(Runner {
+            policy,
+            policy_file: self.policy_file,
+            workspace,
+            gate,
+            audit,
+            audit_log,
+            sandbox,
+            checker,
+            profile,
+        })
     }
 }
 
@@ -550,6 +574,10 @@ pub struct Runner {
     /// command may get write access to it.
     audit_log: Option<PathBuf>,
     sandbox: Arc<Sandbox>,
+    /// The policy's compiled checker.
+    checker: Option<ShellChecker>,
+    /// What every plan reuses.
+    profile: Profile,
 }
 
 impl Runner {
@@ -617,6 +645,8 @@ impl Runner {
             }
             None => None,
         };
+        let checker = policy.as_ref().map(WorkspacePolicy::checker).transpose()?;
+        let profile = Profile::new(policy.as_ref().map_or(&[][..], |p| &p.deny_paths[..]))?;
         Ok(Runner {
             policy,
             policy_file: self.policy_file.clone(),
@@ -625,6 +655,8 @@ impl Runner {
             audit: self.audit.clone(),
             audit_log: self.audit_log.clone(),
             sandbox: Arc::clone(&self.sandbox),
+            checker,
+            profile,
         })
     }
 
@@ -660,6 +692,34 @@ impl Runner {
             background: opts.background,
             backend,
         })
+    }
+
+    /// The policy's verdict on a line run in `cwd` (default: the
+    /// workspace), `sh` reading it as `sh`, with the checker compiled when
+    /// the runner was built (compiled afresh when the workspace, a readable
+    /// root or a grant resolves elsewhere now: see [`PathJail::is_current`]).
+    /// Runs nothing. Without a policy there is nothing to check against.
+    ///
+    /// [`PathJail::is_current`]: crate::policy::PathJail::is_current
+    pub fn check_line(&self, line: Line<'_>, sh: bool, cwd: Option<&Path>) -> Result<Verdict, RunError> {
+        let (Some(policy), Some(held)) = (&self.policy, &self.checker) else {
+            return Err(RunError::input("policy", "checking a line needs a policy (its checker reads the line)"));
+        };
+        let checker = if held.jail().is_current(policy)? { held.clone() } else { policy.checker()? };
+        check_with(checker, line, sh, cwd)
+    }
+
+    /// The compiled access profile every plan of this runner reuses.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// The sandbox's plan for a prepared command, as [`Ready::plan`] makes
+    /// it, with the runner's profile (the same plan, less recompiled).
+    pub fn plan(&self, ready: &Ready) -> Result<crate::sandbox::Plan, SandboxError> {
+        let plan = self.sandbox.plan_with(&self.profile, &ready.request)?;
+        within_effective(&plan, &ready.effective, &ready.workspace_real())?;
+        Ok(plan)
     }
 
     /// Judge a command and decide its access, running nothing and
@@ -706,7 +766,7 @@ impl Runner {
         };
         let (mut req, checked) = match &self.policy {
             Some(policy) => {
-                let plan = match self.check(policy, input, opts)? {
+                let plan = match self.check(input, opts)? {
                     Ok(plan) => plan,
                     Err(r) => {
                         let action = self.unchecked_action(words, opts);
@@ -818,7 +878,7 @@ impl Runner {
             return Ok(());
         }
         // What the asked access would keep read-only (planned, nothing made).
-        let asked = self.sandbox.plan(req)?;
+        let asked = self.sandbox.plan_with(&self.profile, req)?;
         let kept: Vec<&PathBuf> = asked.protected.iter().chain(&asked.masked).collect();
         let (out, keep): (Vec<PathBuf>, Vec<PathBuf>) = std::mem::take(&mut effective.write_grants)
             .into_iter()
@@ -835,14 +895,13 @@ impl Runner {
     /// The policy's verdict on the words: the checked line, or its refusal.
     fn check(
         &self,
-        policy: &WorkspacePolicy,
         input: Input<'_>,
         opts: &ExecOptions,
     ) -> Result<Result<LinePlan, crate::policy::Refusal>, RunError> {
         let words = match input {
             Input::Words(w) => w,
             Input::Line(line) => {
-                return Ok(match check_line(policy, Line::Text(line), opts.sh, opts.cwd.as_deref())? {
+                return Ok(match self.check_line(Line::Text(line), opts.sh, opts.cwd.as_deref())? {
                     Verdict::Accepted(p) => Ok(p),
                     Verdict::Refused(r) => Err(r),
                 })
@@ -856,7 +915,7 @@ impl Runner {
                     .ok_or_else(|| RunError::input(format!("{w:?}"), "the policy checker reads UTF-8 text"))
             })
             .collect::<Result<Vec<String>, RunError>>()?;
-        Ok(match check_line(policy, Line::Argv(&words), opts.sh, opts.cwd.as_deref())? {
+        Ok(match self.check_line(Line::Argv(&words), opts.sh, opts.cwd.as_deref())? {
             Verdict::Accepted(p) => Ok(p),
             Verdict::Refused(r) => Err(r),
         })
@@ -917,7 +976,10 @@ impl Runner {
             let message = "cancelled before it started: nothing ran".to_string();
             return self.not_started(id, started, effective, message).await;
         }
-        let result = self.sandbox.run_checked(&request, run, |plan| within_effective(plan, &effective, &ws_real)).await;
+        let result = self
+            .sandbox
+            .run_checked_with(Some(&self.profile), &request, run, |plan| within_effective(plan, &effective, &ws_real))
+            .await;
         match result {
             Ok(result) => {
                 let event = outcome_event(&id, &effective, &result);

@@ -14,6 +14,7 @@ mod lock;
 mod observe;
 mod pending;
 mod plan;
+mod profile;
 mod result;
 mod roots;
 mod run;
@@ -44,6 +45,7 @@ pub use observe::{RefusedWrites, ReportState, SAMPLE_CAP};
 #[doc(hidden)]
 pub use pending::{leave_record_for_tests, records_dir_for_tests};
 pub use plan::{Plan, DEFAULT_PROTECTED};
+pub use profile::Profile;
 pub use result::{
     status, AppliedLimits, CloneCall, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome, Warning,
 };
@@ -763,9 +765,14 @@ impl Sandbox {
 
     /// Resolve a request into a plan without running anything.
     pub fn plan(&self, req: &ExecRequest) -> Result<Plan, SandboxError> {
+        self.plan_opt(None, req)
+    }
+
+    /// Plan, with a compiled profile or without.
+    fn plan_opt(&self, profile: Option<&Profile>, req: &ExecRequest) -> Result<Plan, SandboxError> {
         not_full_as_degraded(req)?;
         let contained = containment::decide(&self.cgroup, req, self.uid)?;
-        plan::build(req, self.uid, self.gid, contained)
+        plan::build(req, self.uid, self.gid, contained, profile)
     }
 
     /// Plan and run. A run that writes is planned once, under the
@@ -785,18 +792,30 @@ impl Sandbox {
         opts: RunOptions,
         check: impl FnOnce(&Plan) -> Result<(), SandboxError>,
     ) -> Result<ExecResult, SandboxError> {
+        self.run_checked_with(None, req, opts, check).await
+    }
+
+    /// [`Sandbox::run_checked`], planning with `profile` when given
+    /// ([`Sandbox::plan_with`]: the same plan, less recompiled).
+    pub async fn run_checked_with(
+        &self,
+        profile: Option<&Profile>,
+        req: &ExecRequest,
+        opts: RunOptions,
+        check: impl FnOnce(&Plan) -> Result<(), SandboxError>,
+    ) -> Result<ExecResult, SandboxError> {
         let start = Instant::now();
         // The timeout covers the whole run, waiting for the workspace too.
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         if !req.writable && req.write.is_empty() {
-            let plan = self.plan(req)?;
+            let plan = self.plan_opt(profile, req)?;
             check(&plan)?;
             let held = self.take_locks(&plan.workspace, false, req, deadline, opts.cancel.as_ref()).await?;
             return self.run_locked(&plan, req, opts, start, deadline, held).await;
         }
         let ws = canonical_workspace(req)?;
         let held = self.take_locks(&ws, true, req, deadline, opts.cancel.as_ref()).await?;
-        let plan = self.plan_locked(req)?;
+        let plan = self.plan_locked(profile, req)?;
         if plan.workspace != ws {
             return Err(SandboxError::invalid(
                 "workspace",
@@ -855,7 +874,7 @@ impl Sandbox {
         let writes = plan.writable || !plan.write_grants.is_empty() || !plan.create_grants.is_empty();
         let held = self.take_locks(&plan.workspace, writes, req, deadline, opts.cancel.as_ref()).await?;
         if writes {
-            let fresh = self.plan_locked(req)?;
+            let fresh = self.plan_locked(None, req)?;
             if let Some(what) = stale_part(plan, &fresh) {
                 return Err(SandboxError::PlanChanged { workspace: plan.workspace.clone(), what });
             }
@@ -900,14 +919,14 @@ impl Sandbox {
 
     /// Plan a run that writes, under the workspace's lock: missing grants
     /// inside the workspace are created first (then planned on for real).
-    fn plan_locked(&self, req: &ExecRequest) -> Result<Plan, SandboxError> {
-        let mut plan = self.plan(req)?;
+    fn plan_locked(&self, profile: Option<&Profile>, req: &ExecRequest) -> Result<Plan, SandboxError> {
+        let mut plan = self.plan_opt(profile, req)?;
         if !plan.create_grants.is_empty() {
             for g in &plan.create_grants {
                 let rel = g.strip_prefix(&plan.workspace).unwrap_or(g);
                 grants::create(&plan.workspace, rel)?;
             }
-            plan = self.plan(req)?;
+            plan = self.plan_opt(profile, req)?;
             if let Some(g) = plan.create_grants.first() {
                 return Err(SandboxError::CreateGrant {
                     path: g.clone(),
@@ -1160,7 +1179,7 @@ mod tests {
         let d = tempfile::Builder::new().prefix("pc-steps-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
         let req = ExecRequest::new(d.path(), ["true"]);
         let contained = containment::decide(&Err(NoCgroup::NotMounted), &req, 1000).unwrap_or_else(|e| panic!("{e}"));
-        let plan = plan::build(&req, 1000, 1000, contained).unwrap_or_else(|e| panic!("{e}"));
+        let plan = plan::build(&req, 1000, 1000, contained, None).unwrap_or_else(|e| panic!("{e}"));
         for s in Step::ALL {
             let e = setup_error(&plan, Ok(*s), libc::EIO, NO_DETAIL);
             match (&e, s) {

@@ -20,6 +20,7 @@ use portcullis_helper::spec::{Identity, LandlockSpec, Mode, MountOp, Network, Rl
 
 use super::containment::Containment;
 use super::git;
+use super::profile::Profile;
 use super::{grants, ExecRequest, GrantRefusal, PathRefusal, SandboxError};
 use crate::path::glob::{self as deny_glob, MaskError};
 use crate::path::{in_areas, lexical, normalize_glob, replaceable_link, touches_system_root, SYSTEM_ROOTS};
@@ -127,11 +128,14 @@ fn is_within(p: &Path, root: &Path) -> bool {
 /// nothing. One line per step; each passes plain data to the next.
 /// `contained` is how the run is contained (`sandbox::containment`) and
 /// the rlimits that go with it.
+/// `profile`, when given, supplies what it compiled (see
+/// `sandbox::profile`); the plan is the same either way.
 pub fn build(
     req: &ExecRequest,
     uid: u32,
     gid: u32,
     contained: (Containment, Vec<Rlimit>),
+    profile: Option<&Profile>,
 ) -> Result<Plan, SandboxError> {
     check_request(req)?;
     let at = Resolver::workspace(req)?;
@@ -145,13 +149,13 @@ pub fn build(
     check_followed_links(req, &at.ws, &areas.protect)?;
     let git = protect_git(req, &at.ws, &access, &areas)?;
     let lock_dir = super::lock::dir(uid);
-    let masked = deny_masks_for(req, uid, &at.ws, &base, &lock_dir, &read_roots, &access, &areas)?;
+    let masked = deny_masks_for(req, uid, &at.ws, &base, &lock_dir, &read_roots, &access, &areas, profile)?;
     let pinned = pins(&at.ws, &access, &read_roots, &git.protected, &masked, &areas);
     let kept = read_only_names(req, &at.ws, &access, &read_roots, &git.protected, &masked, &areas)?;
     let mounts = mount_plan(base, &git.protected, &kept, &pinned, &masked);
     let cwd = working_directory(req, &at, &read_roots, &access)?;
     let ll = landlock_rules(req, uid, &at.ws, &access, &read_roots, &git.protected, &kept, &lock_dir)?;
-    let (spec, seccomp_sha256) = spawn_spec(req, uid, gid, &cwd, mounts, &ll, &contained)?;
+    let (spec, seccomp_sha256) = spawn_spec(req, uid, gid, &cwd, mounts, &ll, &contained, profile)?;
     let (containment, _) = contained;
     let super::links::Kept { hard_linked, privileged, unlistable } = kept;
     Ok(Plan {
@@ -605,12 +609,14 @@ fn deny_masks_for(
     read_roots: &[PathBuf],
     access: &Access,
     areas: &Areas,
+    profile: Option<&Profile>,
 ) -> Result<Vec<PathBuf>, SandboxError> {
     let (grants, protect_areas) = (&access.grants, &areas.protect);
     // Masks: the deny list.
     // `a//b`, `a/./b` and `./a/` name what `a/b` and `a` name.
     let deny: Vec<String> = req.deny.iter().map(|g| normalize_glob(g)).collect();
-    let deny_glob::Masks { paths: mut masked, links: denied_links } = deny_masks(&deny, ws)?;
+    let compiled = profile.and_then(|p| p.deny_globs(&deny_glob::relative_globs(&deny)));
+    let deny_glob::Masks { paths: mut masked, links: denied_links } = deny_masks(&deny, compiled, ws)?;
     // A denied link's target is masked, but the link itself could be pointed
     // elsewhere by a writable run, and the next run would mask that instead.
     for l in &denied_links {
@@ -941,6 +947,7 @@ fn landlock_rules(
 }
 
 /// The spec handed to the helper, and the SHA-256 of its seccomp program.
+#[allow(clippy::too_many_arguments)]
 fn spawn_spec(
     req: &ExecRequest,
     uid: u32,
@@ -949,14 +956,16 @@ fn spawn_spec(
     mounts: Vec<MountOp>,
     ll: &LandlockRules,
     (containment, rlimits): &(Containment, Vec<Rlimit>),
+    profile: Option<&Profile>,
 ) -> Result<(SpawnSpec, String), SandboxError> {
     let degraded = req.degraded == Some(Mode::LandlockOnly);
     let remap = uid == 0;
     let env = build_env(req);
-    let profile = portcullis_helper::filter::Profile { degraded, network_none: req.network == Network::None };
-    let program = portcullis_helper::filter::compile_for(profile)
-        .map_err(|e| SandboxError::BadRequest(format!("seccomp filter: {e}")))?;
-    let seccomp_sha256 = hex(&Sha256::digest(portcullis_helper::filter::program_bytes(&program)));
+    let filter = portcullis_helper::filter::Profile { degraded, network_none: req.network == Network::None };
+    let seccomp_sha256 = match profile {
+        Some(p) => p.seccomp_sha256(filter)?,
+        None => seccomp_sha256(filter)?,
+    };
 
     let spec = SpawnSpec {
         version: SPEC_VERSION,
@@ -986,6 +995,14 @@ fn spawn_spec(
         observe: req.report_refused_writes,
     };
     Ok((spec, seccomp_sha256))
+}
+
+/// The SHA-256 of the seccomp program the helper installs for `filter`
+/// (the helper compiles it itself; the plan names what it will be).
+pub(super) fn seccomp_sha256(filter: portcullis_helper::filter::Profile) -> Result<String, SandboxError> {
+    let program = portcullis_helper::filter::compile_for(filter)
+        .map_err(|e| SandboxError::BadRequest(format!("seccomp filter: {e}")))?;
+    Ok(hex(&Sha256::digest(portcullis_helper::filter::program_bytes(&program))))
 }
 
 fn degraded_req(req: &ExecRequest) -> bool {
@@ -1184,8 +1201,12 @@ fn pinned_ancestors(protected: &[PathBuf], writable_areas: &[PathBuf]) -> Vec<Pa
 
 /// The deny masks below `ws` (and the links whose names matched), read as
 /// the policy's path jail reads the globs.
-fn deny_masks(globs: &[String], ws: &Path) -> Result<deny_glob::Masks, SandboxError> {
-    deny_glob::masks(globs, ws).map_err(|e| match e {
+fn deny_masks(
+    globs: &[String],
+    compiled: Option<&crate::path::DenyGlobs>,
+    ws: &Path,
+) -> Result<deny_glob::Masks, SandboxError> {
+    deny_glob::masks_with(globs, compiled, ws).map_err(|e| match e {
         MaskError::Glob { glob, reason } => SandboxError::Glob { glob, reason },
         MaskError::Unlistable { path, source } => {
             SandboxError::Path { what: "directory to apply deny globs in", path, source }
@@ -1247,7 +1268,7 @@ mod tests {
         let d = tree();
         let mut r = req(&d);
         r.write.push("target".into());
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000)).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).unwrap_or_else(|e| panic!("{e}"));
         let depths: Vec<usize> = p
             .spec
             .mounts
@@ -1270,14 +1291,14 @@ mod tests {
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
         let mut r = req(&d);
         r.deny = vec![".env*".into(), "secrets".into()];
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000)).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).unwrap_or_else(|e| panic!("{e}"));
         let mut got: Vec<PathBuf> = p.masked.clone();
         got.sort();
         let mut want = vec![ws.join(".env"), ws.join("a/b/.env.local"), ws.join("secrets")];
         want.sort();
         assert_eq!(got, want, "a bare name matches at any depth; docs/secrets.md is not 'secrets'");
         r.deny = vec!["a/**/.env*".into()];
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000)).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.masked, vec![ws.join("a/b/.env.local")]);
     }
 
@@ -1287,18 +1308,18 @@ mod tests {
         fs::create_dir_all(d.path().join(".git/hooks")).unwrap_or_else(|e| panic!("{e}"));
         fs::write(d.path().join(".git/config"), "").unwrap_or_else(|e| panic!("{e}"));
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
-        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000)).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000), None).unwrap_or_else(|e| panic!("{e}"));
         assert!(p.protected.is_empty(), "nothing to protect in a read-only workspace");
         let mut r = req(&d);
         r.writable = true;
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000)).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.protected, vec![ws.join(".git/config"), ws.join(".git/hooks")]);
     }
 
     #[test]
     fn root_callers_run_as_nobody_with_idmapped_workspace() {
         let d = tree();
-        let p = build(&req(&d), 0, 0, uncontained(&req(&d), 0)).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&req(&d), 0, 0, uncontained(&req(&d), 0), None).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.spec.identity.inside_uid, p.spec.identity.outside_uid), (0, ROOT_RUNS_AS));
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
         assert!(p
@@ -1306,7 +1327,7 @@ mod tests {
             .mounts
             .iter()
             .any(|m| matches!(m, MountOp::Bind { dst, idmap: true, .. } if *dst == bytes(&ws))));
-        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000)).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000), None).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.spec.identity.inside_uid, p.spec.identity.outside_uid), (1000, 1000));
         assert!(!p.spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })));
     }
@@ -1317,7 +1338,7 @@ mod tests {
         let mut r = req(&d);
         r.env.push(("A".into(), "1".into()));
         r.env.push(("A".into(), "2".into()));
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000)).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.spec.env, vec![b"A=2".to_vec(), b"PATH=/usr/local/bin:/usr/bin:/bin".to_vec()]);
     }
 }

@@ -31,6 +31,7 @@ mod policy;
 mod policy_corpus;
 mod policy_diff;
 mod policy_fuzz;
+mod profile;
 mod readonly;
 mod refused_writes;
 mod roots;
