@@ -588,6 +588,12 @@ pub fn records_dir_for_tests(ws: &Path) -> Result<PathBuf, SandboxError> {
     Ok(Records::open(&dir_fd, &super::lock::dir(uid), &lock_name, uid)?.path)
 }
 
+/// A record's name as the kernel takes it (the names are made here, of
+/// digits, letters and `-._`: never a NUL).
+fn cstr(name: &str) -> std::ffi::CString {
+    std::ffi::CString::new(name).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -620,10 +626,4 @@ mod tests {
         assert_eq!(g2, g);
         assert_eq!(cg, Some(PathBuf::from("/cg/x")));
     }
-}
-
-/// A record's name as the kernel takes it (the names are made here, of
-/// digits, letters and `-._`: never a NUL).
-fn cstr(name: &str) -> std::ffi::CString {
-    std::ffi::CString::new(name).unwrap_or_default()
 }
