@@ -378,16 +378,17 @@ async fn exec(a: ExecArgs) -> ExitCode {
     if a.explain {
         return match &prepared {
             Prepared::Refused { refused, .. } => refusal(&Exec::Refused(refused.clone()), a.json),
-            Prepared::Ready(ready) => match ready.plan(runner.sandbox()) {
-                Ok(plan) if a.json => {
+            Prepared::Ready(ready) => match runner.sandbox().map(|s| ready.plan(s)) {
+                Ok(Ok(plan)) if a.json => {
                     println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());
                     ExitCode::SUCCESS
                 }
-                Ok(plan) => {
+                Ok(Ok(plan)) => {
                     print!("{}", explain::explain(&plan, ready));
                     ExitCode::SUCCESS
                 }
-                Err(e) => fault(&RunError::Sandbox(e), a.json),
+                Ok(Err(e)) => fault(&RunError::Sandbox(e), a.json),
+                Err(e) => fault(&e, a.json),
             },
         };
     }

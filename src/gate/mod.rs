@@ -79,6 +79,9 @@ pub enum Backend {
     /// The library's own file operations in the host process, through the
     /// workspace's directory descriptor.
     Direct,
+    /// A mock backend: an in-memory tree and scripted command results
+    /// (hermetic tests); nothing reaches the disk or the kernel.
+    Mock,
 }
 
 /// A shell command, as the gate sees it.

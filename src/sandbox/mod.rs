@@ -42,7 +42,8 @@ pub use git::GitIndex;
 pub use observe::{RefusedWrites, ReportState, SAMPLE_CAP};
 pub use plan::{Plan, DEFAULT_PROTECTED};
 pub use result::{
-    status, AppliedLimits, CloneCall, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome, Warning,
+    status, AppliedLimits, CloneCall, EnforcedBy, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome,
+    Warning,
 };
 pub use split::{Split, SPLIT_LIMIT};
 

@@ -9,14 +9,18 @@
 //!   globs and `.gitignore` respected, symlinks never followed;
 //! - [`list`]: `list_dir`, walked by descriptor, bounded, denied entries
 //!   hidden and counted, links reported and never followed;
-//! - [`todos`]: the agent's todo list (`todo_write` / `todo_read`).
+//! - [`todos`]: the agent's todo list (`todo_write` / `todo_read`);
+//! - [`mock`]: [`MockBackend`], an in-memory tree with scripted commands
+//!   under the same jail, gate, audit and error types (hermetic tests).
 
 pub mod backend;
 pub mod files;
 pub mod list;
+pub mod mock;
 pub mod search;
 pub mod todos;
 mod ws;
 
 pub use backend::{Backend, Local};
+pub use mock::{CommandMatch, MockBackend, MockRun};
 pub use ws::{Workspace, WorkspaceBuilder, WorkspaceError};

@@ -191,10 +191,14 @@ impl WorkspaceBuilder {
             policy.workspace = Some(abs);
         }
         policy.validate()?;
-        let runner = self.runner.policy(policy.clone()).build()?;
-        let backend: Arc<dyn Backend> = match self.backend {
-            Some(BackendChoice::Given(b)) => b,
-            None => Arc::new(Local::new(&policy)?),
+        let runner = self.runner.policy(policy.clone());
+        let (runner, backend): (_, Arc<dyn Backend>) = match self.backend {
+            // A backend that runs no process needs no sandbox (and no helper
+            // binary, no kernel feature): its commands still pass the
+            // checker, the gate and the audit of this runner.
+            Some(BackendChoice::Given(b)) if !b.sandboxed() => (runner.without_sandbox().build()?, b),
+            Some(BackendChoice::Given(b)) => (runner.build()?, b),
+            None => (runner.build()?, Arc::new(Local::new(&policy)?)),
         };
         let view = View {
             runner: Arc::new(runner),

@@ -36,6 +36,8 @@ mod roots;
 mod runner;
 mod stdin;
 mod workspace;
+mod ws_backends;
 mod ws_files;
 mod ws_grep;
 mod ws_list;
+mod ws_mock;
