@@ -79,8 +79,9 @@ pub enum Backend {
     /// The library's own file operations in the host process, through the
     /// workspace's directory descriptor.
     Direct,
-    /// A mock backend: an in-memory tree and scripted command results
-    /// (hermetic tests); nothing reaches the disk or the kernel.
+    /// A backend that runs no process and touches no disk: the workspace's
+    /// mock (an in-memory tree, scripted command results, for hermetic
+    /// tests). Nothing is enforced by the kernel.
     Mock,
 }
 

@@ -713,7 +713,10 @@ impl Runner {
                 &one
             }
         };
-        let backend = if opts.degraded.is_some() || self.policy.as_ref().is_some_and(|p| p.degraded.is_some()) {
+        let backend = if self.sandbox.is_none() {
+            // Carried out by a backend that runs no process (the mock).
+            Backend::Mock
+        } else if opts.degraded.is_some() || self.policy.as_ref().is_some_and(|p| p.degraded.is_some()) {
             Backend::LandlockOnly
         } else {
             Backend::Sandbox

@@ -42,8 +42,9 @@
 //!   and records; only "run" differs.
 //!
 //! What differs, by design:
-//! - a command runs nothing: the most recently added script whose
-//!   [`CommandMatch`] fits the line answers ([`MockRun`]); an unscripted
+//! - a command runs nothing: a script answers ([`MockRun`]; the latest
+//!   added for exactly the line, else the latest for its program, see
+//!   [`CommandMatch`]); an unscripted
 //!   command exits 127 with a stderr that says so. A script's `writes` land
 //!   in the tree only where the command's effective access (after the
 //!   gate's meet and the read-only view) would let the sandbox write; the
@@ -256,8 +257,9 @@ impl MockBackend {
         lock(&self.shared.tree).contains_key(&self.abs(path.as_ref()))
     }
 
-    /// Answer lines that `matcher` fits with `run` (the most recently
-    /// added fitting script answers).
+    /// Answer lines that `matcher` fits with `run`. A line is answered by
+    /// the latest script added for exactly that line, else by the latest
+    /// added for its program.
     pub fn on_command(&self, matcher: CommandMatch, run: MockRun) {
         lock(&self.shared.scripts).push((matcher, run));
     }
@@ -814,9 +816,13 @@ struct MockExec<'a> {
 }
 
 impl MockBackend {
-    /// The script that answers `line`, if any (the latest added wins).
+    /// The script that answers `line`, if any: an exact line before a
+    /// program, the latest added first.
     fn script(&self, line: &str) -> Option<MockRun> {
-        lock(&self.shared.scripts).iter().rev().find(|(m, _)| m.matches(line)).map(|(_, r)| r.clone())
+        let scripts = lock(&self.shared.scripts);
+        let exact = |m: &CommandMatch| matches!(m, CommandMatch::Line(_));
+        let find = |want: bool| scripts.iter().rev().find(|(m, _)| exact(m) == want && m.matches(line));
+        find(true).or_else(|| find(false)).map(|(_, r)| r.clone())
     }
 
     /// Whether the sandbox would let the command write `path`: within its

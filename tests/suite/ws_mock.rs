@@ -207,9 +207,10 @@ fn r0540_an_unscripted_command_exits_127_and_a_refused_one_never_arrives() {
     assert!(matches!(&e, Ok(Exec::Refused(_))), "{e:?}");
     assert_eq!(m.commands(), ["ls -la"]);
     assert_eq!(audit.kinds(), ["allowed", "outcome", "denied"]);
-    // Control: scripted, the same line answers with its script (the latest wins).
-    m.on_command(CommandMatch::program("ls"), MockRun::exit(1));
+    // Control: scripted, the same line answers with its script (an exact
+    // line before a program, whatever the order they were added in).
     m.on_command(CommandMatch::line("ls -la"), MockRun::exit(0).stdout("a\nb\n"));
+    m.on_command(CommandMatch::program("ls"), MockRun::exit(1));
     let r = ran(rt().block_on(w.exec("ls -la", ExecOptions::default())));
     assert_eq!((r.result.outcome, r.result.stdout.as_slice()), (Outcome::Exited { code: 0 }, &b"a\nb\n"[..]));
     let r = ran(rt().block_on(w.exec("/bin/ls src", ExecOptions::default())));
@@ -254,4 +255,44 @@ fn r0542_a_scope_of_the_mock_runs_commands_in_its_directory() {
     let r = ran(rt().block_on(w.exec("make", writable())));
     assert_eq!(r.result.refused_writes.count, 1, "../escape leaves the workspace itself");
     assert_eq!(m.contents("made").as_deref(), Some(&b"1"[..]));
+}
+
+#[test]
+fn r0543_a_runner_without_a_sandbox_refuses_to_run_and_records_the_failure() {
+    let audit = Arc::new(MemAudit::default());
+    let text = format!("workspace = {ROOT:?}\n[shell]\nallow = [\"ls\"]\n");
+    let policy = WorkspacePolicy::from_toml(&text).unwrap_or_else(|e| panic!("policy: {e}"));
+    let runner = portcullis::runner::Runner::builder()
+        .policy(policy)
+        .audit(audit.clone())
+        .without_sandbox()
+        .build()
+        .unwrap_or_else(|e| panic!("runner: {e}"));
+    assert!(!runner.has_sandbox());
+    let r = rt().block_on(runner.exec_line("ls", &ExecOptions::default(), Default::default()));
+    assert!(matches!(r, Err(RunError::NoSandbox { .. })), "{r:?}");
+    // Allowed by the checker, then recorded as failed: nothing ran.
+    assert_eq!(audit.kinds(), ["allowed", "outcome"]);
+    let last = audit.0.lock().ok().and_then(|v| v.last().cloned());
+    assert!(matches!(last, Some(Event::Outcome { status: Status::Failed, error: Some(_), .. })), "{last:?}");
+    // Control: a refusal needs no sandbox and is recorded as one.
+    let r = rt().block_on(runner.exec_line("rm x", &ExecOptions::default(), Default::default()));
+    assert!(matches!(r, Ok(Exec::Refused(_))), "{r:?}");
+}
+
+#[test]
+fn r0544_a_commands_cwd_and_redirections_are_judged_in_the_virtual_tree() {
+    let (w, m, _audit) = mock("");
+    m.add_dir("pkg");
+    m.on_command(CommandMatch::program("ls"), MockRun::exit(0).write("listing.txt", "x"));
+    // A redirection out of the jail is refused by the checker.
+    let e = rt().block_on(w.exec("ls > ../../etc/x", writable()));
+    assert!(matches!(&e, Ok(Exec::Refused(_))), "{e:?}");
+    let e = rt().block_on(w.exec("ls", ExecOptions { cwd: Some("../..".into()), ..writable() }));
+    assert!(e.is_err() || matches!(&e, Ok(Exec::Refused(_))), "{e:?}");
+    assert!(m.commands().is_empty());
+    // Control: inside the tree both are fine.
+    let r = ran(rt().block_on(w.exec("ls > pkg/out.txt", ExecOptions { cwd: Some("pkg".into()), ..writable() })));
+    assert_eq!(r.result.outcome, Outcome::Exited { code: 0 });
+    assert_eq!(m.commands(), ["ls > pkg/out.txt"]);
 }
