@@ -774,7 +774,10 @@ impl Runner {
                 (req, None)
             }
         };
-        let ws_real = std::fs::canonicalize(&req.workspace).unwrap_or_else(|_| crate::path::lexical(&req.workspace));
+        let ws_real = match &self.sandbox {
+            Some(_) => std::fs::canonicalize(&req.workspace).unwrap_or_else(|_| crate::path::lexical(&req.workspace)),
+            None => crate::path::lexical(&req.workspace),
+        };
         // Each grant as the caller spelled it and as the gate compares it.
         let spelled: Vec<(PathBuf, PathBuf)> =
             req.write.iter().map(|g| (g.clone(), request::resolve_grant(&ws_real, g))).collect();
@@ -1121,13 +1124,13 @@ pub trait Executor: Send + Sync {
 
 /// The workspace's real path: resolved on the disk; for a runner without a
 /// sandbox (whose workspace may exist only in a backend's memory), made
-/// clean as spelled when it does not exist here.
+/// clean as spelled, as the backend's virtual jail reads it.
 fn real_workspace(ws: &Path, without_sandbox: bool) -> Result<PathBuf, RunError> {
-    match std::fs::canonicalize(ws) {
-        Ok(real) => Ok(real),
-        Err(_) if without_sandbox && ws.is_absolute() => Ok(crate::path::lexical(ws)),
-        Err(source) => Err(PolicyError::Resolve { path: ws.to_path_buf(), source }.into()),
+    if without_sandbox && ws.is_absolute() {
+        // As the backend's virtual jail reads it, whatever this disk holds.
+        return Ok(crate::path::lexical(ws));
     }
+    std::fs::canonicalize(ws).map_err(|source| PolicyError::Resolve { path: ws.to_path_buf(), source }.into())
 }
 
 /// The audit log's real path (its directory resolved, its name kept),
