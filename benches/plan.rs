@@ -188,7 +188,7 @@ fn run() -> Result<(), String> {
             black_box(check_line(&policy, Line::Argv(&line), true, None).map_err(|e| e.to_string())?);
             let prepared = rt.block_on(runner.prepare(&words, &opts)).map_err(|e| e.to_string())?;
             let Prepared::Ready(ready) = prepared else { return Err("the bench command was refused".into()) };
-            black_box(ready.plan(runner.sandbox()).map_err(|e| e.to_string())?);
+            black_box(ready.plan(runner.sandbox().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?);
             t[5].push(s.elapsed());
         }
         let [f, p, cf, ch, after, held] = t.map(median);

@@ -296,6 +296,7 @@ pub async fn run() -> Report {
                         format!("pid-namespace teardown, as complete as cgroup.kill (no per-command cgroup{why})")
                     }
                     KillMechanism::Subreaper => format!("subreaper sweep of the landlock-only mode{why}"),
+                    KillMechanism::None => "none (no process ran)".to_string(),
                 }
             ),
         },

@@ -387,7 +387,7 @@ async fn exec(a: ExecArgs) -> ExitCode {
                     print!("{}", explain::explain(&plan, ready));
                     ExitCode::SUCCESS
                 }
-                Err(e) => fault(&RunError::Sandbox(e), a.json),
+                Err(e) => fault(&e, a.json),
             },
         };
     }

@@ -79,6 +79,10 @@ pub enum Backend {
     /// The library's own file operations in the host process, through the
     /// workspace's directory descriptor.
     Direct,
+    /// A backend that runs no process and touches no disk: the workspace's
+    /// mock (an in-memory tree, scripted command results, for hermetic
+    /// tests). Nothing is enforced by the kernel.
+    Mock,
 }
 
 /// A shell command, as the gate sees it.

@@ -31,6 +31,8 @@ pub struct PathJail {
     allow: Vec<PathBuf>,
     grants: Vec<PathBuf>,
     deny: DenyGlobs,
+    /// Judged without the disk ([`PathJail::virtual_root`]).
+    lexical: bool,
 }
 
 /// The file-system-dependent part of a jail.
@@ -45,7 +47,7 @@ impl PathJail {
     pub fn new(policy: &WorkspacePolicy) -> Result<Self, PolicyError> {
         let (Resolved { root, allow, grants }, globs) = Self::resolve_policy(policy)?;
         let deny = DenyGlobs::new(&globs).map_err(|e| PolicyError::invalid("deny_paths", e))?;
-        Ok(PathJail { root, allow, grants, deny })
+        Ok(PathJail { root, allow, grants, deny, lexical: false })
     }
 
     /// Whether this jail, compiled from `policy` earlier, is still what
@@ -108,6 +110,39 @@ impl PathJail {
         Ok((Resolved { root, allow, grants }, globs))
     }
 
+    /// The jail of `policy` over a tree that is not on this disk (the mock
+    /// backend's, in memory): its workspace is an absolute path that need
+    /// not exist, and nothing is looked up on the disk, neither now nor
+    /// when a path is judged. A tree without symbolic links resolves
+    /// lexically exactly as the kernel would (`..` from the root stays at
+    /// the root of the file system, then the result is judged), so the
+    /// same paths are accepted and refused as by [`PathJail::new`] over the
+    /// same tree on disk; grants and readable roots are taken as spelled
+    /// (made clean, `..` applied), the same system directories refused.
+    pub fn virtual_root(policy: &WorkspacePolicy) -> Result<Self, PolicyError> {
+        let ws = policy.workspace_root()?;
+        if !ws.is_absolute() {
+            return Err(PolicyError::invalid("workspace", format!("{} is not an absolute path", ws.display())));
+        }
+        let root = crate::path::lexical(ws);
+        let allow: Vec<PathBuf> = policy.allow_paths.iter().map(|p| crate::path::lexical(p)).collect();
+        let grants = policy
+            .write
+            .iter()
+            .filter(|p| p.is_absolute())
+            .map(|g| crate::path::lexical(g))
+            .filter(|g| !g.starts_with(&root) && !touches_system_root(g))
+            .collect();
+        let globs: Vec<String> = policy.deny_paths.iter().map(|g| normalize_glob(g)).collect();
+        let deny = DenyGlobs::new(&globs).map_err(|e| PolicyError::invalid("deny_paths", e))?;
+        Ok(PathJail { root, allow, grants, deny, lexical: true })
+    }
+
+    /// Whether this jail judges without the disk ([`PathJail::virtual_root`]).
+    pub fn is_virtual(&self) -> bool {
+        self.lexical
+    }
+
     /// The deny globs, compiled.
     pub fn deny(&self) -> &DenyGlobs {
         &self.deny
@@ -141,6 +176,11 @@ impl PathJail {
         let escape = |why: String| PolicyError::PathEscape { path: path.to_path_buf(), why };
         if path.as_os_str().is_empty() {
             return Err(escape("an empty path".into()));
+        }
+        if self.lexical {
+            let real = crate::path::lexical(&base.join(path));
+            self.judge(&real, access).map_err(escape)?;
+            return Ok(real);
         }
         let (real, links) = physical(base, path).map_err(|e| match e {
             WalkError::Escape(why) => escape(why),

@@ -60,6 +60,16 @@ pub fn check_line(policy: &WorkspacePolicy, line: Line<'_>, sh: bool, cwd: Optio
     check_with(policy.checker()?, line, sh, cwd)
 }
 
+/// The policy's checker: judging paths on the disk, or, without a sandbox
+/// (the workspace may exist only in a backend's memory), lexically.
+fn compile_checker(policy: Option<&WorkspacePolicy>, sandboxed: bool) -> Result<Option<ShellChecker>, RunError> {
+    Ok(match policy {
+        Some(p) if sandboxed => Some(p.checker()?),
+        Some(p) => Some(ShellChecker::virtual_root(p)?),
+        None => None,
+    })
+}
+
 /// The verdict of `checker` on a line.
 fn check_with(mut checker: ShellChecker, line: Line<'_>, sh: bool, cwd: Option<&Path>) -> Result<Verdict, RunError> {
     if sh {
@@ -200,6 +210,17 @@ pub enum RunError {
         error: Box<SandboxError>,
         /// Why the record failed.
         audit: AuditError,
+    },
+    /// The runner was built without a sandbox
+    /// ([`RunnerBuilder::without_sandbox`], for a backend that runs no
+    /// process, such as the mock): it cannot plan or run a command itself.
+    #[error(
+        "this runner was built without a sandbox (for a backend that runs no process, such as the mock): it \
+         cannot {what}; build it with a sandbox (the default) to run commands for real"
+    )]
+    NoSandbox {
+        /// What was asked of the sandbox.
+        what: &'static str,
     },
     /// A direct file operation failed.
     #[error("{op} {path}: {error}")]
@@ -436,6 +457,7 @@ pub struct RunnerBuilder {
     audit_log: Option<PathBuf>,
     audit_sync: Option<crate::audit::jsonl::Sync>,
     sandbox: Option<Sandbox>,
+    without_sandbox: bool,
 }
 
 impl RunnerBuilder {
@@ -489,6 +511,22 @@ impl RunnerBuilder {
     /// Use this sandbox (default: [`Sandbox::new`]).
     pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
         self.sandbox = Some(sandbox);
+        self.without_sandbox = false;
+        self
+    }
+
+    /// Build the runner with no sandbox, for a backend that carries
+    /// commands out itself without running a process (the mock backend of
+    /// [`crate::workspace`]): the checker, the gate and the audit work as
+    /// always; the workspace need not exist on this disk (its path is
+    /// taken as spelled, made clean); [`Runner::sandbox`] answers
+    /// [`RunError::NoSandbox`], and so do [`Runner::exec`],
+    /// [`Runner::exec_line`] and [`Runner::run_prepared`] once a command
+    /// was allowed (it is recorded as failed). Run such commands with
+    /// [`Runner::exec_line_with`].
+    pub fn without_sandbox(mut self) -> Self {
+        self.sandbox = None;
+        self.without_sandbox = true;
         self
     }
 
@@ -512,8 +550,7 @@ impl RunnerBuilder {
         let gate: Option<Arc<dyn Gate>> = match (self.gate, &policy) {
             (Some(g), _) => Some(g),
             (None, Some(p)) => {
-                let real = std::fs::canonicalize(&workspace)
-                    .map_err(|source| PolicyError::Resolve { path: workspace.clone(), source })?;
+                let real = real_workspace(&workspace, self.without_sandbox)?;
                 p.gate(&real)?.map(|r| Arc::new(r) as Arc<dyn Gate>)
             }
             (None, None) => None,
@@ -540,14 +577,14 @@ impl RunnerBuilder {
             }
             (None, None) => (None, None),
         };
-        let sandbox = match self.sandbox {
-            Some(s) => s,
-            None => Sandbox::new()?,
+        let sandbox = match (self.sandbox, self.without_sandbox) {
+            (Some(s), _) => Some(Arc::new(s)),
+            (None, true) => None,
+            (None, false) => Some(Arc::new(Sandbox::new()?)),
         };
-        let sandbox = Arc::new(sandbox);
         // Compiled once: the checker (its jail re-checked before each use)
         // and the access profile (pure: see `sandbox::profile`).
-        let checker = policy.as_ref().map(WorkspacePolicy::checker).transpose()?;
+        let checker = compile_checker(policy.as_ref(), sandbox.is_some())?;
         let profile = Profile::new(policy.as_ref().map_or(&[][..], |p| &p.deny_paths[..]))?;
         Ok(Runner {
             policy,
@@ -573,7 +610,8 @@ pub struct Runner {
     /// The JSON Lines log's real path, when the runner opened one: no
     /// command may get write access to it.
     audit_log: Option<PathBuf>,
-    sandbox: Arc<Sandbox>,
+    /// `None`: built [`RunnerBuilder::without_sandbox`].
+    sandbox: Option<Arc<Sandbox>>,
     /// The policy's compiled checker.
     checker: Option<ShellChecker>,
     /// What every plan reuses.
@@ -586,9 +624,15 @@ impl Runner {
         RunnerBuilder::default()
     }
 
-    /// The sandbox every command runs in.
-    pub fn sandbox(&self) -> &Sandbox {
-        &self.sandbox
+    /// The sandbox every command runs in ([`RunError::NoSandbox`] for a
+    /// runner built [`RunnerBuilder::without_sandbox`]).
+    pub fn sandbox(&self) -> Result<&Sandbox, RunError> {
+        self.sandbox.as_deref().ok_or(RunError::NoSandbox { what: "plan or run a command" })
+    }
+
+    /// Whether the runner has a sandbox (see [`RunnerBuilder::without_sandbox`]).
+    pub fn has_sandbox(&self) -> bool {
+        self.sandbox.is_some()
     }
 
     /// The policy, if there is one.
@@ -601,22 +645,17 @@ impl Runner {
         &self.workspace
     }
 
-    /// The same runner narrowed to `dir` (a real directory inside the
-    /// workspace): the policy's workspace becomes `dir`; its relative deny
-    /// globs, protected paths and write grants keep meaning what they meant
-    /// (anchored at the old root); write grants and readable roots inside
-    /// the old workspace but outside `dir` are dropped (a scope does not
-    /// reach its parent); the gate, the audit and the sandbox are shared.
-    pub fn scoped(&self, dir: &Path) -> Result<Runner, RunError> {
-        let old = std::fs::canonicalize(&self.workspace)
-            .map_err(|source| PolicyError::Resolve { path: self.workspace.clone(), source })?;
+    /// The policy [`Runner::scoped`] narrows to `dir` (see there), checked
+    /// but not compiled.
+    pub fn scoped_policy(&self, dir: &Path) -> Result<Option<WorkspacePolicy>, RunError> {
+        let old = real_workspace(&self.workspace, self.sandbox.is_none())?;
         if !dir.starts_with(&old) {
             return Err(RunError::input(
                 "scope",
                 format!("{} is not inside the workspace {}", dir.display(), old.display()),
             ));
         }
-        let policy = match &self.policy {
+        Ok(match &self.policy {
             Some(p) => {
                 let mut p = p.clone();
                 p.workspace = Some(dir.to_path_buf());
@@ -644,8 +683,18 @@ impl Runner {
                 Some(p)
             }
             None => None,
-        };
-        let checker = policy.as_ref().map(WorkspacePolicy::checker).transpose()?;
+        })
+    }
+
+    /// The same runner narrowed to `dir` (a real directory inside the
+    /// workspace): the policy's workspace becomes `dir`; its relative deny
+    /// globs, protected paths and write grants keep meaning what they meant
+    /// (anchored at the old root); write grants and readable roots inside
+    /// the old workspace but outside `dir` are dropped (a scope does not
+    /// reach its parent); the gate, the audit and the sandbox are shared.
+    pub fn scoped(&self, dir: &Path) -> Result<Runner, RunError> {
+        let policy = self.scoped_policy(dir)?;
+        let checker = compile_checker(policy.as_ref(), self.sandbox.is_some())?;
         let profile = Profile::new(policy.as_ref().map_or(&[][..], |p| &p.deny_paths[..]))?;
         Ok(Runner {
             policy,
@@ -654,7 +703,7 @@ impl Runner {
             gate: self.gate.clone(),
             audit: self.audit.clone(),
             audit_log: self.audit_log.clone(),
-            sandbox: Arc::clone(&self.sandbox),
+            sandbox: self.sandbox.clone(),
             checker,
             profile,
         })
@@ -705,7 +754,10 @@ impl Runner {
         let (Some(policy), Some(held)) = (&self.policy, &self.checker) else {
             return Err(RunError::input("policy", "checking a line needs a policy (its checker reads the line)"));
         };
-        let checker = if held.jail().is_current(policy)? { held.clone() } else { policy.checker()? };
+        // A virtual jail (no sandbox: the workspace may live only in a
+        // backend's memory) reads no disk, so it is always current.
+        let current = held.jail().is_virtual() || held.jail().is_current(policy)?;
+        let checker = if current { held.clone() } else { policy.checker()? };
         check_with(checker, line, sh, cwd)
     }
 
@@ -716,8 +768,8 @@ impl Runner {
 
     /// The sandbox's plan for a prepared command, as [`Ready::plan`] makes
     /// it, with the runner's profile (the same plan, less recompiled).
-    pub fn plan(&self, ready: &Ready) -> Result<crate::sandbox::Plan, SandboxError> {
-        let plan = self.sandbox.plan_with(&self.profile, &ready.request)?;
+    pub fn plan(&self, ready: &Ready) -> Result<crate::sandbox::Plan, RunError> {
+        let plan = self.sandbox()?.plan_with(&self.profile, &ready.request)?;
         within_effective(&plan, &ready.effective, &ready.workspace_real())?;
         Ok(plan)
     }
@@ -755,7 +807,10 @@ impl Runner {
                 &one
             }
         };
-        let backend = if opts.degraded.is_some() || self.policy.as_ref().is_some_and(|p| p.degraded.is_some()) {
+        let backend = if self.sandbox.is_none() {
+            // Carried out by a backend that runs no process (the mock).
+            Backend::Mock
+        } else if opts.degraded.is_some() || self.policy.as_ref().is_some_and(|p| p.degraded.is_some()) {
             Backend::LandlockOnly
         } else {
             Backend::Sandbox
@@ -804,7 +859,10 @@ impl Runner {
                 (req, None)
             }
         };
-        let ws_real = std::fs::canonicalize(&req.workspace).unwrap_or_else(|_| crate::path::lexical(&req.workspace));
+        let ws_real = match &self.sandbox {
+            Some(_) => std::fs::canonicalize(&req.workspace).unwrap_or_else(|_| crate::path::lexical(&req.workspace)),
+            None => crate::path::lexical(&req.workspace),
+        };
         // Each grant as the caller spelled it and as the gate compares it.
         let spelled: Vec<(PathBuf, PathBuf)> =
             req.write.iter().map(|g| (g.clone(), request::resolve_grant(&ws_real, g))).collect();
@@ -877,12 +935,19 @@ impl Runner {
         if !effective.write_grants.iter().any(named) {
             return Ok(());
         }
-        // What the asked access would keep read-only (planned, nothing made).
-        let asked = self.sandbox.plan_with(&self.profile, req)?;
-        let kept: Vec<&PathBuf> = asked.protected.iter().chain(&asked.masked).collect();
+        // What the asked access would keep read-only (planned, nothing made;
+        // without a sandbox, read from the request as the plan would).
+        let kept: Vec<PathBuf> = match &self.sandbox {
+            Some(sandbox) => {
+                let asked = sandbox.plan_with(&self.profile, req)?;
+                asked.protected.into_iter().chain(asked.masked).collect()
+            }
+            None => self.carve_outs_unplanned(req),
+        };
+        let masked = |g: &PathBuf| self.sandbox.is_none() && self.denied_unplanned(req, g);
         let (out, keep): (Vec<PathBuf>, Vec<PathBuf>) = std::mem::take(&mut effective.write_grants)
             .into_iter()
-            .partition(|g| named(g) && kept.iter().any(|p| g.starts_with(p)));
+            .partition(|g| named(g) && (kept.iter().any(|p| g.starts_with(p)) || masked(g)));
         effective.write_grants = keep;
         for g in out {
             if !dropped.contains(&g) {
@@ -890,6 +955,32 @@ impl Runner {
             }
         }
         Ok(())
+    }
+
+    /// What a plan of `req` would keep read-only, read from the request
+    /// without the disk (a runner without a sandbox): git's hooks and
+    /// config of the workspace, the protected paths, the policy file.
+    pub(crate) fn carve_outs_unplanned(&self, req: &ExecRequest) -> Vec<PathBuf> {
+        let ws = crate::path::lexical(&req.workspace);
+        let listed = self.policy.as_ref().map(|p| p.protect.clone()).unwrap_or_default();
+        let all = crate::sandbox::DEFAULT_PROTECTED.iter().map(PathBuf::from).chain(listed).chain(req.protect.clone());
+        let mut out: Vec<PathBuf> =
+            all.map(|p| crate::path::lexical(&if p.is_absolute() { p } else { ws.join(p) })).collect();
+        out.extend(self.policy_file.iter().map(|f| crate::path::lexical(&std::path::absolute(f).unwrap_or_default())));
+        out
+    }
+
+    /// Whether the deny list of `req` (the policy's and the caller's)
+    /// masks `path`, read without the disk (a runner without a sandbox).
+    pub(crate) fn denied_unplanned(&self, req: &ExecRequest, path: &Path) -> bool {
+        let ws = crate::path::lexical(&req.workspace);
+        let globs: Vec<String> = req.deny.iter().map(|g| crate::path::normalize_glob(g)).collect();
+        match crate::path::DenyGlobs::new(&globs) {
+            Ok(d) => d.matching(&ws, path).is_some(),
+            // A glob that does not compile masks nothing it could name; be
+            // safe: treat every path as masked.
+            Err(_) => true,
+        }
     }
 
     /// The policy's verdict on the words: the checked line, or its refusal.
@@ -954,9 +1045,39 @@ impl Runner {
         self.run_prepared(prepared, run).await
     }
 
+    /// Judge, gate and record one line (see [`Runner::prepare_line`]) and
+    /// have `executor` carry it out instead of the sandbox (a backend that
+    /// runs no process, such as the mock). The checker, the gate, the
+    /// `allowed`/`denied` records, a cancellation before the start and the
+    /// outcome record are exactly those of [`Runner::exec_line`].
+    pub async fn exec_line_with(
+        &self,
+        line: &str,
+        opts: &ExecOptions,
+        mut run: RunOptions,
+        executor: &dyn Executor,
+    ) -> Result<Exec, RunError> {
+        if run.cancel.is_none() {
+            run.cancel.clone_from(&opts.cancel);
+        }
+        let prepared = self.prepare_line(line, opts).await?;
+        self.run_prepared_by(prepared, run, Some(executor)).await
+    }
+
     /// Record and run a prepared command (a refused one is recorded as
     /// denied and returned).
     pub async fn run_prepared(&self, prepared: Prepared, run: RunOptions) -> Result<Exec, RunError> {
+        self.run_prepared_by(prepared, run, None).await
+    }
+
+    /// [`Runner::run_prepared`], carried out by `executor` if given, else
+    /// by the sandbox.
+    async fn run_prepared_by(
+        &self,
+        prepared: Prepared,
+        run: RunOptions,
+        executor: Option<&dyn Executor>,
+    ) -> Result<Exec, RunError> {
         let id = new_id();
         let ready = match prepared {
             Prepared::Refused { action, refused } => {
@@ -976,10 +1097,22 @@ impl Runner {
             let message = "cancelled before it started: nothing ran".to_string();
             return self.not_started(id, started, effective, message).await;
         }
-        let result = self
-            .sandbox
-            .run_checked_with(Some(&self.profile), &request, run, |plan| within_effective(plan, &effective, &ws_real))
-            .await;
+        let result = match (executor, &self.sandbox) {
+            (Some(x), _) => x.execute(&request, &effective, &ws_real, run).await,
+            (None, Some(sandbox)) => {
+                sandbox
+                    .run_checked_with(Some(&self.profile), &request, run, |plan| {
+                        within_effective(plan, &effective, &ws_real)
+                    })
+                    .await
+            }
+            (None, None) => {
+                let e = RunError::NoSandbox { what: "run a command" };
+                let event = ended(id, Status::Failed, started, effective, Some(e.to_string()));
+                self.record(&event).await.map_err(RunError::Audit)?;
+                return Err(e);
+            }
+        };
         match result {
             Ok(result) => {
                 let event = outcome_event(&id, &effective, &result);
@@ -1052,6 +1185,34 @@ impl Runner {
             None => Ok(()),
         }
     }
+}
+
+/// What carries out a command that passed the checker and the gate, in
+/// place of the sandbox (see [`Runner::exec_line_with`]): given the request
+/// with the effective access applied, that access, and the workspace's
+/// real path the gate compared paths with. Its result is recorded as a
+/// sandbox's would be; it must honour `run.cancel` and `request.timeout`
+/// (reporting [`Outcome::Cancelled`] / [`Outcome::TimedOut`]).
+pub trait Executor: Send + Sync {
+    /// Carry the command out.
+    fn execute<'a>(
+        &'a self,
+        request: &'a ExecRequest,
+        effective: &'a Access,
+        ws_real: &'a Path,
+        run: RunOptions,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<ExecResult, SandboxError>> + Send + 'a>>;
+}
+
+/// The workspace's real path: resolved on the disk; for a runner without a
+/// sandbox (whose workspace may exist only in a backend's memory), made
+/// clean as spelled, as the backend's virtual jail reads it.
+fn real_workspace(ws: &Path, without_sandbox: bool) -> Result<PathBuf, RunError> {
+    if without_sandbox && ws.is_absolute() {
+        // As the backend's virtual jail reads it, whatever this disk holds.
+        return Ok(crate::path::lexical(ws));
+    }
+    std::fs::canonicalize(ws).map_err(|source| PolicyError::Resolve { path: ws.to_path_buf(), source }.into())
 }
 
 /// The audit log's real path (its directory resolved, its name kept),

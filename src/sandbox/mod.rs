@@ -47,7 +47,8 @@ pub use pending::{leave_record_for_tests, records_dir_for_tests};
 pub use plan::{Plan, DEFAULT_PROTECTED};
 pub use profile::Profile;
 pub use result::{
-    status, AppliedLimits, CloneCall, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome, Warning,
+    status, AppliedLimits, CloneCall, EnforcedBy, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome,
+    Warning,
 };
 pub use split::{Split, SPLIT_LIMIT};
 

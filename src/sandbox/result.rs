@@ -110,6 +110,9 @@ pub enum KillMechanism {
     /// Landlock-only mode without a cgroup: the helper, a child subreaper,
     /// kills every descendant when the command ends.
     Subreaper,
+    /// No process was started, so there was nothing to kill: a backend that
+    /// runs no command (the workspace's mock) made the result up.
+    None,
 }
 
 /// How Landlock was enforced.
@@ -137,7 +140,13 @@ pub struct AppliedLimits {
 /// helper reported once every layer was in place, just before `execve`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Enforcement {
-    /// The sandbox's mode: `full`, or the opted-in `landlock-only`.
+    /// What carried the command out: the kernel sandbox, or a backend that
+    /// runs no process and enforced nothing (the workspace's mock, whose
+    /// every other field here then says so: no Landlock, no seccomp, no
+    /// mounts, nothing killed).
+    pub backend: EnforcedBy,
+    /// The sandbox's mode: `full`, or the opted-in `landlock-only` (the
+    /// mode the request asked for when `backend` is `mock`: none ran).
     pub mode: Mode,
     /// How fully Landlock was enforced.
     pub landlock: LandlockStatus,
@@ -166,6 +175,45 @@ pub struct Enforcement {
     pub clone: CloneCall,
     /// Network isolation.
     pub network: Network,
+}
+
+/// What carried a command out (see [`Enforcement::backend`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EnforcedBy {
+    /// The kernel sandbox: the layers below are what was in force.
+    #[default]
+    Sandbox,
+    /// A mock backend: no process ran, no kernel layer enforced anything;
+    /// the result is scripted.
+    Mock,
+}
+
+impl Enforcement {
+    /// The enforcement of a result no process produced (a mock backend's):
+    /// nothing was enforced, and every field says so.
+    pub fn none(mode: Mode, network: Network) -> Enforcement {
+        Enforcement {
+            backend: EnforcedBy::Mock,
+            mode,
+            landlock: LandlockStatus::None,
+            landlock_abi: 0,
+            landlock_gaps: Vec::new(),
+            seccomp: false,
+            seccomp_sha256: String::new(),
+            readonly_mounts: false,
+            kill_mechanism: KillMechanism::None,
+            cgroup_fallback: Some("a mock backend: no process ran, so no cgroup was made".into()),
+            limits: AppliedLimits::default(),
+            clone: CloneCall::default(),
+            network,
+        }
+    }
+
+    /// Whether the kernel enforced anything (false for a mock's result).
+    pub fn is_enforced(&self) -> bool {
+        self.backend == EnforcedBy::Sandbox
+    }
 }
 
 /// Something the caller should know about a run that did not fail it:

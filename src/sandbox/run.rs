@@ -430,6 +430,7 @@ pub(super) fn assemble(plan: &Plan, ended: Ended) -> Result<ExecResult, SandboxE
     };
     let applied = applied.unwrap_or_default();
     let enforcement = Enforcement {
+        backend: super::result::EnforcedBy::Sandbox,
         mode: plan.spec.mode,
         landlock: if applied.landlock_full {
             LandlockStatus::Full

@@ -48,6 +48,14 @@ pub trait Backend: Send + Sync + 'static {
     /// What carries out a file action, as the gate and the audit name it.
     fn fs_backend(&self) -> gate::Backend;
 
+    /// Whether its commands run in the runner's sandbox (`false`: it
+    /// carries them out itself, as the mock does, and the workspace builds
+    /// its runner without a sandbox, see
+    /// [`crate::runner::RunnerBuilder::without_sandbox`]).
+    fn sandboxed(&self) -> bool {
+        true
+    }
+
     /// Judge `path` (relative to the root, or absolute) for `access`.
     fn judge(&self, path: &Path, access: PathAccess) -> Result<Judged, FileError>;
 

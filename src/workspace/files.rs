@@ -463,10 +463,10 @@ impl Files {
     pub async fn read_file(&self, j: &Judged, opts: ReadOptions) -> Result<ReadWindow, FileError> {
         self.blocking("read", j, move |me, j| {
             let f = me.dir(j).open_file(&j.rel).map_err(|e| fail("read", &j.real, e))?;
-            read_window(f, opts).map_err(|e| match e {
-                WindowError::Binary(total_bytes) => FileError::Binary { path: j.real.clone(), total_bytes },
-                WindowError::Io(e) => fail("read", &j.real, e),
-            })
+            let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+            // No more than the size at the open: a file that grows while it
+            // is read does not make the read endless.
+            read_window(snapshot(f, size), size, opts, &j.real)
         })
         .await
     }
@@ -521,21 +521,9 @@ impl Files {
             let size = f.metadata().map_err(|e| fail("edit", &j.real, e))?.len();
             let mut content = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
             snapshot(f, size).read_to_end(&mut content).map_err(|e| fail("edit", &j.real, e))?;
-            if let Some(expected) = expect {
-                let actual = sha256_hex(&content);
-                if !actual.eq_ignore_ascii_case(expected.trim()) {
-                    return Err(FileError::StaleHash { path: j.real.clone(), expected, actual });
-                }
-            }
-            let mut replacements = 0;
-            for (i, e) in edits.iter().enumerate() {
-                let idx = multi.then_some(i);
-                let (next, n) = apply(&content, e).map_err(|k| k.into_error(&j.real, idx))?;
-                content = next;
-                replacements += n;
-            }
+            let (content, edited) = apply_edits(content, &edits, expect, multi, &j.real)?;
             dir.write_atomic(&j.rel, &content, false).map_err(|e| fail("edit", &j.real, e))?;
-            Ok(Edited { replacements, bytes: content.len() as u64, hash: sha256_hex(&content) })
+            Ok(edited)
         })
         .await
     }
@@ -577,6 +565,34 @@ impl Files {
         })
         .await
     }
+}
+
+/// `content` with `edits` applied in order, each to the result of the ones
+/// before (all or none), after checking it against `expect` (the hash the
+/// caller pinned); `multi` names the failing edit's index. Every backend
+/// edits through this one function.
+pub(crate) fn apply_edits(
+    mut content: Vec<u8>,
+    edits: &[Edit],
+    expect: Option<String>,
+    multi: bool,
+    path: &Path,
+) -> Result<(Vec<u8>, Edited), FileError> {
+    if let Some(expected) = expect {
+        let actual = sha256_hex(&content);
+        if !actual.eq_ignore_ascii_case(expected.trim()) {
+            return Err(FileError::StaleHash { path: path.to_path_buf(), expected, actual });
+        }
+    }
+    let mut replacements = 0;
+    for (i, e) in edits.iter().enumerate() {
+        let idx = multi.then_some(i);
+        let (next, n) = apply(&content, e).map_err(|k| k.into_error(path, idx))?;
+        content = next;
+        replacements += n;
+    }
+    let edited = Edited { replacements, bytes: content.len() as u64, hash: sha256_hex(&content) };
+    Ok((content, edited))
 }
 
 /// Why one edit did not apply.
@@ -741,8 +757,18 @@ fn decode(raw: &[u8], cut: bool) -> (String, bool) {
     (s, lossy)
 }
 
-/// One pass over the file: hash, counts, and the window.
-fn read_window(f: std::fs::File, opts: ReadOptions) -> Result<ReadWindow, WindowError> {
+/// One pass over the text `r` yields (a file of `size` bytes at `path`,
+/// as errors name it): hash, counts, and the window. Every backend reads
+/// through this one function, so the window, the byte ceiling, the binary
+/// and the lossy rules are the same everywhere.
+pub(crate) fn read_window(r: impl Read, size: u64, opts: ReadOptions, path: &Path) -> Result<ReadWindow, FileError> {
+    window_pass(r, size, opts).map_err(|e| match e {
+        WindowError::Binary(total_bytes) => FileError::Binary { path: path.to_path_buf(), total_bytes },
+        WindowError::Io(e) => fail("read", path, e),
+    })
+}
+
+fn window_pass(f: impl Read, size: u64, opts: ReadOptions) -> Result<ReadWindow, WindowError> {
     let start = opts.offset.max(1);
     let limit = opts.limit.unwrap_or(DEFAULT_LINES);
     let mut w = Window {
@@ -758,8 +784,7 @@ fn read_window(f: std::fs::File, opts: ReadOptions) -> Result<ReadWindow, Window
         line: Vec::new(),
         line_over: false,
     };
-    let size = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut r = BufReader::with_capacity(64 * 1024, snapshot(f, size));
+    let mut r = BufReader::with_capacity(64 * 1024, f);
     let mut hasher = Sha256::new();
     let mut total: u64 = 0;
     let mut lines = 0usize;
@@ -831,7 +856,7 @@ mod tests {
         let Ok(mut f) = tempfile::tempfile() else { panic!("tempfile") };
         let _ = std::io::Write::write_all(&mut f, text);
         let _ = std::io::Seek::rewind(&mut f);
-        match read_window(f, opts) {
+        match window_pass(f, 0, opts) {
             Ok(w) => w,
             Err(WindowError::Binary(_)) => panic!("binary"),
             Err(WindowError::Io(e)) => panic!("{e}"),

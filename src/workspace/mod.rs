@@ -13,18 +13,22 @@
 //! - [`search`]: `grep` and `glob`, ripgrep's crates, deny globs and
 //!   `.gitignore` respected, links never followed;
 //! - [`list`]: `list_dir`, walked by descriptor, bounded;
-//! - [`todos`]: the agent's todo list.
-//! - [`jobs`]: background jobs (`start_shell`, `shell_output`, `shell_kill`).
+//! - [`todos`]: the agent's todo list;
+//! - [`jobs`]: background jobs (`start_shell`, `shell_output`, `shell_kill`);
+//! - [`mock`]: [`MockBackend`], an in-memory tree with scripted commands
+//!   under the same jail, gate, audit and error types (hermetic tests).
 
 pub mod backend;
 pub mod files;
 pub mod jobs;
 pub mod list;
+pub mod mock;
 pub mod search;
 pub mod todos;
 pub mod ws;
 
 pub use backend::{Backend, Local};
+pub use mock::{CommandMatch, MockBackend, MockRun};
 pub use ws::{Workspace, WorkspaceBuilder, WorkspaceError};
 
 /// The examples of `docs/workspace.md`, compiled with the doctests.

@@ -240,13 +240,13 @@ pub enum SearchError {
 
 /// A glob filter: by name without `/`, by path from the root with one.
 #[derive(Clone, Debug)]
-struct NameGlob {
+pub(crate) struct NameGlob {
     m: GlobMatcher,
     by_name: bool,
 }
 
 impl NameGlob {
-    fn new(g: &str) -> Result<Self, SearchError> {
+    pub(crate) fn new(g: &str) -> Result<Self, SearchError> {
         let norm = crate::path::normalize_glob(g);
         if norm.starts_with('/') || norm.split('/').any(|c| c == "..") {
             return Err(SearchError::BadGlob { glob: g.into(), reason: "must be relative, without `..`".into() });
@@ -260,7 +260,7 @@ impl NameGlob {
         Ok(NameGlob { m, by_name: !norm.contains('/') })
     }
 
-    fn matches(&self, rel: &Path) -> bool {
+    pub(crate) fn matches(&self, rel: &Path) -> bool {
         if self.by_name {
             rel.file_name().is_some_and(|n| self.m.is_match(n))
         } else {
@@ -270,20 +270,20 @@ impl NameGlob {
 }
 
 #[derive(Default)]
-struct Counts {
-    binary: AtomicU64,
-    long_line: AtomicU64,
-    denied: AtomicU64,
-    ignored: AtomicU64,
-    unreadable: AtomicU64,
-    links: AtomicU64,
-    special: AtomicU64,
-    searched: AtomicU64,
-    cut: AtomicU64,
+pub(crate) struct Counts {
+    pub(crate) binary: AtomicU64,
+    pub(crate) long_line: AtomicU64,
+    pub(crate) denied: AtomicU64,
+    pub(crate) ignored: AtomicU64,
+    pub(crate) unreadable: AtomicU64,
+    pub(crate) links: AtomicU64,
+    pub(crate) special: AtomicU64,
+    pub(crate) searched: AtomicU64,
+    pub(crate) cut: AtomicU64,
 }
 
 impl Counts {
-    fn skipped(&self) -> Skipped {
+    pub(crate) fn skipped(&self) -> Skipped {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Skipped {
             binary: g(&self.binary),
@@ -297,7 +297,7 @@ impl Counts {
     }
 }
 
-fn bump(a: &AtomicU64) {
+pub(crate) fn bump(a: &AtomicU64) {
     a.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -368,7 +368,7 @@ fn regular_beneath(root_fd: &OwnedFd, rel: &Path) -> Result<bool, Errno> {
 }
 
 /// The ignore files the walker reads in a directory.
-const IGNORE_FILES: &[&str] = &[".gitignore", ".ignore"];
+pub(crate) const IGNORE_FILES: &[&str] = &[".gitignore", ".ignore"];
 
 /// Whether the walker may read `dir`'s ignore files: each is absent, or a
 /// regular file the deny globs do not match. Counts the refusal.
@@ -543,14 +543,14 @@ fn line_text(bytes: &[u8], cap: usize) -> (String, bool) {
 }
 
 /// One file's lines (matches and context), in order.
-struct FileSink<'a> {
-    lines: Vec<(u64, String, bool, bool)>,
-    cap: usize,
-    found: &'a AtomicUsize,
-    max: usize,
-    stop: &'a AtomicBool,
-    mine: usize,
-    binary: bool,
+pub(crate) struct FileSink<'a> {
+    pub(crate) lines: Vec<(u64, String, bool, bool)>,
+    pub(crate) cap: usize,
+    pub(crate) found: &'a AtomicUsize,
+    pub(crate) max: usize,
+    pub(crate) stop: &'a AtomicBool,
+    pub(crate) mine: usize,
+    pub(crate) binary: bool,
 }
 
 impl Sink for FileSink<'_> {
@@ -581,7 +581,12 @@ impl Sink for FileSink<'_> {
 }
 
 /// The matches of one file from its lines, each with its own context.
-fn assemble(path: &str, lines: Vec<(u64, String, bool, bool)>, context: usize, cut: &AtomicU64) -> Vec<GrepMatch> {
+pub(crate) fn assemble(
+    path: &str,
+    lines: Vec<(u64, String, bool, bool)>,
+    context: usize,
+    cut: &AtomicU64,
+) -> Vec<GrepMatch> {
     if context == 0 {
         // Only matches: move their text, copy nothing.
         return lines
@@ -634,7 +639,7 @@ fn assemble(path: &str, lines: Vec<(u64, String, bool, bool)>, context: usize, c
 }
 
 /// The compiled pattern.
-fn matcher(o: &GrepOptions) -> Result<RegexMatcher, SearchError> {
+pub(crate) fn matcher(o: &GrepOptions) -> Result<RegexMatcher, SearchError> {
     if o.pattern.len() > MAX_PATTERN_BYTES {
         return Err(SearchError::PatternTooLong { len: o.pattern.len(), max: MAX_PATTERN_BYTES });
     }
@@ -646,6 +651,22 @@ fn matcher(o: &GrepOptions) -> Result<RegexMatcher, SearchError> {
         .dfa_size_limit(REGEX_SIZE_LIMIT)
         .build(&o.pattern)
         .map_err(|e| SearchError::BadPattern { pattern: o.pattern.clone(), reason: e.to_string() })
+}
+
+/// The searcher every backend searches with: line numbers, the context,
+/// a NUL byte makes a file binary, the heap bounded by the longest line.
+pub(crate) fn searcher(opts: &GrepOptions) -> SearcherBuilder {
+    let context = opts.context.min(MAX_CONTEXT);
+    let mut sb = SearcherBuilder::new();
+    sb.line_number(true)
+        .before_context(context)
+        .after_context(context)
+        .binary_detection(BinaryDetection::quit(0))
+        .memory_map(MmapChoice::never())
+        .heap_limit(Some(
+            opts.max_line_bytes.max(1024).saturating_add(context.saturating_mul(2).saturating_mul(opts.line_cap)),
+        ));
+    sb
 }
 
 /// Search the files below `root` for `opts.pattern`, skipping what `deny`
@@ -660,15 +681,7 @@ pub fn grep(root: &Path, deny: &DenyGlobs, opts: &GrepOptions) -> Result<GrepRes
     };
     let counts = Arc::new(Counts::default());
     let context = opts.context.min(MAX_CONTEXT);
-    let mut sb = SearcherBuilder::new();
-    sb.line_number(true)
-        .before_context(context)
-        .after_context(context)
-        .binary_detection(BinaryDetection::quit(0))
-        .memory_map(MmapChoice::never())
-        .heap_limit(Some(
-            opts.max_line_bytes.max(1024).saturating_add(context.saturating_mul(2).saturating_mul(opts.line_cap)),
-        ));
+    let sb = searcher(opts);
     let found = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     // One entry per file, each already in line order.

@@ -215,10 +215,14 @@ impl WorkspaceBuilder {
             policy.workspace = Some(abs);
         }
         policy.validate()?;
-        let runner = self.runner.policy(policy.clone()).build()?;
-        let backend: Arc<dyn Backend> = match self.backend {
-            Some(BackendChoice::Given(b)) => b,
-            None => Arc::new(Local::new(&policy)?),
+        let runner = self.runner.policy(policy.clone());
+        let (runner, backend): (_, Arc<dyn Backend>) = match self.backend {
+            // A backend that runs no process needs no sandbox (and no helper
+            // binary, no kernel feature): its commands still pass the
+            // checker, the gate and the audit of this runner.
+            Some(BackendChoice::Given(b)) if !b.sandboxed() => (runner.without_sandbox().build()?, b),
+            Some(BackendChoice::Given(b)) => (runner.build()?, b),
+            None => (runner.build()?, Arc::new(Local::new(&policy)?)),
         };
         let view = View {
             runner: Arc::new(runner),
@@ -613,17 +617,18 @@ impl Workspace {
         self.live()?;
         let v = &self.view;
         let j = v.backend.judge(subdir.as_ref(), PathAccess::Read)?;
-        let runner = v.runner.scoped(j.real())?;
-        let policy = runner.policy().cloned().unwrap_or_else(|| WorkspacePolicy {
+        let policy = v.runner.scoped_policy(j.real())?.unwrap_or_else(|| WorkspacePolicy {
             workspace: Some(j.real().to_path_buf()),
             ..WorkspacePolicy::default()
         });
+        // The backend first: it says whether `subdir` is a directory.
         let backend = v.backend.scope(j.real(), &policy).map_err(|e| match e {
             FileError::Io { ref source, .. } if source.raw_os_error() == Some(libc::ENOTDIR) => {
                 WorkspaceError::NotADirectory { path: subdir.as_ref().to_path_buf() }
             }
             e => e.into(),
         })?;
+        let runner = v.runner.scoped(j.real())?;
         let view = View {
             runner: Arc::new(runner),
             backend,

@@ -108,7 +108,7 @@ fn r0450_the_profile_plans_what_a_fresh_plan_plans() {
         rt().block_on(runner.prepare(&["cat README > gen/x".into()], &opts)).unwrap_or_else(|e| panic!("{e}"));
     let Prepared::Ready(ready) = prepared else { panic!("refused: {prepared:?}") };
     let held = runner.plan(&ready).unwrap_or_else(|e| panic!("{e}"));
-    let fresh = ready.plan(runner.sandbox()).unwrap_or_else(|e| panic!("{e}"));
+    let fresh = ready.plan(runner.sandbox().unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(json(&held), json(&fresh));
     assert!(held.masked.contains(&fs::canonicalize(ws.join(".env")).unwrap_or_default()), "{:?}", held.masked);
 }

@@ -224,6 +224,18 @@ impl ShellChecker {
         Ok(ShellChecker { policy, rules, jail, interpreter, cwd })
     }
 
+    /// Compile `policy` for a workspace that is not on this disk (a mock
+    /// backend's in-memory tree): redirections and `cd` are judged by a
+    /// [`PathJail::virtual_root`], lexically, as for a tree without links.
+    pub fn virtual_root(policy: &WorkspacePolicy) -> Result<Self, PolicyError> {
+        let policy = Arc::new(policy.clone());
+        let jail = PathJail::virtual_root(&policy)?;
+        let rules = policy.shell.as_ref().map(|s| Arc::new(Rules::new(s)));
+        let interpreter = policy.shell.as_ref().map_or(Interpreter::None, |s| s.interpreter);
+        let cwd = jail.root().to_path_buf();
+        Ok(ShellChecker { policy, rules, jail, interpreter, cwd })
+    }
+
     /// Read lines as `interpreter` instead of the policy's (the CLI's `--sh`).
     pub fn with_interpreter(mut self, interpreter: Interpreter) -> Self {
         self.interpreter = interpreter;
