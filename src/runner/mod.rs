@@ -1072,7 +1072,7 @@ impl Runner {
 
     /// [`Runner::run_prepared`], carried out by `executor` if given, else
     /// by the sandbox.
-    async fn run_prepared_by(
+    pub(crate) async fn run_prepared_by(
         &self,
         prepared: Prepared,
         run: RunOptions,

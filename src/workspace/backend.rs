@@ -48,6 +48,13 @@ pub trait Backend: Send + Sync + 'static {
     /// What carries out a file action, as the gate and the audit name it.
     fn fs_backend(&self) -> gate::Backend;
 
+    /// What carries out this backend's background jobs in place of the
+    /// sandbox (`None`: the sandbox, through the runner), for `line` run
+    /// through `runner`.
+    fn job_executor(&self, _runner: Arc<Runner>, _line: &str) -> Option<Arc<dyn crate::runner::Executor>> {
+        None
+    }
+
     /// Whether its commands run in the runner's sandbox (`false`: it
     /// carries them out itself, as the mock does, and the workspace builds
     /// its runner without a sandbox, see

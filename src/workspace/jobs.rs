@@ -584,7 +584,7 @@ impl Jobs {
         opts: ExecOptions,
         cancel: Option<CancellationToken>,
     ) -> Result<Started, JobError> {
-        self.start_input(runner, words, None, opts, cancel).await
+        self.start_input(runner, words, None, opts, cancel, None).await
     }
 
     /// The same for one line of text, read as the policy reads lines (see
@@ -596,7 +596,20 @@ impl Jobs {
         opts: ExecOptions,
         cancel: Option<CancellationToken>,
     ) -> Result<Started, JobError> {
-        self.start_input(runner, &[OsString::from(line)], Some(line), opts, cancel).await
+        self.start_input(runner, &[OsString::from(line)], Some(line), opts, cancel, None).await
+    }
+
+    /// [`Jobs::start_line`], carried out by `executor` instead of the
+    /// sandbox (a backend's own, such as the mock's).
+    pub async fn start_line_with(
+        &self,
+        runner: Arc<Runner>,
+        line: &str,
+        opts: ExecOptions,
+        cancel: Option<CancellationToken>,
+        executor: Arc<dyn crate::runner::Executor>,
+    ) -> Result<Started, JobError> {
+        self.start_input(runner, &[OsString::from(line)], Some(line), opts, cancel, Some(executor)).await
     }
 
     async fn start_input(
@@ -606,6 +619,7 @@ impl Jobs {
         line: Option<&str>,
         mut opts: ExecOptions,
         cancel: Option<CancellationToken>,
+        executor: Option<Arc<dyn crate::runner::Executor>>,
     ) -> Result<Started, JobError> {
         opts.background = true;
         let cancel = cancel.or_else(|| opts.cancel.clone());
@@ -683,7 +697,7 @@ impl Jobs {
         }
         let id = job.id.clone();
         let registry = Arc::downgrade(&self.inner);
-        tokio::spawn(run_job(runner, prepared, job, cancel, registry));
+        tokio::spawn(run_job(runner, executor, prepared, job, cancel, registry));
         Ok(Started::Job(id))
     }
 
@@ -803,6 +817,7 @@ fn read(id: &str, st: &mut JobState, from: u64) -> JobOutput {
 /// The job's run, then its end recorded and the registry's books kept.
 async fn run_job(
     runner: Arc<Runner>,
+    executor: Option<Arc<dyn crate::runner::Executor>>,
     prepared: Prepared,
     job: Arc<Job>,
     caller: Option<CancellationToken>,
@@ -816,7 +831,7 @@ async fn run_job(
         cancel: Some(job.cancel.clone()),
         stream_only: true,
     };
-    let exec = runner.run_prepared(prepared, run);
+    let exec = runner.run_prepared_by(prepared, run, executor.as_deref());
     tokio::pin!(exec);
     let result = tokio::select! {
         biased;

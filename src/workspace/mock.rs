@@ -944,6 +944,28 @@ impl MockBackend {
     }
 }
 
+/// A background job's script run (it owns what it needs: the job outlives
+/// the call that started it).
+struct MockJobExec {
+    mock: MockBackend,
+    runner: Arc<Runner>,
+    line: String,
+}
+
+impl Executor for MockJobExec {
+    fn execute<'a>(
+        &'a self,
+        request: &'a ExecRequest,
+        effective: &'a Access,
+        ws_real: &'a Path,
+        run: RunOptions,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<ExecResult, SandboxError>> + Send + 'a>> {
+        Box::pin(
+            async move { Ok(self.mock.run_script(&self.runner, &self.line, request, effective, ws_real, run).await) },
+        )
+    }
+}
+
 impl Executor for MockExec<'_> {
     fn execute<'a>(
         &'a self,
@@ -969,6 +991,10 @@ impl Backend for MockBackend {
 
     fn fs_backend(&self) -> gate::Backend {
         gate::Backend::Mock
+    }
+
+    fn job_executor(&self, runner: Arc<Runner>, line: &str) -> Option<Arc<dyn Executor>> {
+        Some(Arc::new(MockJobExec { mock: self.clone(), runner, line: line.to_string() }))
     }
 
     fn sandboxed(&self) -> bool {

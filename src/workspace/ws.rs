@@ -538,7 +538,11 @@ impl Workspace {
         self.live()?;
         let opts = self.view_options(opts);
         let cancel = opts.cancel.clone();
-        let started = self.shared.jobs.start_line(Arc::clone(&self.view.runner), line, opts, cancel).await?;
+        let runner = Arc::clone(&self.view.runner);
+        let started = match self.view.backend.job_executor(Arc::clone(&runner), line) {
+            Some(x) => self.shared.jobs.start_line_with(runner, line, opts, cancel, x).await?,
+            None => self.shared.jobs.start_line(runner, line, opts, cancel).await?,
+        };
         if let (Started::Job(id), true) = (&started, self.view.readonly) {
             if let Ok(mut mine) = self.shared.readonly_jobs.lock() {
                 mine.insert(id.clone());

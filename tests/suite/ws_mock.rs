@@ -296,3 +296,56 @@ fn r0544_a_commands_cwd_and_redirections_are_judged_in_the_virtual_tree() {
     assert_eq!(r.result.outcome, Outcome::Exited { code: 0 });
     assert_eq!(m.commands(), ["ls > pkg/out.txt"]);
 }
+
+/// Background jobs on the mock: the same registry, refusals and statuses,
+/// the script's output read through the cursor, a kill ends a delayed one.
+#[test]
+fn r0545_background_jobs_on_the_mock() {
+    use portcullis::workspace::jobs::{JobStatus, Started};
+    let text = format!(
+        "workspace = {ROOT:?}\n[shell]\ninterpreter = \"sh\"\nallow = [\"make\", \"serve\"]\n[shell.background]\nmax_jobs = 1\ntimeout = \"60s\"\n"
+    );
+    let policy = WorkspacePolicy::from_toml(&text).unwrap_or_else(|e| panic!("policy: {e}"));
+    let m = MockBackend::new(&policy).unwrap_or_else(|e| panic!("mock: {e}"));
+    m.on_command(CommandMatch::program("make"), build_script());
+    m.on_command(CommandMatch::program("serve"), MockRun::exit(0).stdout("never\n").delay(Duration::from_secs(60)));
+    let audit = Arc::new(MemAudit::default());
+    let w = Workspace::builder()
+        .policy(policy)
+        .audit(audit.clone())
+        .backend(Arc::new(m.clone()))
+        .build()
+        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
+    rt().block_on(async {
+        let id = match w.start_shell("make", writable()).await {
+            Ok(Started::Job(id)) => id,
+            other => panic!("{other:?}"),
+        };
+        let mut out = String::new();
+        let mut cursor = None;
+        let mut status = JobStatus::Running;
+        for _ in 0..50 {
+            let o = w.shell_output(&id, cursor, Duration::from_millis(200)).await.unwrap_or_else(|e| panic!("{e}"));
+            out.push_str(&o.stdout);
+            cursor = Some(o.cursor);
+            status = o.status;
+            if status != JobStatus::Running {
+                break;
+            }
+        }
+        assert_eq!((status, out.as_str()), (JobStatus::Exited, "built\n"));
+        // A delayed one is killed; one more than max_jobs is refused.
+        let long = match w.start_shell("serve", ExecOptions::default()).await {
+            Ok(Started::Job(id)) => id,
+            other => panic!("{other:?}"),
+        };
+        let more = w.start_shell("serve", ExecOptions::default()).await;
+        assert!(matches!(more, Ok(Started::Refused(_))), "{more:?}");
+        let k = w.shell_kill(&long).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(k.status, JobStatus::Killed);
+    });
+    // The writable job's scripted writes landed (control: the mock's tree).
+    assert_eq!(m.contents("out/app").as_deref(), Some(&b"binary"[..]));
+    let kinds = audit.kinds();
+    assert!(kinds.contains(&"denied") && kinds.contains(&"allowed"), "{kinds:?}");
+}
