@@ -79,7 +79,7 @@ use super::backend::{Backend, BoxFuture};
 use super::files::{apply_edits, read_window, Edit, Edited, FileError, Judged, ReadOptions, ReadWindow, Written};
 use super::list::{EntryKind, ListEntry, ListError, ListOptions, ListResult};
 use super::search::{
-    assemble, bump, matcher, searcher, Counts, FileSink, GlobResult, GrepOptions, GrepResult, NameGlob, SearchError,
+    bump, matcher, searcher, tally, Counts, FileSink, GlobResult, GrepOptions, GrepResult, NameGlob, SearchError,
     DEFAULT_IGNORED, IGNORE_FILES, MAX_CONTEXT,
 };
 
@@ -335,12 +335,8 @@ fn children<'t>(t: &'t Tree, dir: &Path) -> Vec<(OsString, &'t PathBuf, &'t Node
 /// Every directory between `root` and `path` (exclusive) must be one:
 /// `ENOTDIR` if a file is on the way, `ENOENT` if one is missing.
 fn parents_ok(t: &Tree, root: &Path, path: &Path, op: &'static str, real: &Path) -> Result<(), FileError> {
-    let Ok(rel) = path.strip_prefix(root) else { return Ok(()) };
-    let mut cur = root.to_path_buf();
-    let comps: Vec<_> = rel.components().collect();
-    for c in comps.iter().take(comps.len().saturating_sub(1)) {
-        cur.push(c);
-        match t.get(&cur) {
+    for dir in between(root, path) {
+        match t.get(&dir) {
             Some(Node::Dir) => {}
             Some(Node::File(_)) => return Err(errno(op, real, libc::ENOTDIR)),
             None => return Err(errno(op, real, libc::ENOENT)),
@@ -351,20 +347,30 @@ fn parents_ok(t: &Tree, root: &Path, path: &Path, op: &'static str, real: &Path)
 
 /// Make the directories between `root` and `path` (exclusive).
 fn make_parents(t: &mut Tree, root: &Path, path: &Path, op: &'static str, real: &Path) -> Result<(), FileError> {
-    let Ok(rel) = path.strip_prefix(root) else { return Ok(()) };
-    let mut cur = root.to_path_buf();
-    let comps: Vec<_> = rel.components().collect();
-    for c in comps.iter().take(comps.len().saturating_sub(1)) {
-        cur.push(c);
-        match t.get(&cur) {
+    for dir in between(root, path) {
+        match t.get(&dir) {
             Some(Node::Dir) => {}
             Some(Node::File(_)) => return Err(errno(op, real, libc::ENOTDIR)),
             None => {
-                t.insert(cur.clone(), Node::Dir);
+                t.insert(dir, Node::Dir);
             }
         }
     }
     Ok(())
+}
+
+/// The directories between `root` and `path` (both exclusive), outermost
+/// first; none when `path` is not below `root`.
+fn between(root: &Path, path: &Path) -> Vec<PathBuf> {
+    let Ok(rel) = path.strip_prefix(root) else { return Vec::new() };
+    let comps: Vec<_> = rel.components().collect();
+    let mut cur = root.to_path_buf();
+    let mut out = Vec::new();
+    for c in comps.iter().take(comps.len().saturating_sub(1)) {
+        cur.push(c);
+        out.push(cur.clone());
+    }
+    out
 }
 
 impl MockBackend {
@@ -744,23 +750,7 @@ impl MockBackend {
                 binary: false,
             };
             let r = s.search_slice(&m, bytes, &mut sink);
-            let FileSink { lines, binary, mine, .. } = sink;
-            match r {
-                Err(_) => {
-                    found.fetch_sub(mine, Ordering::Relaxed);
-                    bump(&counts.long_line);
-                }
-                Ok(()) if binary => {
-                    found.fetch_sub(mine, Ordering::Relaxed);
-                    bump(&counts.binary);
-                }
-                Ok(()) => {
-                    bump(&counts.searched);
-                    if !lines.is_empty() {
-                        files.push(assemble(&rel.to_string_lossy(), lines, context, &counts.cut));
-                    }
-                }
-            }
+            files.extend(tally(r, false, sink, rel, context, &counts));
             !stop.load(Ordering::Relaxed)
         };
         match t.get(&start) {

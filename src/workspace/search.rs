@@ -581,6 +581,38 @@ impl Sink for FileSink<'_> {
 }
 
 /// The matches of one file from its lines, each with its own context.
+/// Count one searched file by how its search ended (a read error, a line
+/// too long, binary, or searched) and give back its matches, if any: the
+/// one reading of a search's end every backend shares.
+pub(crate) fn tally(
+    r: Result<(), io::Error>,
+    read_failed: bool,
+    sink: FileSink<'_>,
+    rel: &Path,
+    context: usize,
+    counts: &Counts,
+) -> Option<Vec<GrepMatch>> {
+    let FileSink { lines, binary, mine, found, .. } = sink;
+    match r {
+        Err(_) if read_failed => bump(&counts.unreadable),
+        Err(_) => {
+            found.fetch_sub(mine, Ordering::Relaxed);
+            bump(&counts.long_line);
+        }
+        Ok(()) if binary => {
+            found.fetch_sub(mine, Ordering::Relaxed);
+            bump(&counts.binary);
+        }
+        Ok(()) => {
+            bump(&counts.searched);
+            if !lines.is_empty() {
+                return Some(assemble(&rel.to_string_lossy(), lines, context, &counts.cut));
+            }
+        }
+    }
+    None
+}
+
 pub(crate) fn assemble(
     path: &str,
     lines: Vec<(u64, String, bool, bool)>,
@@ -725,27 +757,9 @@ pub fn grep(root: &Path, deny: &DenyGlobs, opts: &GrepOptions) -> Result<GrepRes
             let mut sink = FileSink { lines: Vec::new(), cap, found, max, stop, mine: 0, binary: false };
             let mut rd = Tracked::new(&f);
             let r = searcher.search_reader(&m, &mut rd, &mut sink);
-            let failed = rd.failed;
-            let FileSink { lines, binary, mine, .. } = sink;
-            match r {
-                Err(_) if failed => bump(&counts.unreadable),
-                Err(_) => {
-                    found.fetch_sub(mine, Ordering::Relaxed);
-                    bump(&counts.long_line);
-                }
-                Ok(()) if binary => {
-                    found.fetch_sub(mine, Ordering::Relaxed);
-                    bump(&counts.binary);
-                }
-                Ok(()) => {
-                    bump(&counts.searched);
-                    if !lines.is_empty() {
-                        let path = rel.to_string_lossy();
-                        let ms = assemble(&path, lines, context, &counts.cut);
-                        if let Ok(mut r) = results.lock() {
-                            r.push(ms);
-                        }
-                    }
+            if let Some(ms) = tally(r, rd.failed, sink, rel, context, counts) {
+                if let Ok(mut r) = results.lock() {
+                    r.push(ms);
                 }
             }
             if stop.load(Ordering::Relaxed) {
