@@ -22,6 +22,7 @@
 mod direct;
 pub mod explain;
 mod request;
+mod scope;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,7 @@ use crate::sandbox::{ExecRequest, ExecResult, Mode, Outcome, RunOptions, Sandbox
 use crate::Network;
 
 pub use direct::{Fs, FsDone};
+pub(crate) use scope::git_dir_around;
 
 /// A line for the policy checker.
 #[derive(Clone, Copy, Debug)]
@@ -586,6 +588,17 @@ impl Runner {
             return Err(RunError::input(
                 "scope",
                 format!("{} is not inside the workspace {}", dir.display(), old.display()),
+            ));
+        }
+        if let Some(gd) = scope::git_dir_around(&old, dir) {
+            return Err(RunError::input(
+                "scope",
+                format!(
+                    "{} is inside the git dir {}: a scope there would make its hooks and config ordinary, writable \
+                     files; scope a directory of the working tree instead",
+                    dir.display(),
+                    gd.display()
+                ),
             ));
         }
         let policy = match &self.policy {

@@ -42,3 +42,4 @@ mod ws_grep;
 mod ws_jobs;
 mod ws_list;
 mod ws_review;
+mod ws_attack;
