@@ -537,7 +537,16 @@ impl RunnerBuilder {
             None => Sandbox::new()?,
         };
         let sandbox = Arc::new(sandbox);
-        Ok(Runner { policy, policy_file: self.policy_file, workspace, gate, audit, audit_log, sandbox })
+        Ok(Runner {
+            policy,
+            policy_file: self.policy_file,
+            workspace,
+            gate,
+            audit,
+            audit_log,
+            sandbox,
+            lock_root: None,
+        })
     }
 }
 
@@ -552,6 +561,9 @@ pub struct Runner {
     /// command may get write access to it.
     audit_log: Option<PathBuf>,
     sandbox: Arc<Sandbox>,
+    /// A scope's: the real workspace it was made from, whose lock and
+    /// git-guard records its writable runs share (`RunOptions::lock_root`).
+    lock_root: Option<PathBuf>,
 }
 
 impl Runner {
@@ -638,6 +650,7 @@ impl Runner {
             audit: self.audit.clone(),
             audit_log: self.audit_log.clone(),
             sandbox: Arc::clone(&self.sandbox),
+            lock_root: Some(self.lock_root.clone().unwrap_or(old)),
         })
     }
 
@@ -910,7 +923,10 @@ impl Runner {
 
     /// Record and run a prepared command (a refused one is recorded as
     /// denied and returned).
-    pub async fn run_prepared(&self, prepared: Prepared, run: RunOptions) -> Result<Exec, RunError> {
+    pub async fn run_prepared(&self, prepared: Prepared, mut run: RunOptions) -> Result<Exec, RunError> {
+        if run.lock_root.is_none() {
+            run.lock_root.clone_from(&self.lock_root);
+        }
         let id = new_id();
         let ready = match prepared {
             Prepared::Refused { action, refused } => {

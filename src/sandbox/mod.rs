@@ -702,6 +702,14 @@ pub struct RunOptions {
     /// caller that keeps its own bounded copy, such as a background job's
     /// ring of the newest output (`workspace::jobs`).
     pub stream_only: bool,
+    /// Group a run that writes with the writable runs of this directory,
+    /// which holds the workspace: they share its lock and its git-guard
+    /// records, so the last one of all of them to end runs the git guard
+    /// for every one (`sandbox::pending`). A scope's runs name the
+    /// workspace it was made from (`Runner::scoped`): otherwise the
+    /// parent's cleanup could remove, under a run of the scope, what that
+    /// run's plan took for the user's. `None`: the workspace itself.
+    pub lock_root: Option<PathBuf>,
 }
 
 /// Spawns sandboxed commands.
@@ -791,11 +799,11 @@ impl Sandbox {
         if !req.writable && req.write.is_empty() {
             let plan = self.plan(req)?;
             check(&plan)?;
-            let held = self.take_locks(&plan.workspace, false, req, deadline, opts.cancel.as_ref()).await?;
+            let held = self.take_locks(&plan.workspace, false, req, deadline, &opts).await?;
             return self.run_locked(&plan, req, opts, start, deadline, held).await;
         }
         let ws = canonical_workspace(req)?;
-        let held = self.take_locks(&ws, true, req, deadline, opts.cancel.as_ref()).await?;
+        let held = self.take_locks(&ws, true, req, deadline, &opts).await?;
         let plan = self.plan_locked(req)?;
         if plan.workspace != ws {
             return Err(SandboxError::invalid(
@@ -853,7 +861,7 @@ impl Sandbox {
         let start = Instant::now();
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         let writes = plan.writable || !plan.write_grants.is_empty() || !plan.create_grants.is_empty();
-        let held = self.take_locks(&plan.workspace, writes, req, deadline, opts.cancel.as_ref()).await?;
+        let held = self.take_locks(&plan.workspace, writes, req, deadline, &opts).await?;
         if writes {
             let fresh = self.plan_locked(req)?;
             if let Some(what) = stale_part(plan, &fresh) {
@@ -876,8 +884,9 @@ impl Sandbox {
         writes: bool,
         req: &ExecRequest,
         deadline: Option<tokio::time::Instant>,
-        cancel: Option<&CancellationToken>,
+        opts: &RunOptions,
     ) -> Result<Held, SandboxError> {
+        let cancel = opts.cancel.as_ref();
         let mut held = Held { host_network: None, workspace: None };
         if req.network == Network::Host && sys::landlock_abi() < 6 {
             let kind = if writes { lock::Kind::Exclusive } else { lock::Kind::Shared };
@@ -885,9 +894,11 @@ impl Sandbox {
                 Some(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, cancel).await?);
         }
         if writes {
-            let key = lock::Key::Workspace(ws);
-            let (dir, name) = lock::open_for_records(ws, self.uid)?;
-            let records = pending::Records::open(&dir, &lock::dir(self.uid), &name, self.uid)?;
+            let anchor = lock_anchor(ws, opts.lock_root.as_deref())?;
+            let key = lock::Key::Workspace(&anchor);
+            let (dir, name) = lock::open_for_records(&anchor, self.uid)?;
+            let mut records = pending::Records::open(&dir, &lock::dir(self.uid), &name, self.uid)?;
+            records.anchor(&anchor);
             // Records left by killed runs are cleaned before this run is
             // planned when no writable run is going (its plan would take
             // what they planted for the user's).
@@ -971,6 +982,29 @@ impl Sandbox {
         run::settle_stdin(&mut launched, &mut warnings);
         run::assemble(plan, run::Ended { waited, refused_writes, warnings, failures, start })
     }
+}
+
+/// The directory whose lock and git-guard records a run that writes in
+/// `ws` (a real path) uses: `lock_root` (see [`RunOptions::lock_root`]),
+/// which must hold it, or `ws` itself.
+fn lock_anchor(ws: &Path, lock_root: Option<&Path>) -> Result<PathBuf, SandboxError> {
+    let Some(root) = lock_root else { return Ok(ws.to_path_buf()) };
+    let real = std::fs::canonicalize(root).map_err(|source| SandboxError::Path {
+        what: "lock root (the workspace a scope was made from)",
+        path: root.to_path_buf(),
+        source,
+    })?;
+    if !ws.starts_with(&real) {
+        return Err(SandboxError::invalid(
+            "lock root",
+            format!(
+                "{} does not hold the workspace {}: a run shares the lock of a directory that holds it",
+                real.display(),
+                ws.display()
+            ),
+        ));
+    }
+    Ok(real)
 }
 
 /// The locks of a run (see [`Sandbox::take_locks`]).

@@ -154,6 +154,10 @@ struct OnDisk {
     /// The host process that ran it (for people reading the file).
     pid: u32,
     workspace: String,
+    /// The directory whose lock the run shared, when not its workspace
+    /// (a scope's run: the workspace the scope was made from).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lock_root: Option<String>,
     /// The run's cgroup, killed and awaited before a later cleanup of a
     /// record left behind (its host process was killed mid-run).
     cgroup: Option<String>,
@@ -165,11 +169,12 @@ struct OnDisk {
 }
 
 impl OnDisk {
-    fn of(ws: &Path, g: &Guard, cgroup: Option<&Path>) -> OnDisk {
+    fn of(ws: &Path, anchor: Option<&Path>, g: &Guard, cgroup: Option<&Path>) -> OnDisk {
         OnDisk {
             version: VERSION,
             pid: std::process::id(),
             workspace: enc(ws),
+            lock_root: anchor.filter(|a| *a != ws).map(enc),
             cgroup: cgroup.map(enc),
             roots: enc_all(&g.roots),
             git_guard: enc_all(&g.git_guard),
@@ -183,7 +188,9 @@ impl OnDisk {
         }
     }
 
-    fn guard(&self) -> Result<(PathBuf, Guard, Option<PathBuf>), String> {
+    /// The workspace, the directory whose lock the run shared, the guard,
+    /// the cgroup.
+    fn guard(&self) -> Result<(PathBuf, PathBuf, Guard, Option<PathBuf>), String> {
         if self.version != VERSION {
             return Err(format!("record version {} (this build reads {VERSION})", self.version));
         }
@@ -199,7 +206,12 @@ impl OnDisk {
             git_trees: dec_all(&self.git_trees)?,
             fail_git_guard: self.fail_git_guard,
         };
-        Ok((dec(&self.workspace)?, guard, self.cgroup.as_deref().map(dec).transpose()?))
+        let ws = dec(&self.workspace)?;
+        let anchor = self.lock_root.as_deref().map(dec).transpose()?.unwrap_or_else(|| ws.clone());
+        if !ws.starts_with(&anchor) {
+            return Err(format!("its workspace {} is not inside its lock root {}", ws.display(), anchor.display()));
+        }
+        Ok((ws, anchor, guard, self.cgroup.as_deref().map(dec).transpose()?))
     }
 }
 
@@ -209,6 +221,9 @@ pub(crate) struct Records {
     path: PathBuf,
     /// The lock file's name: the workspace's device and inode.
     lock_name: String,
+    /// The directory the lock is of, when not the run's workspace (a
+    /// scope's runs share the lock of the workspace it was made from).
+    anchor: Option<PathBuf>,
 }
 
 fn lock_err(path: &Path, problem: String) -> SandboxError {
@@ -250,7 +265,15 @@ impl Records {
                 ),
             ));
         }
-        Ok(Records { dir, path, lock_name: lock_name.to_string() })
+        Ok(Records { dir, path, lock_name: lock_name.to_string(), anchor: None })
+    }
+
+    /// The records are those of the lock of `anchor`, a directory holding
+    /// the workspaces of the runs that write them (it is written into each
+    /// record, and a cleanup checks it, not the run's workspace, against
+    /// the lock).
+    pub(crate) fn anchor(&mut self, anchor: &Path) {
+        self.anchor = Some(anchor.to_path_buf());
     }
 
     /// The names in the directory that are records (or records being
@@ -297,7 +320,7 @@ impl Records {
                 ),
             });
         }
-        let data = serde_json::to_vec(&OnDisk::of(ws, guard, cgroup))
+        let data = serde_json::to_vec(&OnDisk::of(ws, self.anchor.as_deref(), guard, cgroup))
             .map_err(|e| lock_err(&self.path, format!("cannot encode the git-guard record: {e}")))?;
         if data.len() as u64 > MAX_RECORD_BYTES {
             return Err(SandboxError::LimitExceeded {
@@ -416,7 +439,7 @@ impl Records {
                 continue;
             }
             let decoded = self.read(name).and_then(|d| d.guard());
-            let (workspace, guard, cgroup) = match decoded {
+            let (workspace, anchor, guard, cgroup) = match decoded {
                 Ok(g) => g,
                 Err(problem) => {
                     let text = format!(
@@ -442,7 +465,7 @@ impl Records {
             // A record of a workspace that is no longer there (removed, and
             // its inode reused by this one; or moved): its paths name
             // nothing of this workspace.
-            if super::lock::file_name(&workspace).ok().as_deref() != Some(self.lock_name.as_str()) {
+            if super::lock::file_name(&anchor).ok().as_deref() != Some(self.lock_name.as_str()) {
                 warnings.push(Warning::GitGuardRecordStale { record: path.clone(), workspace });
             } else {
                 super::run::guard_git(&guard, warnings, failures);
@@ -613,10 +636,14 @@ mod tests {
             git_trees: vec!["/ws".into()],
             fail_git_guard: true,
         };
-        let data = serde_json::to_vec(&OnDisk::of(Path::new("/ws"), &g, Some(Path::new("/cg/x")))).unwrap_or_default();
+        let data =
+            serde_json::to_vec(&OnDisk::of(Path::new("/ws/sub"), Some(Path::new("/ws")), &g, Some(Path::new("/cg/x"))))
+                .unwrap_or_default();
         let back: Result<OnDisk, _> = serde_json::from_slice(&data);
-        let (ws, g2, cg) = back.map_err(|e| e.to_string()).and_then(|d| d.guard()).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(ws, PathBuf::from("/ws"));
+        let (ws, anchor, g2, cg) =
+            back.map_err(|e| e.to_string()).and_then(|d| d.guard()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ws, PathBuf::from("/ws/sub"));
+        assert_eq!(anchor, PathBuf::from("/ws"));
         assert_eq!(g2, g);
         assert_eq!(cg, Some(PathBuf::from("/cg/x")));
     }

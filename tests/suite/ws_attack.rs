@@ -109,3 +109,121 @@ fn r0551_the_parents_git_dir_is_out_of_reach_of_a_scope() {
     assert!(!ws.join(".git/hooks/pre-commit").exists());
     assert!(audit.kinds().contains(&"denied"));
 }
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let mut all = vec!["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"];
+    all.extend_from_slice(&["-c", "protocol.file.allow=always"]);
+    all.extend_from_slice(args);
+    let out = super::gitutil::host_git(dir, &all);
+    assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+}
+
+/// A repository with a submodule `emb` whose `.git` is an embedded
+/// directory without `hooks/` (a git dir the parent's plan knows, through
+/// the index's gitlink).
+fn repo_with_embedded_submodule() -> Ws {
+    let ws = Ws::new();
+    git(ws.path(), &["init", "-q", "."]);
+    let emb = ws.join("emb");
+    std::fs::create_dir_all(&emb).unwrap_or_else(|e| panic!("{e}"));
+    git(&emb, &["init", "-q", "."]);
+    std::fs::write(emb.join("f"), "e").unwrap_or_else(|e| panic!("{e}"));
+    git(&emb, &["add", "f"]);
+    git(&emb, &["commit", "-qm", "e"]);
+    git(ws.path(), &["submodule", "add", "-q", "./emb", "emb"]);
+    git(ws.path(), &["add", "-A"]);
+    git(ws.path(), &["commit", "-qm", "init"]);
+    let _ = std::fs::remove_dir_all(emb.join(".git/hooks"));
+    assert!(emb.join(".git").is_dir() && !emb.join(".git/hooks").exists());
+    ws
+}
+
+async fn wait_for(path: &std::path::Path) {
+    for _ in 0..600 {
+        if path.exists() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{} never appeared", path.display());
+}
+
+async fn ended(w: &Workspace, id: &str) -> portcullis::workspace::jobs::JobOutput {
+    use portcullis::workspace::jobs::JobStatus;
+    for _ in 0..600 {
+        let o = w
+            .shell_output(id, None, std::time::Duration::from_millis(100))
+            .await
+            .unwrap_or_else(|e| panic!("output: {e}"));
+        if o.status != JobStatus::Running {
+            return o;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("job {id} never ended");
+}
+
+fn job(s: portcullis::workspace::jobs::Started) -> String {
+    match s {
+        portcullis::workspace::jobs::Started::Job(id) => id,
+        other => panic!("not started: {other:?}"),
+    }
+}
+
+/// The git guard's promise across a workspace and its scope: when no
+/// writable run of the workspace is running, none of the git redirections
+/// any of them listed exists. Run A (the whole workspace) creates the
+/// submodule's missing `hooks/` (its plan lists it for the guard); run B
+/// (a scope of the submodule, planned while A runs) takes that `hooks/`
+/// for the user's. When A ended alone among the runs of its own lock, its
+/// cleanup removed `hooks/` under B, whose read-only bind of it went with
+/// it; B then planted a hook its own guard did not list. The runs of a
+/// scope now share the lock and the records of the workspace it was made
+/// from: A's cleanup waits for B, and covers what B planted.
+#[test]
+fn r0552_a_scopes_writable_run_and_the_parents_share_the_git_guard() {
+    let ws = repo_with_embedded_submodule();
+    ws.write("a.sh", "mkdir emb/.git/hooks && touch a-ready && while [ ! -e a-go ]; do sleep 0.05; done\n");
+    ws.write(
+        "emb/b.sh",
+        "touch b-ready; while [ ! -e b-go ]; do sleep 0.05; done\n\
+         mkdir -p .git/hooks; printf '#!/bin/sh\\nexit 0\\n' > .git/hooks/pre-commit; echo rc=$?\n",
+    );
+    let (w, _audit) = build(&ws, "");
+    let s = w.scope("emb").unwrap_or_else(|e| panic!("scope: {e}"));
+    let (a, b) = rt().block_on(async {
+        let a = job(w.start_shell("sh a.sh", writable()).await.unwrap_or_else(|e| panic!("start a: {e}")));
+        wait_for(&ws.join("a-ready")).await;
+        let b = job(s.start_shell("sh b.sh", writable()).await.unwrap_or_else(|e| panic!("start b: {e}")));
+        wait_for(&ws.join("emb/b-ready")).await;
+        std::fs::write(ws.join("a-go"), "").unwrap_or_else(|e| panic!("{e}"));
+        let a = ended(&w, &a).await;
+        std::fs::write(ws.join("emb/b-go"), "").unwrap_or_else(|e| panic!("{e}"));
+        let b = ended(&w, &b).await;
+        (a, b)
+    });
+    assert_eq!(a.exit_code, Some(0), "{a:?}");
+    assert_eq!(b.exit_code, Some(0), "{b:?}");
+    // Both have ended: nothing either listed is left.
+    assert!(
+        !ws.join("emb/.git/hooks/pre-commit").exists(),
+        "a hook was left for the user's git: A {:?} / B {:?}",
+        a.warnings,
+        b.stdout
+    );
+    assert!(!ws.join("emb/.git/hooks").exists(), "A {:?} B {:?} {}", a.warnings, b.warnings, b.stdout);
+    // Pinned: B's write met the read-only bind (EROFS), which A's cleanup
+    // no longer removes under it; the cleanup was B's, for both.
+    assert!(b.stderr.contains("Read-only file system"), "{b:?}");
+    assert!(!b.stdout.contains("rc=0"), "{b:?}");
+    assert!(b.warnings.iter().any(|w| w.contains("emb/.git/hooks")), "{:?}", b.warnings);
+    // Control: B alone plants the hook (nothing is bound there), and its
+    // own guard removes it when it ends.
+    std::fs::write(ws.join("emb/b-go"), "").unwrap_or_else(|e| panic!("{e}"));
+    let alone = rt().block_on(async {
+        let id = job(s.start_shell("sh b.sh", writable()).await.unwrap_or_else(|e| panic!("start: {e}")));
+        ended(&w, &id).await
+    });
+    assert!(alone.stdout.contains("rc=0"), "{alone:?}");
+    assert!(!ws.join("emb/.git/hooks").exists(), "{alone:?}");
+}
