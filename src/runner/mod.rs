@@ -537,16 +537,7 @@ impl RunnerBuilder {
             None => Sandbox::new()?,
         };
         let sandbox = Arc::new(sandbox);
-        Ok(Runner {
-            policy,
-            policy_file: self.policy_file,
-            workspace,
-            gate,
-            audit,
-            audit_log,
-            sandbox,
-            lock_root: None,
-        })
+        Ok(Runner { policy, policy_file: self.policy_file, workspace, gate, audit, audit_log, sandbox, scope_of: None })
     }
 }
 
@@ -561,9 +552,10 @@ pub struct Runner {
     /// command may get write access to it.
     audit_log: Option<PathBuf>,
     sandbox: Arc<Sandbox>,
-    /// A scope's: the real workspace it was made from, whose lock and
-    /// git-guard records its writable runs share (`RunOptions::lock_root`).
-    lock_root: Option<PathBuf>,
+    /// A scope's: the real workspace it was made from, whose git dirs its
+    /// runs' plans know and whose lock and git-guard records its writable
+    /// runs share (`ExecRequest::scope_of`).
+    scope_of: Option<PathBuf>,
 }
 
 impl Runner {
@@ -650,7 +642,7 @@ impl Runner {
             audit: self.audit.clone(),
             audit_log: self.audit_log.clone(),
             sandbox: Arc::clone(&self.sandbox),
-            lock_root: Some(self.lock_root.clone().unwrap_or(old)),
+            scope_of: Some(self.scope_of.clone().unwrap_or(old)),
         })
     }
 
@@ -770,6 +762,7 @@ impl Runner {
                 (req, None)
             }
         };
+        req.scope_of.clone_from(&self.scope_of);
         let ws_real = std::fs::canonicalize(&req.workspace).unwrap_or_else(|_| crate::path::lexical(&req.workspace));
         // Each grant as the caller spelled it and as the gate compares it.
         let spelled: Vec<(PathBuf, PathBuf)> =
@@ -923,10 +916,7 @@ impl Runner {
 
     /// Record and run a prepared command (a refused one is recorded as
     /// denied and returned).
-    pub async fn run_prepared(&self, prepared: Prepared, mut run: RunOptions) -> Result<Exec, RunError> {
-        if run.lock_root.is_none() {
-            run.lock_root.clone_from(&self.lock_root);
-        }
+    pub async fn run_prepared(&self, prepared: Prepared, run: RunOptions) -> Result<Exec, RunError> {
         let id = new_id();
         let ready = match prepared {
             Prepared::Refused { action, refused } => {

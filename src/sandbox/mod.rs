@@ -609,6 +609,15 @@ pub struct ExecRequest {
     /// Report the writes the kernel refused ([`ExecResult::refused_writes`]);
     /// on by default. The report never changes what the kernel allows.
     pub report_refused_writes: bool,
+    /// The workspace is a scope of this directory, which holds it (a
+    /// `Workspace::scope`, `Runner::scoped`). The git dirs are found from
+    /// there too, so a submodule or any git dir of the parent inside the
+    /// scope keeps its protections and its git guard; and a run that
+    /// writes shares the parent's lock and git-guard records, so the last
+    /// writable run of either to end runs the guard for all (otherwise the
+    /// parent's cleanup could remove, under a run of the scope, what that
+    /// run's plan took for the user's). `None`: the workspace stands alone.
+    pub scope_of: Option<PathBuf>,
 }
 
 /// Refuse `degraded: Some(Mode::Full)` (or any mode that is not a degraded
@@ -649,6 +658,7 @@ impl ExecRequest {
             test_switches: TestSwitches::default(),
             degraded: None,
             report_refused_writes: true,
+            scope_of: None,
         }
     }
 }
@@ -702,14 +712,6 @@ pub struct RunOptions {
     /// caller that keeps its own bounded copy, such as a background job's
     /// ring of the newest output (`workspace::jobs`).
     pub stream_only: bool,
-    /// Group a run that writes with the writable runs of this directory,
-    /// which holds the workspace: they share its lock and its git-guard
-    /// records, so the last one of all of them to end runs the git guard
-    /// for every one (`sandbox::pending`). A scope's runs name the
-    /// workspace it was made from (`Runner::scoped`): otherwise the
-    /// parent's cleanup could remove, under a run of the scope, what that
-    /// run's plan took for the user's. `None`: the workspace itself.
-    pub lock_root: Option<PathBuf>,
 }
 
 /// Spawns sandboxed commands.
@@ -894,7 +896,7 @@ impl Sandbox {
                 Some(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, cancel).await?);
         }
         if writes {
-            let anchor = lock_anchor(ws, opts.lock_root.as_deref())?;
+            let anchor = lock_anchor(ws, req.scope_of.as_deref())?;
             let key = lock::Key::Workspace(&anchor);
             let (dir, name) = lock::open_for_records(&anchor, self.uid)?;
             let mut records = pending::Records::open(&dir, &lock::dir(self.uid), &name, self.uid)?;
@@ -985,26 +987,13 @@ impl Sandbox {
 }
 
 /// The directory whose lock and git-guard records a run that writes in
-/// `ws` (a real path) uses: `lock_root` (see [`RunOptions::lock_root`]),
-/// which must hold it, or `ws` itself.
-fn lock_anchor(ws: &Path, lock_root: Option<&Path>) -> Result<PathBuf, SandboxError> {
-    let Some(root) = lock_root else { return Ok(ws.to_path_buf()) };
-    let real = std::fs::canonicalize(root).map_err(|source| SandboxError::Path {
-        what: "lock root (the workspace a scope was made from)",
-        path: root.to_path_buf(),
-        source,
-    })?;
-    if !ws.starts_with(&real) {
-        return Err(SandboxError::invalid(
-            "lock root",
-            format!(
-                "{} does not hold the workspace {}: a run shares the lock of a directory that holds it",
-                real.display(),
-                ws.display()
-            ),
-        ));
+/// `ws` (a real path) uses: the one it is a scope of (see
+/// [`ExecRequest::scope_of`]), or `ws` itself.
+fn lock_anchor(ws: &Path, scope_of: Option<&Path>) -> Result<PathBuf, SandboxError> {
+    match scope_of {
+        Some(parent) => plan::scope_parent(ws, parent),
+        None => Ok(ws.to_path_buf()),
     }
-    Ok(real)
 }
 
 /// The locks of a run (see [`Sandbox::take_locks`]).

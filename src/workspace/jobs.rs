@@ -811,7 +811,6 @@ async fn run_job(
         on_output: Some(Box::new(move |stream, data| sink.output(stream, data))),
         cancel: Some(job.cancel.clone()),
         stream_only: true,
-        lock_root: None,
     };
     let exec = runner.run_prepared(prepared, run);
     tokio::pin!(exec);

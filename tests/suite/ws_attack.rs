@@ -227,3 +227,51 @@ fn r0552_a_scopes_writable_run_and_the_parents_share_the_git_guard() {
     assert!(alone.stdout.contains("rc=0"), "{alone:?}");
     assert!(!ws.join("emb/.git/hooks").exists(), "{alone:?}");
 }
+
+/// A scope of a directory that holds a submodule (its `.git` an embedded
+/// directory, known only from the parent's index): the scope's plan found
+/// git dirs from the scope's own `.git` alone, so the submodule's hooks
+/// were ordinary files to a writable command of the scope, though read-only
+/// to the same command of the parent. A scope's plan now finds the git dirs
+/// of the workspace it was made from too.
+#[test]
+fn r0553_a_submodule_inside_a_scope_keeps_its_protection() {
+    let ws = Ws::new();
+    git(ws.path(), &["init", "-q", "."]);
+    let emb = ws.join("pkg/emb");
+    std::fs::create_dir_all(&emb).unwrap_or_else(|e| panic!("{e}"));
+    git(&emb, &["init", "-q", "."]);
+    std::fs::write(emb.join("f"), "e").unwrap_or_else(|e| panic!("{e}"));
+    git(&emb, &["add", "f"]);
+    git(&emb, &["commit", "-qm", "e"]);
+    git(ws.path(), &["submodule", "add", "-q", "./pkg/emb", "pkg/emb"]);
+    git(ws.path(), &["add", "-A"]);
+    git(ws.path(), &["commit", "-qm", "init"]);
+    assert!(emb.join(".git/hooks").is_dir());
+    let (w, _audit) = build(&ws, "");
+    let s = w.scope("pkg").unwrap_or_else(|e| panic!("scope: {e}"));
+    let out = |e: Result<Exec, WorkspaceError>| match e {
+        Ok(Exec::Ran(r)) => (
+            String::from_utf8_lossy(&r.result.stdout).to_string(),
+            String::from_utf8_lossy(&r.result.stderr).to_string(),
+        ),
+        other => panic!("did not run: {other:?}"),
+    };
+    let plant = "echo hook > emb/.git/hooks/pre-commit; echo rc=$?; echo cfg >> emb/.git/config; echo rc=$?";
+    let (parent, scoped, control) = rt().block_on(async {
+        let parent = out(w.exec(&plant.replace("emb/", "pkg/emb/"), writable()).await);
+        let scoped = out(s.exec(plant, writable()).await);
+        // Control: the rest of the submodule (its git dir's other files,
+        // its working tree) stays writable to the scope.
+        let control =
+            out(s.exec("echo x > emb/.git/objects-ok; echo rc=$?; echo y > emb/f; echo rc=$?", writable()).await);
+        (parent, scoped, control)
+    });
+    assert!(!parent.0.contains("rc=0"), "{parent:?}");
+    assert!(!scoped.0.contains("rc=0"), "the scope planted in the submodule's git dir: {scoped:?}");
+    assert!(scoped.1.contains("Read-only file system"), "{scoped:?}");
+    assert!(!emb.join(".git/hooks/pre-commit").exists());
+    assert!(!std::fs::read_to_string(emb.join(".git/config")).unwrap_or_default().contains("cfg"));
+    assert_eq!(control.0, "rc=0\nrc=0\n", "{control:?}");
+    assert_eq!(std::fs::read_to_string(emb.join("f")).unwrap_or_default(), "y\n");
+}
