@@ -213,6 +213,16 @@ impl Runner {
                     real.display()
                 ));
             }
+            // A git dir by another name (`git init --separate-git-dir`, a
+            // bare repository, a `gitdir:` file's target): git finds it as
+            // the sandbox does, by what it holds.
+            if let Some(gd) = real.parent().and_then(|p| super::scope::git_dir_around(&base_of(jail, real), p)) {
+                return Some(format!(
+                    "{} is inside the git dir {}: git's files are changed by git (a command), not written directly",
+                    real.display(),
+                    gd.display()
+                ));
+            }
         }
         let listed = self.policy.as_ref().map(|p| p.protect.clone()).unwrap_or_default();
         let all = DEFAULT_PROTECTED.iter().map(PathBuf::from).chain(listed);

@@ -275,3 +275,43 @@ fn r0553_a_submodule_inside_a_scope_keeps_its_protection() {
     assert_eq!(control.0, "rc=0\nrc=0\n", "{control:?}");
     assert_eq!(std::fs::read_to_string(emb.join("f")).unwrap_or_default(), "y\n");
 }
+
+/// The file tools' protected-path rule knew git dirs by the name `.git`
+/// only; the sandbox follows a `.git` file to the git dir it names. In a
+/// repository made with `git init --separate-git-dir=meta/repo.git` (or
+/// any `gitdir:` pointer into the tree) a file tool wrote `hooks/` there,
+/// which the user's next `git commit` runs. A file tool now refuses any
+/// path inside a directory git takes for a git dir (a `HEAD` and `objects`
+/// or `commondir`), like one inside `.git`.
+#[test]
+fn r0554_file_tools_refuse_a_git_dir_not_named_dot_git() {
+    let ws = Ws::new();
+    std::fs::create_dir_all(ws.join("meta")).unwrap_or_else(|e| panic!("{e}"));
+    git(ws.path(), &["init", "-q", "--separate-git-dir=meta/repo.git", "."]);
+    assert!(ws.join(".git").is_file() && ws.join("meta/repo.git/HEAD").is_file());
+    let (w, audit) = build(&ws, "");
+    rt().block_on(async {
+        for p in ["meta/repo.git/hooks/pre-commit", "meta/repo.git/config", "meta/repo.git/commondir"] {
+            let r = w.write_file(p, "#!/bin/sh\nexit 0\n").await;
+            assert!(matches!(&r, Err(e) if e.kind() == "refused-by-policy"), "{p}: {r:?}");
+        }
+        let r = w.mkdir("meta/repo.git/hooks/x").await;
+        assert!(matches!(&r, Err(e) if e.kind() == "refused-by-policy"), "{r:?}");
+        // The sandbox agrees: a writable command gets EROFS there.
+        let r = w.exec("echo h > meta/repo.git/hooks/pre-commit; echo rc=$?", writable()).await;
+        match r {
+            Ok(Exec::Ran(r)) => assert!(!String::from_utf8_lossy(&r.result.stdout).contains("rc=0")),
+            other => panic!("{other:?}"),
+        }
+        // Control: beside the git dir, and a `HEAD` file in a project
+        // directory, are ordinary files.
+        w.write_file("meta/notes.txt", "n").await.unwrap_or_else(|e| panic!("write: {e}"));
+        w.write_file("docs/HEAD", "x").await.unwrap_or_else(|e| panic!("write: {e}"));
+        w.write_file("docs/page.md", "x").await.unwrap_or_else(|e| panic!("write: {e}"));
+    });
+    assert!(!ws.join("meta/repo.git/hooks/pre-commit").exists());
+    assert!(ws.join("meta/notes.txt").exists() && ws.join("docs/page.md").exists());
+    let denied =
+        audit.0.lock().map(|v| v.iter().filter(|e| matches!(e, portcullis::audit::Event::Denied { .. })).count());
+    assert_eq!(denied.unwrap_or(0), 4, "each refusal is audited");
+}
