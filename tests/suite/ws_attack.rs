@@ -315,3 +315,85 @@ fn r0554_file_tools_refuse_a_git_dir_not_named_dot_git() {
         audit.0.lock().map(|v| v.iter().filter(|e| matches!(e, portcullis::audit::Event::Denied { .. })).count());
     assert_eq!(denied.unwrap_or(0), 4, "each refusal is audited");
 }
+
+/// What a security team reads: every attempt through a read-only view, a
+/// scope and the jobs leaves exactly its records, `denied` for a refusal
+/// (nothing done), `allowed` then `outcome` for what ran; a read-only
+/// view's command asked writable runs without write access (the kernel
+/// refuses the write) and its record says it was asked read-only.
+#[test]
+fn r0555_readonly_and_jobs_refusals_are_audited_once_each() {
+    use portcullis::audit::{Event, Status};
+    use portcullis::workspace::jobs::Started;
+    let ws = Ws::new();
+    let (w, audit) = build(&ws, "");
+    let ro = w.readonly();
+    let ro_scope = ro.scope("src").unwrap_or_else(|e| panic!("scope: {e}"));
+    let n = || audit.0.lock().map(|v| v.len()).unwrap_or(0);
+    let last = |k: usize| audit.0.lock().map(|v| v[v.len().saturating_sub(k)..].to_vec()).unwrap_or_default();
+    rt().block_on(async {
+        // A read-only view and its scope: each mutation one `denied`.
+        for (view, p) in [(&ro, "README.md"), (&ro_scope, "main.rs")] {
+            let before = n();
+            let r = view.write_file(p, "x").await;
+            assert!(matches!(&r, Err(e) if e.kind() == "refused-by-policy"), "{r:?}");
+            let r = view.remove(p).await;
+            assert!(matches!(&r, Err(e) if e.kind() == "refused-by-policy"), "{r:?}");
+            assert_eq!(n() - before, 2);
+            assert!(last(2).iter().all(|e| matches!(e, Event::Denied { .. })), "{:?}", last(2));
+        }
+        // Its command, asked writable with a grant: runs read-only.
+        let before = n();
+        let opts = ExecOptions { writable: true, write: vec!["src".into()], ..ExecOptions::default() };
+        let r = ro.exec("touch src/ro.txt", opts.clone()).await.unwrap_or_else(|e| panic!("exec: {e}"));
+        match &r {
+            Exec::Ran(r) => {
+                assert_ne!(r.result.outcome, Outcome::Exited { code: 0 });
+                let err = String::from_utf8_lossy(&r.result.stderr);
+                assert!(err.contains("Read-only file system"), "{err}");
+            }
+            other => panic!("did not run: {other:?}"),
+        }
+        assert_eq!(n() - before, 2);
+        match &last(2)[0] {
+            Event::Allowed { effective, .. } => {
+                assert!(!effective.writable && effective.write_grants.is_empty(), "{effective:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // Its background job too.
+        let id = job(ro.start_shell("touch src/ro-job.txt", opts).await.unwrap_or_else(|e| panic!("start: {e}")));
+        let out = ended(&w, &id).await;
+        assert_ne!(out.exit_code, Some(0), "{out:?}");
+        assert!(out.stderr.contains("Read-only file system"), "{out:?}");
+        // A job beyond max_jobs (2): refused, one `denied`.
+        let a = job(w.start_shell("sleep 30", ExecOptions::default()).await.unwrap_or_else(|e| panic!("{e}")));
+        let b = job(w.start_shell("sleep 30", ExecOptions::default()).await.unwrap_or_else(|e| panic!("{e}")));
+        let before = n();
+        let r = w.start_shell("touch third.txt", writable()).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(r, Started::Refused(_)), "{r:?}");
+        assert_eq!(n() - before, 1);
+        assert!(matches!(last(1)[0], Event::Denied { .. }));
+        // The read-only view may not kill the parent's jobs.
+        let r = ro.shell_kill(&a).await;
+        assert!(matches!(&r, Err(WorkspaceError::NotYourJob { .. })), "{r:?}");
+        w.shell_kill(&a).await.unwrap_or_else(|e| panic!("kill: {e}"));
+        w.shell_kill(&b).await.unwrap_or_else(|e| panic!("kill: {e}"));
+        // Cancelled before it starts: allowed, then a `cancelled` outcome.
+        let token = tokio_util::sync::CancellationToken::new();
+        token.cancel();
+        let before = n();
+        let r = w.start_shell("touch never.txt", ExecOptions { cancel: Some(token), ..writable() }).await;
+        let id = job(r.unwrap_or_else(|e| panic!("{e}")));
+        let _ = ended(&w, &id).await;
+        let recs = last(n() - before);
+        assert_eq!(recs.len(), 2, "{recs:?}");
+        assert!(matches!(recs[1], Event::Outcome { status: Status::Cancelled, .. }), "{recs:?}");
+    });
+    assert!(!ws.join("src/ro.txt").exists() && !ws.join("src/ro-job.txt").exists());
+    assert!(!ws.join("third.txt").exists() && !ws.join("never.txt").exists());
+    assert_eq!(ws.read("README.md"), "readme\n");
+    // Control: the full view writes the same file, audited allowed+outcome.
+    rt().block_on(w.write_file("README.md", "x")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(ws.read("README.md"), "x");
+}
