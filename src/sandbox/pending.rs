@@ -17,6 +17,11 @@
 //! cleanup holds the lock waits for it (bounded by its timeout and
 //! cancellation, as any wait for the lock).
 //!
+//! A run whose request is a scope of another workspace
+//! (`ExecRequest::scope_of`) uses that workspace's lock and records
+//! directory, and its record names it (`lock_root`): the writable runs of a
+//! workspace and of its scopes are one group.
+//!
 //! Why deferred, not each run's own guard at its end: a run's plan takes
 //! what a concurrent run created (a `.git/hooks` that was missing) for the
 //! user's and binds it read-only; removing it while the later run still
