@@ -570,7 +570,8 @@ pub(super) fn scope_parent(ws: &Path, parent: &Path) -> Result<PathBuf, SandboxE
         return Err(SandboxError::invalid(
             "scope_of",
             format!(
-                "{} does not hold the workspace {}: a scope is of a directory that holds it",
+                "{} does not hold the workspace {}: a scope is of a directory that holds it (was the scope's path \
+                 replaced by a link since it was made? make the scope again)",
                 real.display(),
                 ws.display()
             ),

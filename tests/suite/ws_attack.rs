@@ -412,9 +412,10 @@ fn r0556_a_scope_keeps_the_parents_deny_globs_and_protected_paths() {
     let s = w.scope("src").unwrap_or_else(|e| panic!("scope: {e}"));
     let ro = portcullis::workspace::files::ReadOptions::default();
     let out = |e: Result<Exec, WorkspaceError>| match e {
-        Ok(Exec::Ran(r)) => {
-            (String::from_utf8_lossy(&r.result.stdout).to_string(), String::from_utf8_lossy(&r.result.stderr).to_string())
-        }
+        Ok(Exec::Ran(r)) => (
+            String::from_utf8_lossy(&r.result.stdout).to_string(),
+            String::from_utf8_lossy(&r.result.stderr).to_string(),
+        ),
         other => panic!("did not run: {other:?}"),
     };
     rt().block_on(async {
@@ -440,4 +441,51 @@ fn r0556_a_scope_keeps_the_parents_deny_globs_and_protected_paths() {
     assert_eq!(ws.read("src/secret/token"), "s3cret\n");
     assert_eq!(ws.read("src/ok.txt"), "y\n");
     assert!(audit.kinds().contains(&"denied"));
+}
+
+/// A scope is a directory, judged once; its path may later be swapped for a
+/// link to somewhere else (a writable command of the parent can do it:
+/// `mv src s; ln -s /home/user src`). The scope's file tools work from the
+/// directory descriptor taken when it was made, and its commands' requests
+/// must stay inside the workspace it was made from (`scope_of`): a swapped
+/// path is refused, never followed to its new target.
+#[test]
+fn r0557_a_scope_swapped_for_a_link_is_not_followed() {
+    let ws = Ws::new();
+    let outside = tempfile::Builder::new()
+        .prefix("pc-outside-")
+        .tempdir_in(super::util::test_root())
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(outside.path().join("victim.txt"), "victim\n").unwrap_or_else(|e| panic!("{e}"));
+    let (w, _audit) = build(&ws, "");
+    let s = w.scope("src").unwrap_or_else(|e| panic!("scope: {e}"));
+    // Control: before the swap the scope writes in src.
+    rt().block_on(async {
+        s.write_file("before.txt", "b").await.unwrap_or_else(|e| panic!("write: {e}"));
+        let r = s.exec("touch before-cmd.txt", writable()).await;
+        assert_eq!(r.as_ref().ok().and_then(code), Some(0), "{r:?}");
+    });
+    assert!(ws.join("src/before.txt").exists() && ws.join("src/before-cmd.txt").exists());
+    std::fs::rename(ws.join("src"), ws.join("src.old")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(outside.path(), ws.join("src")).unwrap_or_else(|e| panic!("{e}"));
+    rt().block_on(async {
+        // The file tools: still in the directory the scope was made of.
+        s.write_file("planted.txt", "p").await.unwrap_or_else(|e| panic!("write: {e}"));
+        s.write_file("victim.txt", "overwritten\n").await.unwrap_or_else(|e| panic!("write: {e}"));
+        // A command: refused, typed, nothing started.
+        for opts in [writable(), ExecOptions::default()] {
+            let r = s.exec("touch planted-cmd.txt; echo x > victim.txt", opts).await;
+            assert!(
+                matches!(&r, Err(WorkspaceError::Run(portcullis::runner::RunError::Sandbox(e))) if e.to_string().contains("does not hold the workspace")),
+                "{r:?}"
+            );
+        }
+    });
+    assert!(ws.join("src.old/planted.txt").exists());
+    assert_eq!(ws.read("src.old/victim.txt"), "overwritten\n");
+    let listing: Vec<_> = std::fs::read_dir(outside.path())
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert_eq!(listing.len(), 1, "something was written outside: {listing:?}");
+    assert_eq!(std::fs::read_to_string(outside.path().join("victim.txt")).unwrap_or_default(), "victim\n");
 }
