@@ -420,7 +420,7 @@ fn r0556_a_scope_keeps_the_parents_deny_globs_and_protected_paths() {
     };
     rt().block_on(async {
         for p in ["secret/token", "id.key"] {
-            let r = s.read_file(p, ro.clone()).await;
+            let r = s.read_file(p, ro).await;
             assert!(matches!(&r, Err(e) if e.kind() == "path-escape"), "{p}: {r:?}");
             let r = s.write_file(p, "x").await;
             assert!(r.is_err(), "{p}: {r:?}");
@@ -432,7 +432,7 @@ fn r0556_a_scope_keeps_the_parents_deny_globs_and_protected_paths() {
         let (o, e) = out(s.exec("echo x > gen/out.rs; echo rc=$?", writable()).await);
         assert!(!o.contains("rc=0") && e.contains("Read-only file system"), "{o} {e}");
         // Control: what no rule names is read and written through the scope.
-        let page = s.read_file("ok.txt", ro.clone()).await.unwrap_or_else(|e| panic!("read: {e}"));
+        let page = s.read_file("ok.txt", ro).await.unwrap_or_else(|e| panic!("read: {e}"));
         assert!(page.content.contains("fine"));
         let (o, _) = out(s.exec("cat ok.txt; echo y > ok.txt; echo rc=$?", writable()).await);
         assert_eq!(o, "fine\nrc=0\n");
