@@ -489,3 +489,43 @@ fn r0557_a_scope_swapped_for_a_link_is_not_followed() {
     assert_eq!(listing.len(), 1, "something was written outside: {listing:?}");
     assert_eq!(std::fs::read_to_string(outside.path().join("victim.txt")).unwrap_or_default(), "victim\n");
 }
+
+/// Git's bare-repository fallback through the file tools: in a workspace
+/// without `.git`, `config` (with a `core.fsmonitor` command), `objects/`,
+/// `refs/` and then `HEAD` written at the root make a host `git status`
+/// there take the workspace for a repository and run the command. The
+/// sandbox's git guard removes a root `HEAD` a command creates; the file
+/// tools now refuse to write one.
+#[test]
+fn r0558_file_tools_cannot_make_the_workspace_a_bare_repository() {
+    let ws = Ws::new();
+    let marker = ws.path().with_extension("fsmonitor-ran");
+    let _ = std::fs::remove_file(&marker);
+    let (w, audit) = build(&ws, "");
+    let config = format!(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = true\n\tfsmonitor = \"touch {}; false\"\n",
+        marker.display()
+    );
+    rt().block_on(async {
+        w.write_file("config", config.clone()).await.unwrap_or_else(|e| panic!("config: {e}"));
+        w.write_file("objects/.keep", "").await.unwrap_or_else(|e| panic!("objects: {e}"));
+        w.write_file("refs/heads/.keep", "").await.unwrap_or_else(|e| panic!("refs: {e}"));
+        for head in ["HEAD", "./HEAD"] {
+            let r = w.write_file(head, "ref: refs/heads/main\n").await;
+            assert!(matches!(&r, Err(e) if e.kind() == "refused-by-policy"), "{head}: {r:?}");
+        }
+        // Control: a HEAD below the root is an ordinary file.
+        w.write_file("docs/HEAD", "x").await.unwrap_or_else(|e| panic!("docs/HEAD: {e}"));
+    });
+    assert!(!ws.join("HEAD").exists());
+    let git_dir = super::gitutil::host_git(ws.path(), &["rev-parse", "--git-dir"]);
+    assert!(!git_dir.status.success(), "git took the workspace for a repository");
+    assert!(!marker.exists());
+    assert!(audit.kinds().contains(&"denied"));
+    // Control: the HEAD was the missing piece; written by hand, git takes the
+    // workspace for a repository.
+    std::fs::write(ws.join("HEAD"), "ref: refs/heads/main\n").unwrap_or_else(|e| panic!("{e}"));
+    let git_dir = super::gitutil::host_git(ws.path(), &["rev-parse", "--git-dir"]);
+    assert!(git_dir.status.success(), "{}", String::from_utf8_lossy(&git_dir.stderr));
+    let _ = std::fs::remove_file(&marker);
+}
