@@ -216,7 +216,11 @@ impl OnDisk {
         if !ws.starts_with(&anchor) {
             return Err(format!("its workspace {} is not inside its lock root {}", ws.display(), anchor.display()));
         }
-        Ok((ws, anchor, guard, self.cgroup.as_deref().map(dec).transpose()?))
+        let cgroup = self.cgroup.as_deref().map(dec).transpose()?;
+        if let Some(cg) = &cgroup {
+            run_cgroup(cg)?;
+        }
+        Ok((ws, anchor, guard, cgroup))
     }
 }
 
@@ -557,6 +561,28 @@ impl Hold {
     }
 }
 
+/// A record's cgroup must be one a run made (`portcullis-<pid>-<n>`, see
+/// `cgroup::CgroupHost::create`), named plainly: a cleanup kills what is
+/// in it, and a record naming any other cgroup (`system.slice`, the
+/// caller's own) is not one a run wrote, and is not acted on.
+fn run_cgroup(cg: &Path) -> Result<(), String> {
+    let plain = cg.components().all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)));
+    let named =
+        cg.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("portcullis-")).is_some_and(|rest| {
+            let mut parts = rest.split('-');
+            let digits = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+            digits(parts.next()) && digits(parts.next()) && parts.next().is_none()
+        });
+    if plain && named && cg.is_absolute() {
+        Ok(())
+    } else {
+        Err(format!(
+            "its cgroup {} is not one a run makes (…/portcullis-<pid>-<n>); the record was not written by a run",
+            cg.display()
+        ))
+    }
+}
+
 /// Kill what is left in a cgroup of a run whose host process was killed
 /// (the lifeline makes the helper kill it too) and wait until it is empty;
 /// then remove it. A cgroup that is gone is empty.
@@ -633,6 +659,21 @@ mod tests {
     }
 
     #[test]
+    fn only_a_runs_cgroup_is_acted_on() {
+        assert!(run_cgroup(Path::new("/sys/fs/cgroup/unified/user.slice/portcullis-12-0")).is_ok());
+        for bad in [
+            "/sys/fs/cgroup/unified/system.slice",
+            "/sys/fs/cgroup/unified/user.slice/portcullis-12-0/..",
+            "/sys/fs/cgroup/unified/x/../portcullis-1-2",
+            "/sys/fs/cgroup/portcullis-1",
+            "/sys/fs/cgroup/portcullis-1-2-3",
+            "/sys/fs/cgroup/portcullis-a-2",
+        ] {
+            assert!(run_cgroup(Path::new(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn a_record_round_trips() {
         let g = Guard {
             roots: vec!["/ws".into()],
@@ -641,15 +682,19 @@ mod tests {
             git_trees: vec!["/ws".into()],
             fail_git_guard: true,
         };
-        let data =
-            serde_json::to_vec(&OnDisk::of(Path::new("/ws/sub"), Some(Path::new("/ws")), &g, Some(Path::new("/cg/x"))))
-                .unwrap_or_default();
+        let data = serde_json::to_vec(&OnDisk::of(
+            Path::new("/ws/sub"),
+            Some(Path::new("/ws")),
+            &g,
+            Some(Path::new("/cg/portcullis-7-1")),
+        ))
+        .unwrap_or_default();
         let back: Result<OnDisk, _> = serde_json::from_slice(&data);
         let (ws, anchor, g2, cg) =
             back.map_err(|e| e.to_string()).and_then(|d| d.guard()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(ws, PathBuf::from("/ws/sub"));
         assert_eq!(anchor, PathBuf::from("/ws"));
         assert_eq!(g2, g);
-        assert_eq!(cg, Some(PathBuf::from("/cg/x")));
+        assert_eq!(cg, Some(PathBuf::from("/cg/portcullis-7-1")));
     }
 }

@@ -529,3 +529,71 @@ fn r0558_file_tools_cannot_make_the_workspace_a_bare_repository() {
     assert!(git_dir.status.success(), "{}", String::from_utf8_lossy(&git_dir.stderr));
     let _ = std::fs::remove_file(&marker);
 }
+
+/// A git-guard record names its run's cgroup, which a later cleanup kills
+/// (its host process was killed mid-run). The records live in the caller's
+/// private lock directory; one written there by anything but a run (a
+/// script of the same uid, a root caller's own tools) that names another
+/// cgroup would have had the cleanup write `cgroup.kill` there. A record
+/// whose cgroup is not a run's (`portcullis-<pid>-<n>`) is not acted on:
+/// kept, and the cleanup fails closed naming it; the victim lives.
+#[test]
+fn r0559_a_record_naming_another_cgroup_kills_nothing() {
+    use portcullis::sandbox::{records_dir_for_tests, SandboxError};
+    let s = sandbox();
+    let Ok(host) = s.cgroup_host() else {
+        super::util::skipped("r0559", "no writable cgroup: nothing to kill");
+        return;
+    };
+    let ws = Ws::new();
+    let victim = host.parent.join(format!("victim-{}", std::process::id()));
+    if std::fs::create_dir(&victim).is_err() {
+        super::util::skipped("r0559", "cannot make a cgroup beside the runs'");
+        return;
+    }
+    let mut sleeper = std::process::Command::new("sleep").arg("60").spawn().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(victim.join("cgroup.procs"), sleeper.id().to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let real = std::fs::canonicalize(ws.path()).unwrap_or_else(|e| panic!("{e}"));
+    let dir = records_dir_for_tests(ws.path()).unwrap_or_else(|e| panic!("{e}"));
+    let record = |cg: &std::path::Path| {
+        serde_json::json!({
+            "version": 1, "pid": 1, "workspace": real.display().to_string(),
+            "cgroup": cg.display().to_string(), "roots": [real.display().to_string()],
+            "git_guard": [], "git_indexes": [], "git_trees": [real.display().to_string()],
+            "fail_git_guard": false
+        })
+        .to_string()
+    };
+    let bad = dir.join("run-1-1-1.json");
+    std::fs::write(&bad, record(&victim)).unwrap_or_else(|e| panic!("{e}"));
+    let r = super::util::run(&ws.req(&["true"]).tap_writable());
+    let alive = sleeper.try_wait().ok().flatten().is_none();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let _ = std::fs::remove_dir(&victim);
+    assert!(alive, "the cleanup killed a cgroup no run made");
+    match r {
+        Err(SandboxError::AfterRun { step, path, .. }) => {
+            assert_eq!((step, path.as_path()), ("reading a git-guard record", bad.as_path()));
+        }
+        other => panic!("expected the cleanup to fail closed, got {other:?}"),
+    }
+    assert!(bad.exists());
+    // Control: the same record naming a run's cgroup (gone: empty) is
+    // cleaned and removed.
+    std::fs::write(&bad, record(&host.parent.join("portcullis-1-1"))).unwrap_or_else(|e| panic!("{e}"));
+    let r = super::util::run(&ws.req(&["true"]).tap_writable());
+    assert!(r.is_ok(), "{r:?}");
+    assert!(!bad.exists());
+}
+
+trait Writable {
+    fn tap_writable(self) -> Self;
+}
+
+impl Writable for portcullis::sandbox::ExecRequest {
+    fn tap_writable(mut self) -> Self {
+        self.writable = true;
+        self
+    }
+}
