@@ -66,9 +66,10 @@
 //! down), the helper is reaped (killed after 1 s), and the cgroup is
 //! killed and removed; no process is left behind (tests r0427, r0428).
 //!
-//! **Writable jobs.** A writable job holds the workspace's exclusive lock
-//! for its whole life (the git guard's), so later writable commands of the
-//! workspace wait for it (until their timeout).
+//! **Writable jobs.** A writable job holds the workspace's lock *shared*
+//! for its whole life, as every writable run does (`sandbox::pending`): later
+//! writable commands and jobs of the workspace, and of its scopes, run
+//! beside it; the git guard of all of them is done by the last to end.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
