@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, Flock, FlockArg, OFlag, RenameFlags};
+use nix::fcntl::{openat, Flock, FlockArg, OFlag};
 use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 use serde::{Deserialize, Serialize};
@@ -358,8 +358,11 @@ impl Records {
         )
         .map_err(|e| fail("create", e.into()))?;
         let written = File::from(fd).write_all(&data).map_err(|e| fail("write", e)).and_then(|()| {
-            nix::fcntl::renameat2(&self.dir, tmp.as_str(), &self.dir, name.as_str(), RenameFlags::RENAME_NOREPLACE)
-                .map_err(|e| fail("rename into place", e.into()))
+            // The raw call (`sys`): nix offers renameat2 on glibc only, and
+            // the release build is musl.
+            let cstr = |s: &str| std::ffi::CString::new(s).map_err(|e| fail("name", io::Error::other(e)));
+            crate::sys::rename_noreplace(&self.dir, &cstr(&tmp)?, &cstr(&name)?)
+                .map_err(|e| fail("rename into place", e))
         });
         if let Err(e) = written {
             let _ = nix::unistd::unlinkat(&self.dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
