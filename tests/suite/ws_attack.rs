@@ -597,3 +597,38 @@ impl Writable for portcullis::sandbox::ExecRequest {
         self
     }
 }
+
+/// The parent's hook is a link into the tree (`.git/hooks/pre-commit ->
+/// ../../tools/pre-commit`, as hook managers set up): the sandbox keeps the
+/// link's target read-only in a writable workspace, but a scope of
+/// `tools` knew nothing of the parent's hooks, and its writable command
+/// rewrote what the user's next `git commit` runs. The scope's plan knows
+/// the parent's git dirs now, and with them where its hooks lead.
+#[test]
+fn r0560_a_scope_cannot_rewrite_what_a_parent_hook_links_to() {
+    let ws = Ws::new();
+    git(ws.path(), &["init", "-q", "."]);
+    ws.write("tools/pre-commit", "#!/bin/sh\nexit 0\n");
+    ws.write("tools/other.sh", "#!/bin/sh\n");
+    std::os::unix::fs::symlink("../../tools/pre-commit", ws.join(".git/hooks/pre-commit"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (w, _audit) = build(&ws, "");
+    let s = w.scope("tools").unwrap_or_else(|e| panic!("scope: {e}"));
+    let out = |e: Result<Exec, WorkspaceError>| match e {
+        Ok(Exec::Ran(r)) => (
+            String::from_utf8_lossy(&r.result.stdout).to_string(),
+            String::from_utf8_lossy(&r.result.stderr).to_string(),
+        ),
+        other => panic!("did not run: {other:?}"),
+    };
+    let (hook, control) = rt().block_on(async {
+        let hook = out(s.exec("echo evil >> pre-commit; echo rc=$?", writable()).await);
+        let control = out(s.exec("echo ok >> other.sh; echo rc=$?", writable()).await);
+        (hook, control)
+    });
+    assert!(!hook.0.contains("rc=0") && hook.1.contains("Read-only file system"), "{hook:?}");
+    assert_eq!(ws.read("tools/pre-commit"), "#!/bin/sh\nexit 0\n");
+    // Control: the scope's other files are writable.
+    assert_eq!(control.0, "rc=0\n", "{control:?}");
+    assert!(ws.read("tools/other.sh").ends_with("ok\n"));
+}
