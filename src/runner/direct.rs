@@ -213,6 +213,29 @@ impl Runner {
                     real.display()
                 ));
             }
+            // A git dir by another name (`git init --separate-git-dir`, a
+            // bare repository, a `gitdir:` file's target): git finds it as
+            // the sandbox does, by what it holds.
+            if let Some(gd) = real.parent().and_then(|p| super::scope::git_dir_around(&base_of(jail, real), p)) {
+                return Some(format!(
+                    "{} is inside the git dir {}: git's files are changed by git (a command), not written directly",
+                    real.display(),
+                    gd.display()
+                ));
+            }
+        }
+        // A `HEAD` at the workspace root: with `objects/` and `refs/` beside
+        // it git takes the workspace itself for a (bare) repository, with a
+        // `config` of the writer's choosing (the sandbox's git guard removes
+        // one a command creates). Refused whatever was written first.
+        if real.parent() == Some(root)
+            && real.file_name().is_some_and(|n| n.as_encoded_bytes().eq_ignore_ascii_case(b"HEAD"))
+        {
+            return Some(format!(
+                "{} at the workspace root would make the workspace a git dir to git (its bare-repository \
+                 fallback): it is not written directly",
+                real.display()
+            ));
         }
         let listed = self.policy.as_ref().map(|p| p.protect.clone()).unwrap_or_default();
         let all = DEFAULT_PROTECTED.iter().map(PathBuf::from).chain(listed);

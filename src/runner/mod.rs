@@ -22,6 +22,7 @@
 mod direct;
 pub mod explain;
 mod request;
+mod scope;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -41,6 +42,7 @@ use crate::sandbox::{
 use crate::Network;
 
 pub use direct::{Fs, FsDone};
+pub(crate) use scope::git_dir_around;
 
 /// A line for the policy checker.
 #[derive(Clone, Copy, Debug)]
@@ -596,6 +598,7 @@ impl RunnerBuilder {
             sandbox,
             checker,
             profile,
+            scope_of: None,
         })
     }
 }
@@ -616,6 +619,10 @@ pub struct Runner {
     checker: Option<ShellChecker>,
     /// What every plan reuses.
     profile: Profile,
+    /// A scope's: the real workspace it was made from, whose git dirs its
+    /// runs' plans know and whose lock and git-guard records its writable
+    /// runs share (`ExecRequest::scope_of`).
+    scope_of: Option<PathBuf>,
 }
 
 impl Runner {
@@ -653,6 +660,17 @@ impl Runner {
             return Err(RunError::input(
                 "scope",
                 format!("{} is not inside the workspace {}", dir.display(), old.display()),
+            ));
+        }
+        if let Some(gd) = scope::git_dir_around(&old, dir) {
+            return Err(RunError::input(
+                "scope",
+                format!(
+                    "{} is inside the git dir {}: a scope there would make its hooks and config ordinary, writable \
+                     files; scope a directory of the working tree instead",
+                    dir.display(),
+                    gd.display()
+                ),
             ));
         }
         Ok(match &self.policy {
@@ -694,6 +712,7 @@ impl Runner {
     /// reach its parent); the gate, the audit and the sandbox are shared.
     pub fn scoped(&self, dir: &Path) -> Result<Runner, RunError> {
         let policy = self.scoped_policy(dir)?;
+        let old = real_workspace(&self.workspace, self.sandbox.is_none())?;
         let checker = compile_checker(policy.as_ref(), self.sandbox.is_some())?;
         let profile = Profile::new(policy.as_ref().map_or(&[][..], |p| &p.deny_paths[..]))?;
         Ok(Runner {
@@ -706,6 +725,7 @@ impl Runner {
             sandbox: self.sandbox.clone(),
             checker,
             profile,
+            scope_of: Some(self.scope_of.clone().unwrap_or(old)),
         })
     }
 
@@ -859,6 +879,7 @@ impl Runner {
                 (req, None)
             }
         };
+        req.scope_of.clone_from(&self.scope_of);
         let ws_real = match &self.sandbox {
             Some(_) => std::fs::canonicalize(&req.workspace).unwrap_or_else(|_| crate::path::lexical(&req.workspace)),
             None => crate::path::lexical(&req.workspace),

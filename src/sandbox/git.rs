@@ -78,6 +78,34 @@ pub(super) struct Layout {
     pub trees: Vec<PathBuf>,
 }
 
+impl Layout {
+    /// Add what `other` found (the layout of the workspace a scope is of),
+    /// each git dir once.
+    pub fn merge(&mut self, other: Layout) {
+        for d in other.dirs {
+            if !self.dirs.iter().any(|k| k.path == d.path) {
+                self.dirs.push(d);
+            }
+        }
+        let add = |to: &mut Vec<PathBuf>, from: Vec<PathBuf>| {
+            for p in from {
+                if !to.contains(&p) {
+                    to.push(p);
+                }
+            }
+        };
+        add(&mut self.gitfiles, other.gitfiles);
+        add(&mut self.unpopulated, other.unpopulated);
+        add(&mut self.spelled, other.spelled);
+        add(&mut self.trees, other.trees);
+        for i in other.indexes {
+            if !self.indexes.contains(&i) {
+                self.indexes.push(i);
+            }
+        }
+    }
+}
+
 /// A git index and the working tree whose gitlinks it holds.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct GitIndex {

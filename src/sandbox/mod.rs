@@ -612,6 +612,15 @@ pub struct ExecRequest {
     /// Report the writes the kernel refused ([`ExecResult::refused_writes`]);
     /// on by default. The report never changes what the kernel allows.
     pub report_refused_writes: bool,
+    /// The workspace is a scope of this directory, which holds it (a
+    /// `Workspace::scope`, `Runner::scoped`). The git dirs are found from
+    /// there too, so a submodule or any git dir of the parent inside the
+    /// scope keeps its protections and its git guard; and a run that
+    /// writes shares the parent's lock and git-guard records, so the last
+    /// writable run of either to end runs the guard for all (otherwise the
+    /// parent's cleanup could remove, under a run of the scope, what that
+    /// run's plan took for the user's). `None`: the workspace stands alone.
+    pub scope_of: Option<PathBuf>,
 }
 
 /// Refuse `degraded: Some(Mode::Full)` (or any mode that is not a degraded
@@ -652,6 +661,7 @@ impl ExecRequest {
             test_switches: TestSwitches::default(),
             degraded: None,
             report_refused_writes: true,
+            scope_of: None,
         }
     }
 }
@@ -905,9 +915,11 @@ impl Sandbox {
                 Some(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, cancel).await?);
         }
         if writes {
-            let key = lock::Key::Workspace(ws);
-            let (dir, name) = lock::open_for_records(ws, self.uid)?;
-            let records = pending::Records::open(&dir, &lock::dir(self.uid), &name, self.uid)?;
+            let anchor = lock_anchor(ws, req.scope_of.as_deref())?;
+            let key = lock::Key::Workspace(&anchor);
+            let (dir, name) = lock::open_for_records(&anchor, self.uid)?;
+            let mut records = pending::Records::open(&dir, &lock::dir(self.uid), &name, self.uid)?;
+            records.anchor(&anchor);
             // Records left by killed runs are cleaned before this run is
             // planned when no writable run is going (its plan would take
             // what they planted for the user's).
@@ -990,6 +1002,16 @@ impl Sandbox {
         }
         run::settle_stdin(&mut launched, &mut warnings);
         run::assemble(plan, run::Ended { waited, refused_writes, warnings, failures, start })
+    }
+}
+
+/// The directory whose lock and git-guard records a run that writes in
+/// `ws` (a real path) uses: the one it is a scope of (see
+/// [`ExecRequest::scope_of`]), or `ws` itself.
+fn lock_anchor(ws: &Path, scope_of: Option<&Path>) -> Result<PathBuf, SandboxError> {
+    match scope_of {
+        Some(parent) => plan::scope_parent(ws, parent),
+        None => Ok(ws.to_path_buf()),
     }
 }
 

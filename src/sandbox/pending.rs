@@ -17,6 +17,11 @@
 //! cleanup holds the lock waits for it (bounded by its timeout and
 //! cancellation, as any wait for the lock).
 //!
+//! A run whose request is a scope of another workspace
+//! (`ExecRequest::scope_of`) uses that workspace's lock and records
+//! directory, and its record names it (`lock_root`): the writable runs of a
+//! workspace and of its scopes are one group.
+//!
 //! Why deferred, not each run's own guard at its end: a run's plan takes
 //! what a concurrent run created (a `.git/hooks` that was missing) for the
 //! user's and binds it read-only; removing it while the later run still
@@ -154,6 +159,10 @@ struct OnDisk {
     /// The host process that ran it (for people reading the file).
     pid: u32,
     workspace: String,
+    /// The directory whose lock the run shared, when not its workspace
+    /// (a scope's run: the workspace the scope was made from).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lock_root: Option<String>,
     /// The run's cgroup, killed and awaited before a later cleanup of a
     /// record left behind (its host process was killed mid-run).
     cgroup: Option<String>,
@@ -165,11 +174,12 @@ struct OnDisk {
 }
 
 impl OnDisk {
-    fn of(ws: &Path, g: &Guard, cgroup: Option<&Path>) -> OnDisk {
+    fn of(ws: &Path, anchor: Option<&Path>, g: &Guard, cgroup: Option<&Path>) -> OnDisk {
         OnDisk {
             version: VERSION,
             pid: std::process::id(),
             workspace: enc(ws),
+            lock_root: anchor.filter(|a| *a != ws).map(enc),
             cgroup: cgroup.map(enc),
             roots: enc_all(&g.roots),
             git_guard: enc_all(&g.git_guard),
@@ -183,7 +193,9 @@ impl OnDisk {
         }
     }
 
-    fn guard(&self) -> Result<(PathBuf, Guard, Option<PathBuf>), String> {
+    /// The workspace, the directory whose lock the run shared, the guard,
+    /// the cgroup.
+    fn guard(&self) -> Result<(PathBuf, PathBuf, Guard, Option<PathBuf>), String> {
         if self.version != VERSION {
             return Err(format!("record version {} (this build reads {VERSION})", self.version));
         }
@@ -199,7 +211,16 @@ impl OnDisk {
             git_trees: dec_all(&self.git_trees)?,
             fail_git_guard: self.fail_git_guard,
         };
-        Ok((dec(&self.workspace)?, guard, self.cgroup.as_deref().map(dec).transpose()?))
+        let ws = dec(&self.workspace)?;
+        let anchor = self.lock_root.as_deref().map(dec).transpose()?.unwrap_or_else(|| ws.clone());
+        if !ws.starts_with(&anchor) {
+            return Err(format!("its workspace {} is not inside its lock root {}", ws.display(), anchor.display()));
+        }
+        let cgroup = self.cgroup.as_deref().map(dec).transpose()?;
+        if let Some(cg) = &cgroup {
+            run_cgroup(cg)?;
+        }
+        Ok((ws, anchor, guard, cgroup))
     }
 }
 
@@ -209,6 +230,9 @@ pub(crate) struct Records {
     path: PathBuf,
     /// The lock file's name: the workspace's device and inode.
     lock_name: String,
+    /// The directory the lock is of, when not the run's workspace (a
+    /// scope's runs share the lock of the workspace it was made from).
+    anchor: Option<PathBuf>,
 }
 
 fn lock_err(path: &Path, problem: String) -> SandboxError {
@@ -250,7 +274,15 @@ impl Records {
                 ),
             ));
         }
-        Ok(Records { dir, path, lock_name: lock_name.to_string() })
+        Ok(Records { dir, path, lock_name: lock_name.to_string(), anchor: None })
+    }
+
+    /// The records are those of the lock of `anchor`, a directory holding
+    /// the workspaces of the runs that write them (it is written into each
+    /// record, and a cleanup checks it, not the run's workspace, against
+    /// the lock).
+    pub(crate) fn anchor(&mut self, anchor: &Path) {
+        self.anchor = Some(anchor.to_path_buf());
     }
 
     /// The names in the directory that are records (or records being
@@ -297,7 +329,7 @@ impl Records {
                 ),
             });
         }
-        let data = serde_json::to_vec(&OnDisk::of(ws, guard, cgroup))
+        let data = serde_json::to_vec(&OnDisk::of(ws, self.anchor.as_deref(), guard, cgroup))
             .map_err(|e| lock_err(&self.path, format!("cannot encode the git-guard record: {e}")))?;
         if data.len() as u64 > MAX_RECORD_BYTES {
             return Err(SandboxError::LimitExceeded {
@@ -326,8 +358,11 @@ impl Records {
         )
         .map_err(|e| fail("create", e.into()))?;
         let written = File::from(fd).write_all(&data).map_err(|e| fail("write", e)).and_then(|()| {
-            let (from, to) = (cstr(&tmp), cstr(&name));
-            crate::sys::rename_noreplace(&self.dir, &from, &to).map_err(|e| fail("rename into place", e))
+            // The raw call (`sys`): nix offers renameat2 on glibc only, and
+            // the release build is musl.
+            let cstr = |s: &str| std::ffi::CString::new(s).map_err(|e| fail("name", io::Error::other(e)));
+            crate::sys::rename_noreplace(&self.dir, &cstr(&tmp)?, &cstr(&name)?)
+                .map_err(|e| fail("rename into place", e))
         });
         if let Err(e) = written {
             let _ = nix::unistd::unlinkat(&self.dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
@@ -416,7 +451,7 @@ impl Records {
                 continue;
             }
             let decoded = self.read(name).and_then(|d| d.guard());
-            let (workspace, guard, cgroup) = match decoded {
+            let (workspace, anchor, guard, cgroup) = match decoded {
                 Ok(g) => g,
                 Err(problem) => {
                     let text = format!(
@@ -442,7 +477,7 @@ impl Records {
             // A record of a workspace that is no longer there (removed, and
             // its inode reused by this one; or moved): its paths name
             // nothing of this workspace.
-            if super::lock::file_name(&workspace).ok().as_deref() != Some(self.lock_name.as_str()) {
+            if super::lock::file_name(&anchor).ok().as_deref() != Some(self.lock_name.as_str()) {
                 warnings.push(Warning::GitGuardRecordStale { record: path.clone(), workspace });
             } else {
                 super::run::guard_git(&guard, warnings, failures);
@@ -529,6 +564,28 @@ impl Hold {
     }
 }
 
+/// A record's cgroup must be one a run made (`portcullis-<pid>-<n>`, see
+/// `cgroup::CgroupHost::create`), named plainly: a cleanup kills what is
+/// in it, and a record naming any other cgroup (`system.slice`, the
+/// caller's own) is not one a run wrote, and is not acted on.
+fn run_cgroup(cg: &Path) -> Result<(), String> {
+    let plain = cg.components().all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)));
+    let named =
+        cg.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("portcullis-")).is_some_and(|rest| {
+            let mut parts = rest.split('-');
+            let digits = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+            digits(parts.next()) && digits(parts.next()) && parts.next().is_none()
+        });
+    if plain && named && cg.is_absolute() {
+        Ok(())
+    } else {
+        Err(format!(
+            "its cgroup {} is not one a run makes (…/portcullis-<pid>-<n>); the record was not written by a run",
+            cg.display()
+        ))
+    }
+}
+
 /// Kill what is left in a cgroup of a run whose host process was killed
 /// (the lifeline makes the helper kill it too) and wait until it is empty;
 /// then remove it. A cgroup that is gone is empty.
@@ -588,12 +645,6 @@ pub fn records_dir_for_tests(ws: &Path) -> Result<PathBuf, SandboxError> {
     Ok(Records::open(&dir_fd, &super::lock::dir(uid), &lock_name, uid)?.path)
 }
 
-/// A record's name as the kernel takes it (the names are made here, of
-/// digits, letters and `-._`: never a NUL).
-fn cstr(name: &str) -> std::ffi::CString {
-    std::ffi::CString::new(name).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -611,6 +662,21 @@ mod tests {
     }
 
     #[test]
+    fn only_a_runs_cgroup_is_acted_on() {
+        assert!(run_cgroup(Path::new("/sys/fs/cgroup/unified/user.slice/portcullis-12-0")).is_ok());
+        for bad in [
+            "/sys/fs/cgroup/unified/system.slice",
+            "/sys/fs/cgroup/unified/user.slice/portcullis-12-0/..",
+            "/sys/fs/cgroup/unified/x/../portcullis-1-2",
+            "/sys/fs/cgroup/portcullis-1",
+            "/sys/fs/cgroup/portcullis-1-2-3",
+            "/sys/fs/cgroup/portcullis-a-2",
+        ] {
+            assert!(run_cgroup(Path::new(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn a_record_round_trips() {
         let g = Guard {
             roots: vec!["/ws".into()],
@@ -619,11 +685,19 @@ mod tests {
             git_trees: vec!["/ws".into()],
             fail_git_guard: true,
         };
-        let data = serde_json::to_vec(&OnDisk::of(Path::new("/ws"), &g, Some(Path::new("/cg/x")))).unwrap_or_default();
+        let data = serde_json::to_vec(&OnDisk::of(
+            Path::new("/ws/sub"),
+            Some(Path::new("/ws")),
+            &g,
+            Some(Path::new("/cg/portcullis-7-1")),
+        ))
+        .unwrap_or_default();
         let back: Result<OnDisk, _> = serde_json::from_slice(&data);
-        let (ws, g2, cg) = back.map_err(|e| e.to_string()).and_then(|d| d.guard()).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(ws, PathBuf::from("/ws"));
+        let (ws, anchor, g2, cg) =
+            back.map_err(|e| e.to_string()).and_then(|d| d.guard()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ws, PathBuf::from("/ws/sub"));
+        assert_eq!(anchor, PathBuf::from("/ws"));
         assert_eq!(g2, g);
-        assert_eq!(cg, Some(PathBuf::from("/cg/x")));
+        assert_eq!(cg, Some(PathBuf::from("/cg/portcullis-7-1")));
     }
 }

@@ -562,6 +562,28 @@ struct GitPlan {
     trees: Vec<PathBuf>,
 }
 
+/// The real path of `parent`, the directory the workspace `ws` (a real
+/// path) is a scope of ([`ExecRequest::scope_of`]), which must hold it.
+pub(super) fn scope_parent(ws: &Path, parent: &Path) -> Result<PathBuf, SandboxError> {
+    let real = fs::canonicalize(parent).map_err(|source| SandboxError::Path {
+        what: "workspace the scope was made from",
+        path: parent.to_path_buf(),
+        source,
+    })?;
+    if !ws.starts_with(&real) {
+        return Err(SandboxError::invalid(
+            "scope_of",
+            format!(
+                "{} does not hold the workspace {}: a scope is of a directory that holds it (was the scope's path \
+                 replaced by a link since it was made? make the scope again)",
+                real.display(),
+                ws.display()
+            ),
+        ));
+    }
+    Ok(real)
+}
+
 /// Git discovery, its checks, the protected carve-outs and the git guard.
 fn protect_git(req: &ExecRequest, ws: &Path, access: &Access, areas: &Areas) -> Result<GitPlan, SandboxError> {
     let (writable, writable_areas, protect_areas) = (access.writable, &areas.writable, &areas.protect);
@@ -575,7 +597,15 @@ fn protect_git(req: &ExecRequest, ws: &Path, access: &Access, areas: &Areas) -> 
     };
     // Submodule working trees are looked for (indexes read) only when
     // something is writable: a read-only run has nothing to protect.
-    let git = git::discover(ws, protect_areas, !protect_areas.is_empty())?;
+    let mut git = git::discover(ws, protect_areas, !protect_areas.is_empty())?;
+    // A scope: the git dirs of the workspace it is a scope of too (a
+    // submodule inside the scope is found from the parent's index).
+    if let Some(parent) = &req.scope_of {
+        let parent = scope_parent(ws, parent)?;
+        if parent != ws {
+            git.merge(git::discover(&parent, protect_areas, !protect_areas.is_empty())?);
+        }
+    }
     git.check_files(ws, &ours)?;
     git.check_spelled(protect_areas)?;
     let hook_targets = git.hook_link_targets(ws, protect_areas)?;

@@ -66,13 +66,10 @@
 //! down), the helper is reaped (killed after 1 s), and the cgroup is
 //! killed and removed; no process is left behind (tests r0427, r0428).
 //!
-//! **Writable jobs.** Writable runs of one workspace run side by side (the
-//! workspace lock is held shared; see docs/sandbox.md, "Writable runs side
-//! by side"), so a writable dev server or watcher does not stall later
-//! writable commands. The git guard's promise is then: when no writable
-//! run of the workspace is running, none of the git redirections any of
-//! them listed exists; the last one to end cleans up for all (a run whose
-//! cleanup was left to a later one says so: `Warning::GitGuardDeferred`).
+//! **Writable jobs.** A writable job holds the workspace's lock *shared*
+//! for its whole life, as every writable run does (`sandbox::pending`): later
+//! writable commands and jobs of the workspace, and of its scopes, run
+//! beside it; the git guard of all of them is done by the last to end.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;

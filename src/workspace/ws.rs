@@ -61,6 +61,21 @@ pub enum WorkspaceError {
         /// The path as given.
         path: PathBuf,
     },
+    /// A scope was asked for a directory inside a git dir of the
+    /// workspace (`.git`, a directory below it, a bare repository): there
+    /// its hooks and config would be ordinary, writable files.
+    #[error(
+        "{}: inside the git dir {}; a scope there would make its hooks and config ordinary, writable files: \
+         scope a directory of the working tree instead",
+        path.display(),
+        git_dir.display()
+    )]
+    InGitDir {
+        /// The path as given.
+        path: PathBuf,
+        /// The git dir it is in.
+        git_dir: PathBuf,
+    },
     /// The workspace was disposed of: it takes no new work.
     #[error("the workspace was disposed of: it takes no new work; build a new one")]
     Disposed,
@@ -122,7 +137,7 @@ impl WorkspaceError {
             },
             WorkspaceError::NotYourJob { .. } => "refused-by-policy",
             WorkspaceError::Run(_) => "fault",
-            WorkspaceError::NotADirectory { .. } => "bad-path",
+            WorkspaceError::NotADirectory { .. } | WorkspaceError::InGitDir { .. } => "bad-path",
             WorkspaceError::Disposed => "disposed",
         }
     }
@@ -621,6 +636,9 @@ impl Workspace {
         self.live()?;
         let v = &self.view;
         let j = v.backend.judge(subdir.as_ref(), PathAccess::Read)?;
+        if let Some(git_dir) = crate::runner::git_dir_around(v.backend.root(), j.real()) {
+            return Err(WorkspaceError::InGitDir { path: subdir.as_ref().to_path_buf(), git_dir });
+        }
         let policy = v.runner.scoped_policy(j.real())?.unwrap_or_else(|| WorkspacePolicy {
             workspace: Some(j.real().to_path_buf()),
             ..WorkspacePolicy::default()

@@ -38,6 +38,7 @@ mod roots;
 mod runner;
 mod stdin;
 mod workspace;
+mod ws_attack;
 mod ws_backends;
 mod ws_files;
 mod ws_grep;
