@@ -371,6 +371,13 @@ pub struct Ran {
     pub asked: Access,
     /// The write access it ran with (the meet of the asked and the allowed).
     pub effective: Access,
+    /// Its exit status as a shell would report it: the command's own code,
+    /// 128 + n for a signal, 124 timed out, 130 cancelled.
+    pub exit_code: u8,
+    /// The timeout killed it (never together with `cancelled`).
+    pub timed_out: bool,
+    /// A cancellation killed it (never together with `timed_out`).
+    pub cancelled: bool,
 }
 
 impl Ran {
@@ -1137,7 +1144,17 @@ impl Runner {
         match result {
             Ok(result) => {
                 let event = outcome_event(&id, &effective, &result);
-                let ran = Ran { id, result, rule, dropped_grants: dropped, asked, effective: effective.clone() };
+                let ran = Ran {
+                    id,
+                    exit_code: result.outcome.exit_status(),
+                    timed_out: result.outcome == Outcome::TimedOut,
+                    cancelled: result.outcome == Outcome::Cancelled,
+                    result,
+                    rule,
+                    dropped_grants: dropped,
+                    asked,
+                    effective: effective.clone(),
+                };
                 if let Err(source) = self.record(&event).await {
                     return Err(RunError::AuditAfter { report: Box::new(ran), audit: source });
                 }

@@ -183,6 +183,7 @@ fn r0504_a_cancelled_token_starts_nothing() {
     });
     let r = ran(e.unwrap_or_else(|e| panic!("exec: {e}")));
     assert_eq!(r.result.outcome, Outcome::Cancelled);
+    assert_eq!((r.cancelled, r.timed_out, r.exit_code), (true, false, 130));
     assert!(r.result.duration < Duration::from_secs(15));
 }
 
@@ -192,7 +193,14 @@ fn r0505_a_callers_timeout_only_lowers_the_policys() {
     let (w, _audit) = build(&ws, "");
     // The policy says 30 s; the caller's 500 ms wins.
     let opts = ExecOptions { timeout: Some(Duration::from_millis(500)), ..ExecOptions::default() };
-    let r = ran(rt().block_on(w.exec("sleep 20", opts)).unwrap_or_else(|e| panic!("exec: {e}")));
+    let e = rt().block_on(w.exec("sleep 20", opts)).unwrap_or_else(|e| panic!("exec: {e}"));
+    let json = e.to_json();
+    assert_eq!(
+        (json["exit_code"].as_u64(), json["timed_out"].as_bool(), json["cancelled"].as_bool()),
+        (Some(124), Some(true), Some(false)),
+        "{json}"
+    );
+    let r = ran(e);
     assert_eq!(r.result.outcome, Outcome::TimedOut);
     // A caller's 10 h is lowered to the policy's 30 s: seen in the plan the
     // runner prepares.
