@@ -151,9 +151,9 @@ impl ToolKind {
             ToolKind::EditFile | ToolKind::MultiEdit => or_error::<Edited>(),
             ToolKind::WriteFile => or_error::<WriteOutput>(),
             ToolKind::ListDir => or_error::<ListResult>(),
-            // A command's result carries its own `error` (a refusal still
-            // says it had no write access): one shape for both.
-            ToolKind::RunShell | ToolKind::RunTests => schema::<RunOutput>(),
+            // A command's result carries its own `error` too (a refusal
+            // still says it had no write access); bad input has only that.
+            ToolKind::RunShell | ToolKind::RunTests => or_error::<RunOutput>(),
             ToolKind::ShellOutput => or_error::<JobOutput>(),
             ToolKind::ShellKill => or_error::<KillReport>(),
             ToolKind::Grep => or_error::<GrepResult>(),
@@ -163,9 +163,19 @@ impl ToolKind {
     }
 }
 
-/// The JSON Schema (2020-12) of `T`.
+/// The JSON Schema (2020-12) of `T` as an input (what deserializes).
 fn schema<T: JsonSchema>() -> Value {
     schemars::schema_for!(T).to_value()
+}
+
+/// The JSON Schema (2020-12) of `T` as a result (what serializes: a
+/// field skipped when empty is not required).
+fn out_schema<T: JsonSchema>() -> Value {
+    schemars::generate::SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value()
 }
 
 /// The schema of a result that is `T` or, for a failed call, an
@@ -182,8 +192,8 @@ fn or_error<T: JsonSchema>() -> Value {
         }
         v
     };
-    let ok = branch(schema::<T>());
-    let err = branch(schema::<ErrorOutput>());
+    let ok = branch(out_schema::<T>());
+    let err = branch(out_schema::<ErrorOutput>());
     let mut root = json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object",
@@ -452,9 +462,8 @@ impl Tools {
     /// `bash`). A name is 1–64 of `A-Z a-z 0-9 _ -`, unique in the set.
     pub fn rename(&self, from: &str, to: &str) -> Result<Tools, ToolsError> {
         let at = self.entries.iter().position(|e| e.name == from).ok_or_else(|| self.unknown(from))?;
-        let valid = !to.is_empty()
-            && to.len() <= 64
-            && to.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        let valid =
+            !to.is_empty() && to.len() <= 64 && to.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         if !valid {
             return Err(ToolsError::BadName { name: to.into(), why: "a tool name is 1 to 64 of A-Z a-z 0-9 _ -" });
         }
@@ -523,39 +532,49 @@ impl Tools {
         let args = if args.is_null() { Value::Object(Map::new()) } else { args };
         let ws = &self.inner.ws;
         match e.kind {
-            ToolKind::ReadFile => with(&e.name, args, |i: ReadFileInput| async move {
-                let opts = ReadOptions { offset: i.offset.unwrap_or(1), limit: i.limit, max_bytes: None };
-                ws.read_file(&i.path, opts).await.map(|w| ToolResult::ok(&w))
-            })
-            .await,
-            ToolKind::EditFile => with(&e.name, args, |i: EditFileInput| async move {
-                let edit = Edit { old: i.old_string, new: i.new_string, replace_all: i.replace_all };
-                ws.edit_file(&i.path, edit, i.expect_hash).await.map(|r| ToolResult::ok(&r))
-            })
-            .await,
-            ToolKind::MultiEdit => with(&e.name, args, |i: MultiEditInput| async move {
-                let edits = i
-                    .edits
-                    .into_iter()
-                    .map(|x| Edit { old: x.old_string, new: x.new_string, replace_all: x.replace_all })
-                    .collect();
-                ws.multi_edit(&i.path, edits, i.expect_hash).await.map(|r| ToolResult::ok(&r))
-            })
-            .await,
-            ToolKind::WriteFile => with(&e.name, args, |i: WriteFileInput| async move {
-                ws.write_file(&i.path, i.content).await.map(|w| ToolResult::ok(&WriteOutput::of(&i.path, w)))
-            })
-            .await,
-            ToolKind::ListDir => with(&e.name, args, |i: ListDirInput| async move {
-                let mut opts = ws.list_options();
-                if let Some(d) = i.depth {
-                    opts.depth = d;
-                }
-                opts.ignore.extend(i.ignore.unwrap_or_default());
-                let path = i.path.unwrap_or_default();
-                ws.list_dir(&path, opts).await.map(|r| ToolResult::ok(&r))
-            })
-            .await,
+            ToolKind::ReadFile => {
+                with(&e.name, args, |i: ReadFileInput| async move {
+                    let opts = ReadOptions { offset: i.offset.unwrap_or(1), limit: i.limit, max_bytes: None };
+                    ws.read_file(&i.path, opts).await.map(|w| ToolResult::ok(&w))
+                })
+                .await
+            }
+            ToolKind::EditFile => {
+                with(&e.name, args, |i: EditFileInput| async move {
+                    let edit = Edit { old: i.old_string, new: i.new_string, replace_all: i.replace_all };
+                    ws.edit_file(&i.path, edit, i.expect_hash).await.map(|r| ToolResult::ok(&r))
+                })
+                .await
+            }
+            ToolKind::MultiEdit => {
+                with(&e.name, args, |i: MultiEditInput| async move {
+                    let edits = i
+                        .edits
+                        .into_iter()
+                        .map(|x| Edit { old: x.old_string, new: x.new_string, replace_all: x.replace_all })
+                        .collect();
+                    ws.multi_edit(&i.path, edits, i.expect_hash).await.map(|r| ToolResult::ok(&r))
+                })
+                .await
+            }
+            ToolKind::WriteFile => {
+                with(&e.name, args, |i: WriteFileInput| async move {
+                    ws.write_file(&i.path, i.content).await.map(|w| ToolResult::ok(&WriteOutput::of(&i.path, w)))
+                })
+                .await
+            }
+            ToolKind::ListDir => {
+                with(&e.name, args, |i: ListDirInput| async move {
+                    let mut opts = ws.list_options();
+                    if let Some(d) = i.depth {
+                        opts.depth = d;
+                    }
+                    opts.ignore.extend(i.ignore.unwrap_or_default());
+                    let path = i.path.unwrap_or_default();
+                    ws.list_dir(&path, opts).await.map(|r| ToolResult::ok(&r))
+                })
+                .await
+            }
             ToolKind::RunShell => match parse::<RunShellInput>(&e.name, args) {
                 Ok(i) if i.background => self.background(&e.name, i, ctx).await,
                 Ok(i) => self.command(e.kind, &e.name, &i.command, i.timeout_ms, ctx).await,
@@ -568,40 +587,52 @@ impl Tools {
                 },
                 Err(bad) => bad,
             },
-            ToolKind::ShellOutput => with(&e.name, args, |i: ShellOutputInput| async move {
-                let wait = Duration::from_millis(i.wait_ms.unwrap_or(0).min(MAX_WAIT_MS));
-                ws.shell_output(&i.id, i.since, wait).await.map(|o| ToolResult::ok(&o))
-            })
-            .await,
-            ToolKind::ShellKill => with(&e.name, args, |i: ShellKillInput| async move {
-                ws.shell_kill(&i.id).await.map(|k| ToolResult::ok(&k))
-            })
-            .await,
-            ToolKind::Grep => with(&e.name, args, |i: GrepInput| async move {
-                let mut opts = GrepOptions::new(i.pattern);
-                opts.path = i.path.map(PathBuf::from);
-                opts.glob = i.glob;
-                opts.ignore_case = i.ignore_case;
-                opts.context = i.context.unwrap_or(0).min(MAX_CONTEXT);
-                opts.max_results = i.max_results.unwrap_or(DEFAULT_MAX_RESULTS).clamp(1, DEFAULT_MAX_RESULTS);
-                ws.grep(opts).await.map(|r| ToolResult::ok(&r))
-            })
-            .await,
-            ToolKind::Glob => with(&e.name, args, |i: GlobInput| async move {
-                ws.glob(&i.pattern, MAX_GLOB_RESULTS).await.map(|r| ToolResult::ok(&r))
-            })
-            .await,
-            ToolKind::TodoWrite => with(&e.name, args, |i: TodoWriteInput| async move {
-                ws.write_todos(i.todos)?;
-                let (todos, counts) = ws.read_todos();
-                Ok(ToolResult::ok(&TodoOutput { todos, counts }))
-            })
-            .await,
-            ToolKind::TodoRead => with(&e.name, args, |_: TodoReadInput| async move {
-                let (todos, counts) = ws.read_todos();
-                Ok(ToolResult::ok(&TodoOutput { todos, counts }))
-            })
-            .await,
+            ToolKind::ShellOutput => {
+                with(&e.name, args, |i: ShellOutputInput| async move {
+                    let wait = Duration::from_millis(i.wait_ms.unwrap_or(0).min(MAX_WAIT_MS));
+                    ws.shell_output(&i.id, i.since, wait).await.map(|o| ToolResult::ok(&o))
+                })
+                .await
+            }
+            ToolKind::ShellKill => {
+                with(&e.name, args, |i: ShellKillInput| async move {
+                    ws.shell_kill(&i.id).await.map(|k| ToolResult::ok(&k))
+                })
+                .await
+            }
+            ToolKind::Grep => {
+                with(&e.name, args, |i: GrepInput| async move {
+                    let mut opts = GrepOptions::new(i.pattern);
+                    opts.path = i.path.map(PathBuf::from);
+                    opts.glob = i.glob;
+                    opts.ignore_case = i.ignore_case;
+                    opts.context = i.context.unwrap_or(0).min(MAX_CONTEXT);
+                    opts.max_results = i.max_results.unwrap_or(DEFAULT_MAX_RESULTS).clamp(1, DEFAULT_MAX_RESULTS);
+                    ws.grep(opts).await.map(|r| ToolResult::ok(&r))
+                })
+                .await
+            }
+            ToolKind::Glob => {
+                with(&e.name, args, |i: GlobInput| async move {
+                    ws.glob(&i.pattern, MAX_GLOB_RESULTS).await.map(|r| ToolResult::ok(&r))
+                })
+                .await
+            }
+            ToolKind::TodoWrite => {
+                with(&e.name, args, |i: TodoWriteInput| async move {
+                    ws.write_todos(i.todos)?;
+                    let (todos, counts) = ws.read_todos();
+                    Ok(ToolResult::ok(&TodoOutput { todos, counts }))
+                })
+                .await
+            }
+            ToolKind::TodoRead => {
+                with(&e.name, args, |_: TodoReadInput| async move {
+                    let (todos, counts) = ws.read_todos();
+                    Ok(ToolResult::ok(&TodoOutput { todos, counts }))
+                })
+                .await
+            }
         }
     }
 
@@ -624,7 +655,14 @@ impl Tools {
     }
 
     /// Run a foreground command, reporting progress while it runs.
-    async fn command(&self, kind: ToolKind, tool: &str, line: &str, timeout_ms: Option<u64>, ctx: CallCtx) -> ToolResult {
+    async fn command(
+        &self,
+        kind: ToolKind,
+        tool: &str,
+        line: &str,
+        timeout_ms: Option<u64>,
+        ctx: CallCtx,
+    ) -> ToolResult {
         let ws = &self.inner.ws;
         let opts = ws.command_options(self.exec_options(kind.name(), line, timeout_ms, &ctx));
         let total_ms = opts.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));

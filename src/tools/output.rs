@@ -43,11 +43,8 @@ impl ErrorInfo {
             crate::audit::RefusalKind::RefusedByPolicy => "refused-by-policy",
             crate::audit::RefusalKind::RefusedByGate => "refused-by-gate",
         };
-        let reason = r
-            .reason
-            .as_ref()
-            .and_then(|x| serde_json::to_value(x).ok())
-            .and_then(|v| v.as_str().map(str::to_string));
+        let reason =
+            r.reason.as_ref().and_then(|x| serde_json::to_value(x).ok()).and_then(|v| v.as_str().map(str::to_string));
         ErrorInfo {
             kind: kind.into(),
             message: format!("{r}; nothing ran or changed. Do not retry the same action: change it, or ask the user"),
@@ -179,7 +176,10 @@ impl RunOutput {
                         RunOutcome::Cancelled,
                         None,
                         None,
-                        Some(ErrorInfo::new("cancelled", "the command was cancelled and its whole process tree killed")),
+                        Some(ErrorInfo::new(
+                            "cancelled",
+                            "the command was cancelled and its whole process tree killed",
+                        )),
                     ),
                 };
                 let rw = &r.refused_writes;
