@@ -510,6 +510,18 @@ impl Tools {
                 description = description.replace(&format!("`{}`", other.kind.name()), &format!("`{}`", other.name));
             }
         }
+        let argv = self
+            .inner
+            .ws
+            .policy()
+            .and_then(|p| p.shell.as_ref())
+            .is_some_and(|s| s.interpreter == crate::policy::Interpreter::None);
+        if argv && e.kind == ToolKind::RunShell {
+            description.push_str(
+                " This workspace reads a command as one program and its arguments: no pipes, redirections, `;` or \
+                 `&&`; run one command per call.",
+            );
+        }
         if self.inner.ws.is_readonly() && matches!(e.kind, ToolKind::RunShell | ToolKind::RunTests) {
             description.push_str(" This workspace is read-only: commands run without write access.");
         }
@@ -590,7 +602,15 @@ impl Tools {
             ToolKind::ShellOutput => {
                 with(&e.name, args, |i: ShellOutputInput| async move {
                     let wait = Duration::from_millis(i.wait_ms.unwrap_or(0).min(MAX_WAIT_MS));
-                    ws.shell_output(&i.id, i.since, wait).await.map(|o| ToolResult::ok(&o))
+                    let cancel = ctx.cancel.clone();
+                    // A cancel ends the wait (only a read: the job runs on).
+                    tokio::select! {
+                        o = ws.shell_output(&i.id, i.since, wait) => o.map(|o| ToolResult::ok(&o)),
+                        () = cancel.cancelled() => Ok(ToolResult::error(ErrorInfo::new(
+                            "cancelled",
+                            "the wait for output was cancelled; the job runs on (shell_kill stops it)",
+                        ))),
+                    }
                 })
                 .await
             }
@@ -707,7 +727,17 @@ impl Tools {
         opts.cancel = None;
         let writable = opts.writable && !ws.is_readonly();
         match ws.start_shell(&i.command, opts).await {
-            Ok(Started::Job(id)) => ToolResult::run(RunOutput::started(id, writable)),
+            Ok(Started::Job(id)) => {
+                let mut r = RunOutput::started(id, writable);
+                if writable {
+                    r.warnings.push(
+                        "write access was asked for this job; the gate may have narrowed it: shell_output reports \
+                         the writes the kernel refused when the job ends"
+                            .into(),
+                    );
+                }
+                ToolResult::run(r)
+            }
             Ok(Started::Refused(r)) => ToolResult::run(RunOutput::refused(&r)),
             Err(e) => failed(tool, &e),
         }

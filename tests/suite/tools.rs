@@ -572,3 +572,41 @@ fn r0613_timeouts_cancellation_and_progress() {
     m.on_command(CommandMatch::line("sleep 0"), MockRun::exit(0));
     ok(&t, "run_shell", json!({"command": "sleep 0"}));
 }
+
+#[test]
+fn r0614_descriptions_follow_the_policy_and_a_cancel_ends_a_wait() {
+    // An argv-mode policy says so in run_shell's description; sh mode does not.
+    let text = format!("workspace = {ROOT:?}\n[shell]\nallow = [\"ls\"]\n");
+    let p = WorkspacePolicy::from_toml(&text).unwrap_or_else(|e| panic!("{e}"));
+    let m = MockBackend::new(&p).unwrap_or_else(|e| panic!("{e}"));
+    let w = Workspace::builder().policy(p).backend(Arc::new(m)).build().unwrap_or_else(|e| panic!("{e:?}"));
+    let d = |t: &Tools| t.list().into_iter().find(|x| x.name == "run_shell").map(|x| x.description).unwrap_or_default();
+    assert!(d(&Tools::all(w)).contains("no pipes"));
+    let (t, m, _) = tools();
+    assert!(!d(&t).contains("no pipes"), "control: sh mode");
+    // A cancel ends a shell_output wait at once; the job runs on.
+    m.on_command(CommandMatch::program("sleep"), MockRun::exit(0).delay(Duration::from_secs(30)));
+    let id = ok(&t, "run_shell", json!({"command": "sleep 30", "background": true}))["job_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    ok(&t, "shell_output", json!({"id": id}));
+    let cancel = CancellationToken::new();
+    let ctx = CallCtx { cancel: cancel.clone(), progress: None };
+    let started = std::time::Instant::now();
+    let r = block_on(async {
+        let c = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            cancel.cancel();
+        });
+        let r = t.call("shell_output", json!({"id": id, "since": 0, "wait_ms": 30000}), ctx).await;
+        let _ = c.await;
+        r
+    });
+    assert_eq!(r.error_kind(), Some("cancelled"), "{}", r.content);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(ok(&t, "shell_output", json!({"id": id}))["status"], "running", "the job runs on");
+    // Control: without a cancel the same wait returns by itself (the wait is short here).
+    ok(&t, "shell_output", json!({"id": id, "since": 0, "wait_ms": 100}));
+    ok(&t, "shell_kill", json!({"id": id}));
+}
