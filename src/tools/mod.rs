@@ -822,3 +822,8 @@ fn failed(tool: &str, e: &WorkspaceError) -> ToolResult {
     let message = if next.is_empty() { format!("{tool}: {message}") } else { format!("{tool}: {message}; {next}") };
     ToolResult::error(ErrorInfo::new(kind, message))
 }
+
+/// The examples of `docs/tools.md`, compiled with the doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/tools.md")]
+pub struct ToolsDocExamples;
