@@ -29,6 +29,7 @@ pub mod policy;
 pub mod runner;
 pub mod sandbox;
 mod sys;
+pub mod tools;
 pub mod units;
 pub mod workspace;
 

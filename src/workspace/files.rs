@@ -180,7 +180,7 @@ impl Default for ReadOptions {
 }
 
 /// A numbered window of a text file.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ReadWindow {
     /// The lines, `cat -n` style: the line number right-aligned in six
     /// columns, a TAB, the line, and its newline if it has one.
@@ -220,7 +220,7 @@ pub struct Edit {
 }
 
 /// What an edit did.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Edited {
     /// How many occurrences were replaced (all edits together).
     pub replacements: usize,
@@ -231,7 +231,7 @@ pub struct Edited {
 }
 
 /// What a whole-file write did.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Written {
     /// Bytes written.
     pub bytes: u64,

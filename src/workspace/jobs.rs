@@ -105,7 +105,7 @@ pub enum Started {
 }
 
 /// Where a job is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum JobStatus {
     /// Still running (or being set up).
@@ -121,7 +121,7 @@ pub enum JobStatus {
 }
 
 /// One read of a job's output, and where the job is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct JobOutput {
     /// The job.
     pub id: String,
@@ -162,7 +162,7 @@ pub struct JobOutput {
 }
 
 /// What [`Jobs::kill`] found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct KillReport {
     /// The job.
     pub id: String,

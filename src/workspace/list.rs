@@ -69,7 +69,7 @@ impl Default for ListOptions {
 }
 
 /// What an entry is (its own type: a link is never followed).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EntryKind {
     /// A regular file.
@@ -83,7 +83,7 @@ pub enum EntryKind {
 }
 
 /// One entry of a listing.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ListEntry {
     /// Its path, relative to the workspace root.
     pub path: PathBuf,
@@ -97,7 +97,7 @@ pub struct ListEntry {
 }
 
 /// A listing.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListResult {
     /// The entries, sorted.

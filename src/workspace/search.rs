@@ -113,7 +113,7 @@ impl GrepOptions {
 }
 
 /// One line around a match.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ContextLine {
     /// 1-based line number.
     pub line: u64,
@@ -122,7 +122,7 @@ pub struct ContextLine {
 }
 
 /// One matching line.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct GrepMatch {
     /// The file, relative to the root (lossy UTF-8).
     pub path: String,
@@ -139,7 +139,7 @@ pub struct GrepMatch {
 }
 
 /// Entries left out, by reason.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Skipped {
     /// Files holding a NUL byte (their matches are dropped).
     pub binary: u64,
@@ -159,7 +159,7 @@ pub struct Skipped {
 }
 
 /// What `grep` found.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct GrepResult {
     /// The matching lines, sorted by path and line.
     pub matches: Vec<GrepMatch>,
@@ -174,7 +174,7 @@ pub struct GrepResult {
 }
 
 /// What `glob` found.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct GlobResult {
     /// Matching files, relative to the root, sorted.
     pub paths: Vec<String>,

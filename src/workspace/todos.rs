@@ -15,7 +15,7 @@ pub const MAX_TODOS: usize = 100;
 pub const MAX_TODO_CHARS: usize = 1000;
 
 /// Where an item stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TodoStatus {
     /// Not started.
@@ -27,7 +27,7 @@ pub enum TodoStatus {
 }
 
 /// One item of the list.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Todo {
     /// The caller's id for it, if any (unique within the list).
@@ -40,7 +40,7 @@ pub struct Todo {
 }
 
 /// How many items stand where.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TodoCounts {
     /// All items.

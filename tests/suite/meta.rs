@@ -60,6 +60,10 @@ fn layers_import_in_one_direction() {
         ("audit", &["gate", "sandbox", "policy", "path", "sys", "error_chain"]),
         ("runner", &["audit", "gate", "policy", "sandbox", "path", "sys", "units", "error_chain"]),
         ("workspace", &["runner", "audit", "gate", "policy", "sandbox", "path", "sys", "units", "error_chain"]),
+        (
+            "tools",
+            &["workspace", "runner", "audit", "gate", "policy", "sandbox", "path", "sys", "units", "error_chain"],
+        ),
         ("doctor.rs", &["sandbox", "sys", "error_chain"]),
     ];
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");

@@ -37,6 +37,7 @@ mod refused_writes;
 mod roots;
 mod runner;
 mod stdin;
+mod tools;
 mod workspace;
 mod ws_attack;
 mod ws_backends;

@@ -1,0 +1,254 @@
+//! The tools' structured results where the workspace has no type of its
+//! own for them: a command's result (`run_shell`, `run_tests`), a write, the
+//! todo list, and the error object every failed call carries.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::runner::{Exec, Refused};
+use crate::sandbox::{Outcome, ReportState};
+use crate::workspace::files::Written;
+use crate::workspace::todos::{Todo, TodoCounts};
+
+/// Why a call did not do what was asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ErrorInfo {
+    /// A stable name to branch on: `bad-input`, `unknown-tool`, `path-escape`, `refused-by-policy`,
+    /// `refused-by-gate`, `not-found`, `not-unique`, `stale-hash`, `invalid-edit`, `too-many-edits`, `binary`,
+    /// `not-regular`, `changed`, `no-such-file`, `unsafe-pattern`, `bad-glob`, `bad-path`, `todo`,
+    /// `job-not-found`, `bad-cursor`, `timed-out`, `cancelled`, `io`, `fault`, `disposed`.
+    pub kind: String,
+    /// What happened and what to do next.
+    pub message: String,
+    /// The policy checker's reason for a refused command (e.g. `not-allowed`, `metacharacter`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The command the policy refused, or the gate rule that refused it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// The gate rule that answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+}
+
+impl ErrorInfo {
+    /// An error of this kind.
+    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> ErrorInfo {
+        ErrorInfo { kind: kind.into(), message: message.into(), reason: None, command: None, rule: None }
+    }
+
+    /// A refusal of the policy or the gate.
+    pub fn refused(r: &Refused) -> ErrorInfo {
+        let kind = match r.kind {
+            crate::audit::RefusalKind::RefusedByPolicy => "refused-by-policy",
+            crate::audit::RefusalKind::RefusedByGate => "refused-by-gate",
+        };
+        let reason =
+            r.reason.as_ref().and_then(|x| serde_json::to_value(x).ok()).and_then(|v| v.as_str().map(str::to_string));
+        ErrorInfo {
+            kind: kind.into(),
+            message: format!("{r}; nothing ran or changed. Do not retry the same action: change it, or ask the user"),
+            reason,
+            command: r.command.clone(),
+            rule: r.rule.clone(),
+        }
+    }
+}
+
+/// How a command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunOutcome {
+    /// It exited (see `exit_code`).
+    Exited,
+    /// A signal killed it (see `signal`).
+    Signaled,
+    /// Its timeout passed; its whole process tree was killed.
+    TimedOut,
+    /// It was cancelled; its whole process tree was killed (or it never started).
+    Cancelled,
+    /// It started as a background job (see `job_id`).
+    Started,
+    /// It was refused and never ran (see `error`).
+    Refused,
+}
+
+/// The writes the kernel refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct RefusedWritesOut {
+    /// Whether they were watched: `observed`, `off`, `unavailable` (then the count says nothing).
+    pub state: String,
+    /// How many writes were refused.
+    pub count: u64,
+    /// Some of the paths, absolute.
+    pub sample: Vec<String>,
+}
+
+/// The result of a command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct RunOutput {
+    /// How it ended.
+    pub outcome: RunOutcome,
+    /// Its exit code (when it exited).
+    pub exit_code: Option<i32>,
+    /// The signal that killed it (when signaled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// What it printed on stdout (invalid UTF-8 shown as U+FFFD).
+    pub stdout: String,
+    /// What it printed on stderr.
+    pub stderr: String,
+    /// Output was cut at the workspace's cap.
+    pub truncated: bool,
+    /// Whether it had write access to the workspace (decided by the host and the gate, not by the call; for a
+    /// job just started: whether write access was asked for it).
+    pub writable: bool,
+    /// The paths it could write, absolute (empty without write access).
+    pub write_grants: Vec<String>,
+    /// The writes the kernel refused: act on these ("no write access there"), do not retry them blindly.
+    pub refused_writes: RefusedWritesOut,
+    /// How long it ran, in milliseconds.
+    pub duration_ms: u64,
+    /// The background job's id, for `shell_output` and `shell_kill` (background runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// Notes of the sandbox (e.g. a lowered write access).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Why it was refused, or why it did not finish.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+impl RunOutput {
+    fn empty(outcome: RunOutcome) -> RunOutput {
+        RunOutput {
+            outcome,
+            exit_code: None,
+            signal: None,
+            stdout: String::new(),
+            stderr: String::new(),
+            truncated: false,
+            writable: false,
+            write_grants: Vec::new(),
+            refused_writes: RefusedWritesOut { state: "off".into(), ..RefusedWritesOut::default() },
+            duration_ms: 0,
+            job_id: None,
+            warnings: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// A refused command: nothing ran, no access.
+    pub fn refused(r: &Refused) -> RunOutput {
+        RunOutput { error: Some(ErrorInfo::refused(r)), ..RunOutput::empty(RunOutcome::Refused) }
+    }
+
+    /// A background job started.
+    pub fn started(id: String, writable: bool) -> RunOutput {
+        RunOutput { job_id: Some(id), writable, ..RunOutput::empty(RunOutcome::Started) }
+    }
+
+    /// What a foreground command did.
+    pub fn of(exec: &Exec) -> RunOutput {
+        match exec {
+            Exec::Refused(r) => RunOutput::refused(r),
+            Exec::Cancelled(n) => RunOutput {
+                exit_code: Some(130),
+                error: Some(ErrorInfo::new("cancelled", format!("{}; nothing ran", n.message))),
+                ..RunOutput::empty(RunOutcome::Cancelled)
+            },
+            Exec::Ran(ran) => {
+                let r = &ran.result;
+                let (outcome, exit_code, signal, error) = match r.outcome {
+                    Outcome::Exited { code } => (RunOutcome::Exited, Some(code), None, None),
+                    Outcome::Signaled { signal } => (RunOutcome::Signaled, None, Some(signal), None),
+                    Outcome::TimedOut => (
+                        RunOutcome::TimedOut,
+                        None,
+                        None,
+                        Some(ErrorInfo::new(
+                            "timed-out",
+                            "the command ran past its timeout and its whole process tree was killed; run something \
+                             shorter, or start it with background: true and poll it with shell_output",
+                        )),
+                    ),
+                    Outcome::Cancelled => (
+                        RunOutcome::Cancelled,
+                        None,
+                        None,
+                        Some(ErrorInfo::new(
+                            "cancelled",
+                            "the command was cancelled and its whole process tree killed",
+                        )),
+                    ),
+                };
+                let rw = &r.refused_writes;
+                let state = match rw.state {
+                    ReportState::Observed => "observed",
+                    ReportState::Off => "off",
+                    ReportState::Unavailable => "unavailable",
+                };
+                let mut warnings: Vec<String> = r.warnings.iter().map(ToString::to_string).collect();
+                if let Some(note) = ran.access_note() {
+                    warnings.push(note);
+                }
+                RunOutput {
+                    outcome,
+                    exit_code,
+                    signal,
+                    stdout: String::from_utf8_lossy(&r.stdout).into_owned(),
+                    stderr: String::from_utf8_lossy(&r.stderr).into_owned(),
+                    truncated: r.truncated,
+                    writable: r.writable,
+                    write_grants: r.write_grants.iter().map(|p| p.display().to_string()).collect(),
+                    refused_writes: RefusedWritesOut {
+                        state: state.into(),
+                        count: rw.count,
+                        sample: rw.sample.iter().map(|p| p.display().to_string()).collect(),
+                    },
+                    duration_ms: u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+                    job_id: None,
+                    warnings,
+                    error,
+                }
+            }
+        }
+    }
+}
+
+/// The result of `write_file`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct WriteOutput {
+    /// The file written, as given.
+    pub path: String,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Whether the file is new.
+    pub created: bool,
+    /// The SHA-256 of the new content (a valid `expect_hash` for the next edit).
+    pub hash: String,
+}
+
+impl WriteOutput {
+    /// From the workspace's answer.
+    pub fn of(path: &str, w: Written) -> WriteOutput {
+        WriteOutput { path: path.to_string(), bytes: w.bytes, created: w.created, hash: w.hash }
+    }
+}
+
+/// The todo list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct TodoOutput {
+    /// The items, in order.
+    pub todos: Vec<Todo>,
+    /// How many items stand where.
+    pub counts: TodoCounts,
+}
+
+/// The result of a failed call (its `error`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ErrorOutput {
+    /// What went wrong and what to do next.
+    pub error: ErrorInfo,
+}
