@@ -445,12 +445,20 @@ impl Workspace {
             Mutation::Remove => backend.judge_remove(path),
             _ => backend.judge(path, PathAccess::Write),
         };
+        // A path the jail refuses is refused and audited as denied like any
+        // refusal, and answered as for a read (`path-escape`).
+        let mut escape = None;
         let (judged, answer) = match judged {
             Ok(j) => {
                 let real = j.real().to_path_buf();
                 (Some(j), Ok(real))
             }
-            Err(FileError::Jail(e)) => (None, Err(e)),
+            Err(FileError::Jail(e)) => {
+                if let PolicyError::PathEscape { path, why } = &e {
+                    escape = Some((path.clone(), why.clone()));
+                }
+                (None, Err(e))
+            }
             Err(e) => return Err(e.into()),
         };
         let refuse = self.view.readonly.then(|| {
@@ -465,7 +473,12 @@ impl Workspace {
         let permit =
             match runner.fs_permit(backend.jail(), m.kind(), path, answer, backend.fs_backend(), refuse).await? {
                 Ok(p) => p,
-                Err(r) => return Err(WorkspaceError::Refused(r)),
+                Err(r) => {
+                    return Err(match escape {
+                        Some((path, why)) => FileError::Jail(PolicyError::PathEscape { path, why }).into(),
+                        None => WorkspaceError::Refused(r),
+                    })
+                }
             };
         let Some(j) = judged else {
             // The jail refused it, so fs_permit refused it too.

@@ -273,9 +273,9 @@ fn r0603_file_errors_are_data() {
     err(&t, "read_file", json!({"path": "/etc/passwd"}), "path-escape");
     err(&t, "read_file", json!({"path": ".env"}), "path-escape");
     err(&t, "read_file", json!({"path": "missing.txt"}), "no-such-file");
-    // A write outside the jail is refused by the policy (the workspace's
-    // kind for it), before anything is touched.
-    err(&t, "write_file", json!({"path": "../x", "content": "y"}), "refused-by-policy");
+    // A write outside the jail is a path escape, as a read is (and audited
+    // as denied), before anything is touched.
+    err(&t, "write_file", json!({"path": "../x", "content": "y"}), "path-escape");
     let p = err(
         &t,
         "write_file",

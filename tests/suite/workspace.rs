@@ -85,7 +85,7 @@ fn r0501_denied_and_escaping_paths_are_refused_and_audited() {
         let r = w.read_file(".env", ReadOptions::default()).await;
         assert!(matches!(&r, Err(e) if e.kind() == "path-escape"), "{r:?}");
         let r = w.write_file("../outside.txt", "x").await;
-        assert!(matches!(&r, Err(WorkspaceError::Refused(_))), "{r:?}");
+        assert!(matches!(&r, Err(e) if e.kind() == "path-escape"), "{r:?}");
         let r = w.write_file(".git/config", "x").await;
         assert!(matches!(&r, Err(e) if e.kind() == "refused-by-policy"), "{r:?}");
         // Control: a plain path is written.
@@ -137,7 +137,7 @@ fn r0503_a_scope_cannot_reach_its_parent() {
         let r = s.read_file("../../secret.txt", ReadOptions::default()).await;
         assert!(matches!(&r, Err(e) if e.kind() == "path-escape"), "{r:?}");
         let r = s.write_file("../../secret.txt", "x").await;
-        assert!(matches!(&r, Err(WorkspaceError::Refused(_))), "{r:?}");
+        assert!(matches!(&r, Err(e) if e.kind() == "path-escape"), "{r:?}");
         // A command of the scope does not see the parent at all.
         let out = ran(s.exec("cat ../../secret.txt", writable()).await.unwrap_or_else(|e| panic!("cat: {e}")));
         assert_ne!(out.result.outcome, Outcome::Exited { code: 0 });
