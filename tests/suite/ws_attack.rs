@@ -540,15 +540,21 @@ fn r0558_file_tools_cannot_make_the_workspace_a_bare_repository() {
 #[test]
 fn r0559_a_record_naming_another_cgroup_kills_nothing() {
     use portcullis::sandbox::{records_dir_for_tests, SandboxError};
-    let s = sandbox();
-    let Ok(host) = s.cgroup_host() else {
-        super::util::skipped("r0559", "no writable cgroup: nothing to kill");
+    // A victim cgroup beside the runs' needs host root (the unprivileged
+    // caller's delegated cgroup is its runs' parent only).
+    if !super::util::in_root_pass("r0559", "a victim cgroup beside the runs' needs host root") {
         return;
-    };
+    }
+    let s = sandbox();
+    let host = s.cgroup_host();
+    if !super::util::available("r0559", host.is_ok(), "no writable cgroup: nothing to kill") {
+        return;
+    }
+    let Ok(host) = host else { return };
     let ws = Ws::new();
     let victim = host.parent.join(format!("victim-{}", std::process::id()));
-    if std::fs::create_dir(&victim).is_err() {
-        super::util::skipped("r0559", "cannot make a cgroup beside the runs'");
+    let made = std::fs::create_dir(&victim);
+    if !super::util::available("r0559", made.is_ok(), "cannot make a cgroup beside the runs'") {
         return;
     }
     let mut sleeper = std::process::Command::new("sleep").arg("60").spawn().unwrap_or_else(|e| panic!("{e}"));
