@@ -797,14 +797,6 @@ impl MockBackend {
     }
 }
 
-/// One command's run on the mock: the line it was given, the runner that
-/// checked it.
-struct MockExec<'a> {
-    mock: &'a MockBackend,
-    runner: &'a Runner,
-    line: &'a str,
-}
-
 impl MockBackend {
     /// The script that answers `line`, if any: an exact line before a
     /// program, the latest added first.
@@ -934,15 +926,16 @@ impl MockBackend {
     }
 }
 
-/// A background job's script run (it owns what it needs: the job outlives
-/// the call that started it).
-struct MockJobExec {
+/// A command's script run, as the runner's [`Executor`]: `R` is the
+/// runner, borrowed for a foreground command and shared (`Arc`) for a
+/// background job, which outlives the call that started it.
+struct MockExec<R> {
     mock: MockBackend,
-    runner: Arc<Runner>,
+    runner: R,
     line: String,
 }
 
-impl Executor for MockJobExec {
+impl<R: std::borrow::Borrow<Runner> + Send + Sync> Executor for MockExec<R> {
     fn execute<'a>(
         &'a self,
         request: &'a ExecRequest,
@@ -950,23 +943,9 @@ impl Executor for MockJobExec {
         ws_real: &'a Path,
         run: RunOptions,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<ExecResult, SandboxError>> + Send + 'a>> {
-        Box::pin(
-            async move { Ok(self.mock.run_script(&self.runner, &self.line, request, effective, ws_real, run).await) },
-        )
-    }
-}
-
-impl Executor for MockExec<'_> {
-    fn execute<'a>(
-        &'a self,
-        request: &'a ExecRequest,
-        effective: &'a Access,
-        ws_real: &'a Path,
-        run: RunOptions,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<ExecResult, SandboxError>> + Send + 'a>> {
-        Box::pin(
-            async move { Ok(self.mock.run_script(self.runner, self.line, request, effective, ws_real, run).await) },
-        )
+        Box::pin(async move {
+            Ok(self.mock.run_script(self.runner.borrow(), &self.line, request, effective, ws_real, run).await)
+        })
     }
 }
 
@@ -984,7 +963,7 @@ impl Backend for MockBackend {
     }
 
     fn job_executor(&self, runner: Arc<Runner>, line: &str) -> Option<Arc<dyn Executor>> {
-        Some(Arc::new(MockJobExec { mock: self.clone(), runner, line: line.to_string() }))
+        Some(Arc::new(MockExec { mock: self.clone(), runner, line: line.to_string() }))
     }
 
     fn sandboxed(&self) -> bool {
@@ -1056,7 +1035,7 @@ impl Backend for MockBackend {
         run: RunOptions,
     ) -> BoxFuture<'a, Result<Exec, RunError>> {
         Box::pin(async move {
-            let x = MockExec { mock: self, runner, line };
+            let x = MockExec { mock: self.clone(), runner, line: line.to_string() };
             runner.exec_line_with(line, &opts, run, &x).await
         })
     }

@@ -488,3 +488,28 @@ fn rerun_in_private_tmp(test: &str, name: &str) {
         let _ = writeln!(std::io::stderr().lock(), "{line}");
     }
 }
+
+/// The jail of a policy that names only `ws` and the deny globs `deny`.
+pub fn jail_of(ws: &Path, deny: &[&str]) -> portcullis::policy::PathJail {
+    let policy = portcullis::policy::WorkspacePolicy {
+        workspace: Some(ws.to_path_buf()),
+        deny_paths: deny.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    portcullis::policy::PathJail::new(&policy).unwrap_or_else(|e| panic!("jail: {e}"))
+}
+
+/// A workspace on the real sandbox under `policy`, recording into a fresh
+/// in-memory audit.
+pub fn workspace_with(
+    policy: portcullis::policy::WorkspacePolicy,
+) -> (portcullis::workspace::Workspace, std::sync::Arc<MemAudit>) {
+    let audit = std::sync::Arc::new(MemAudit::default());
+    let w = portcullis::workspace::Workspace::builder()
+        .policy(policy)
+        .audit(audit.clone())
+        .sandbox(sandbox())
+        .build()
+        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
+    (w, audit)
+}

@@ -13,7 +13,7 @@ use portcullis::workspace::files::{Edit, ReadOptions};
 use portcullis::workspace::{Workspace, WorkspaceError};
 use tokio_util::sync::CancellationToken;
 
-use super::util::{rt, sandbox, MemAudit, Ws};
+use super::util::{rt, MemAudit, Ws};
 
 fn policy(ws: &Ws, extra: &str) -> WorkspacePolicy {
     let text = format!(
@@ -24,14 +24,7 @@ fn policy(ws: &Ws, extra: &str) -> WorkspacePolicy {
 }
 
 fn build(ws: &Ws, extra: &str) -> (Workspace, Arc<MemAudit>) {
-    let audit = Arc::new(MemAudit::default());
-    let w = Workspace::builder()
-        .policy(policy(ws, extra))
-        .audit(audit.clone())
-        .sandbox(sandbox())
-        .build()
-        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
-    (w, audit)
+    super::util::workspace_with(policy(ws, extra))
 }
 
 fn ran(e: Exec) -> Box<portcullis::runner::Ran> {
@@ -272,15 +265,7 @@ fn build_with_jobs(ws: &Ws) -> (Workspace, Arc<MemAudit>) {
         "workspace = {:?}\n[shell]\ninterpreter = \"sh\"\nallow = [\"sh\", \"touch\", \"echo\", \"sleep\", \"cat\"]\ntimeout = \"30s\"\n[shell.background]\nmax_jobs = 3\ntimeout = \"60s\"\n",
         ws.path()
     );
-    let policy = WorkspacePolicy::from_toml(&text).unwrap_or_else(|e| panic!("policy: {e}"));
-    let audit = Arc::new(MemAudit::default());
-    let w = Workspace::builder()
-        .policy(policy)
-        .audit(audit.clone())
-        .sandbox(sandbox())
-        .build()
-        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
-    (w, audit)
+    super::util::workspace_with(WorkspacePolicy::from_toml(&text).unwrap_or_else(|e| panic!("policy: {e}")))
 }
 
 fn job(s: portcullis::workspace::jobs::Started) -> String {

@@ -22,14 +22,7 @@ fn policy(ws: &Ws, extra: &str) -> WorkspacePolicy {
 }
 
 fn build(ws: &Ws, extra: &str) -> (Workspace, Arc<MemAudit>) {
-    let audit = Arc::new(MemAudit::default());
-    let w = Workspace::builder()
-        .policy(policy(ws, extra))
-        .audit(audit.clone())
-        .sandbox(sandbox())
-        .build()
-        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
-    (w, audit)
+    super::util::workspace_with(policy(ws, extra))
 }
 
 fn writable() -> ExecOptions {

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use portcullis::path::dir::{Dir, Kind, Resolution};
-use portcullis::policy::{PathAccess, PathJail, PolicyError, WorkspacePolicy};
+use portcullis::policy::{PathAccess, PolicyError};
 use portcullis::workspace::files::{sha256_hex, Edit, FileError, Files, ReadOptions, MAX_EDITS};
 
-use super::util::{test_root, Ws};
+use super::util::{jail_of, test_root, Ws};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -22,15 +22,6 @@ fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap_or_else(|e| panic!("runtime: {e}"))
-}
-
-fn jail_of(ws: &Path, deny: &[&str]) -> PathJail {
-    let policy = WorkspacePolicy {
-        workspace: Some(ws.to_path_buf()),
-        deny_paths: deny.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    };
-    PathJail::new(&policy).unwrap_or_else(|e| panic!("jail: {e}"))
 }
 
 /// The file operations of `ws`, resolving with `res`.

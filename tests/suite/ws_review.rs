@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use portcullis::path::dir::Resolution;
 use portcullis::path::DenyGlobs;
-use portcullis::policy::{PathAccess, PathJail, PolicyError, WorkspacePolicy};
+use portcullis::policy::{PathAccess, PolicyError};
 use portcullis::workspace::files::{sha256_hex, Edit, FileError, Files, Judged, ReadOptions};
 use portcullis::workspace::list::{list_dir, ListOptions};
 use portcullis::workspace::search::{glob, grep, GrepOptions};
@@ -21,15 +21,6 @@ use portcullis::workspace::search::{glob, grep, GrepOptions};
 use super::util::*;
 
 const BOTH: [Resolution; 2] = [Resolution::Openat2, Resolution::Walk];
-
-fn jail_of(ws: &Path, deny: &[&str]) -> PathJail {
-    let policy = WorkspacePolicy {
-        workspace: Some(ws.to_path_buf()),
-        deny_paths: deny.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    };
-    PathJail::new(&policy).unwrap_or_else(|e| panic!("jail: {e}"))
-}
 
 fn files(ws: &Path, res: Resolution) -> Files {
     Files::with_resolution(jail_of(ws, &[".env*", "secrets/**"]), res).unwrap_or_else(|e| panic!("files: {e}"))
