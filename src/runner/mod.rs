@@ -114,6 +114,15 @@ pub fn gate_preview(
     Ok(Some(rules.decide(&action)?))
 }
 
+/// The timeout a command runs with under a policy's `policy` when the
+/// caller asks for `caller`: the caller's can only lower the policy's.
+pub fn lowered_timeout(policy: Option<Duration>, caller: Option<Duration>) -> Option<Duration> {
+    match (policy, caller) {
+        (Some(p), Some(c)) => Some(p.min(c)),
+        (p, c) => p.or(c),
+    }
+}
+
 /// What a command is given as.
 #[derive(Clone, Copy)]
 enum Input<'a> {

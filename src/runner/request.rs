@@ -97,11 +97,8 @@ pub(crate) fn merge(req: &mut ExecRequest, o: &ExecOptions, policy: bool) -> Res
     }
     // With a policy, the caller's timeout can only lower the policy's
     // (`shell.timeout`, or a background job's `shell.background.timeout`).
-    if let Some(t) = o.timeout {
-        req.timeout = Some(match req.timeout {
-            Some(p) if policy => t.min(p),
-            _ => t,
-        });
+    if o.timeout.is_some() {
+        req.timeout = if policy { super::lowered_timeout(req.timeout, o.timeout) } else { o.timeout };
     }
     if o.pids.is_some() {
         req.limits.pids = o.pids;

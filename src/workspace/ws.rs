@@ -531,7 +531,9 @@ impl Workspace {
     /// values of [`Exec`].
     pub async fn exec(&self, line: &str, opts: ExecOptions) -> Result<Exec, WorkspaceError> {
         self.live()?;
-        let opts = self.command_options(opts);
+        // The runner lowers the timeout to the policy's (as it does for
+        // every caller); the view takes write access away here.
+        let opts = self.view_options(opts);
         let run = RunOptions { cancel: opts.cancel.clone(), ..RunOptions::default() };
         Ok(self.view.backend.exec(&self.view.runner, line, opts, run).await?)
     }
@@ -541,9 +543,7 @@ impl Workspace {
     /// than the policy's `shell.timeout`.
     pub fn command_options(&self, opts: ExecOptions) -> ExecOptions {
         let mut opts = self.view_options(opts);
-        if let Some(policy) = self.view.shell_timeout {
-            opts.timeout = Some(opts.timeout.map_or(policy, |t| t.min(policy)));
-        }
+        opts.timeout = crate::runner::lowered_timeout(self.view.shell_timeout, opts.timeout);
         opts
     }
 
