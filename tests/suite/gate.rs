@@ -9,8 +9,13 @@ use portcullis::policy::{Interpreter, WorkspacePolicy};
 
 use crate::suite::util::{cli, Ws};
 
+/// The example policies: `PORTCULLIS_EXAMPLES_DIR` (the unprivileged pass
+/// copies them where uid 65534 can read them), else the checkout's.
 fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
+    match std::env::var_os("PORTCULLIS_EXAMPLES_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
+    }
 }
 
 fn gate_examples() -> Vec<PathBuf> {
