@@ -24,6 +24,7 @@
 pub mod audit;
 pub mod doctor;
 pub mod gate;
+pub mod mcp;
 pub mod path;
 pub mod policy;
 pub mod runner;

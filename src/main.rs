@@ -1,4 +1,4 @@
-//! The `portcullis` command line: `exec`, `check`, `doctor`, `audit`.
+//! The `portcullis` command line: `exec`, `check`, `doctor`, `audit`, `serve`.
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -41,6 +41,39 @@ enum Cmd {
     /// Check an audit log's chain, or report who could write where.
     #[command(subcommand)]
     Audit(portcullis::audit::cli::AuditCmd),
+    /// Serve the workspace's tools to an agent over MCP (stdio).
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// The workspace directory (overrides the policy's).
+    #[arg(long, value_name = "DIR", required_unless_present = "policy")]
+    workspace: Option<PathBuf>,
+    /// The policy (TOML, or JSON if it ends in .json): which commands may
+    /// run, what they may write, the gate, limits. Without one, no command
+    /// may run (the file tools still work inside the workspace).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Record every call in this audit log (JSON Lines, hash-chained;
+    /// overrides the policy's `audit`).
+    #[arg(long, value_name = "FILE")]
+    audit: Option<PathBuf>,
+    /// Offer `run_tests`, running this command line with the model's test
+    /// filter appended as one word (e.g. "cargo test --offline --").
+    #[arg(long, value_name = "LINE")]
+    tests: Option<String>,
+    /// Offer only the tools that cannot change the workspace; commands run
+    /// without write access.
+    #[arg(long)]
+    readonly: bool,
+    /// Offer only these tools (comma-separated names, e.g.
+    /// read_file,grep,glob).
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    tools: Vec<String>,
+    /// The longest incoming message: bytes, or a size such as `8MiB`.
+    #[arg(long, value_name = "SIZE", value_parser = portcullis::units::parse_size, default_value = "4MiB")]
+    max_message: u64,
 }
 
 /// `--network`: a [`Network`] by name, the accepted names listed in the
@@ -202,6 +235,9 @@ fn main() -> ExitCode {
             };
         }
     };
+    if let Cmd::Serve(a) = cli.cmd {
+        return serve(a);
+    }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -213,6 +249,7 @@ fn main() -> ExitCode {
         match cli.cmd {
             Cmd::Exec(a) => exec(*a).await,
             Cmd::Check(a) => check(a),
+            Cmd::Serve(_) => ExitCode::from(FAILED),
             Cmd::Audit(a) => ExitCode::from(a.run(&mut std::io::stdout().lock(), &mut std::io::stderr().lock())),
             Cmd::Doctor { json } => {
                 let r = portcullis::doctor::run().await;
@@ -230,6 +267,83 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+/// `serve`: the MCP server on stdin/stdout until stdin ends or a signal
+/// (SIGTERM, SIGINT, SIGHUP) comes; 0 then, 125 when it cannot start.
+fn serve(a: ServeArgs) -> ExitCode {
+    let fail = |m: String| {
+        eprintln!("portcullis serve: {m}");
+        ExitCode::from(FAILED)
+    };
+    // Calls run side by side: a long command does not hold up a read.
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(format!("cannot start the runtime: {e}")),
+    };
+    let end = rt.block_on(async {
+        let mut b = portcullis::workspace::Workspace::builder();
+        if let Some(f) = &a.policy {
+            b = b.policy_file(f).map_err(|e| portcullis::error_chain(&e))?;
+        }
+        if let Some(ws) = &a.workspace {
+            b = b.workspace(ws);
+        }
+        if let Some(log) = &a.audit {
+            b = b.audit_log(log);
+        }
+        let ws = b.build().map_err(|e| portcullis::error_chain(&e))?;
+        let mut tb = portcullis::tools::Tools::builder(ws);
+        if let Some(t) = &a.tests {
+            tb = tb.tests(t).map_err(|e| e.to_string())?;
+        }
+        let mut tools = tb.build();
+        if a.readonly {
+            tools = tools.readonly();
+        }
+        if !a.tools.is_empty() {
+            let names: Vec<&str> = a.tools.iter().map(String::as_str).collect();
+            tools = tools.pick(&names).map_err(|e| format!("--tools: {e}"))?;
+        }
+        let max_message = usize::try_from(a.max_message).unwrap_or(usize::MAX);
+        if max_message < 1024 {
+            return Err(format!("--max-message {max_message}: at least 1 KiB"));
+        }
+        eprintln!(
+            "portcullis serve: workspace {}, tools: {}; speaking MCP on stdin/stdout",
+            tools.workspace().root().display(),
+            tools.names().join(", ")
+        );
+        let stop = tokio_util::sync::CancellationToken::new();
+        spawn_signal_stop(stop.clone()).map_err(|e| format!("cannot watch for signals: {e}"))?;
+        let opts = portcullis::mcp::ServerOptions { max_message, log: true };
+        let input = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+        Ok(portcullis::mcp::Server::new(tools, opts).serve(input, tokio::io::stdout(), stop).await)
+    });
+    // The blocking thread reading stdin may still wait on it (a signal
+    // ended the server): do not wait for it.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    match end {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(m) => fail(m),
+    }
+}
+
+/// Cancel `stop` at SIGTERM, SIGINT or SIGHUP.
+fn spawn_signal_stop(stop: tokio_util::sync::CancellationToken) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+            _ = hup.recv() => {}
+        }
+        stop.cancel();
+    });
+    Ok(())
 }
 
 /// `check` exits 0 (accepted), 1 (refused) or, like every subcommand for

@@ -118,6 +118,38 @@ impl ToolKind {
         ToolKind::ALL.into_iter().find(|k| k.name() == name)
     }
 
+    /// A short human-readable title.
+    pub fn title(self) -> &'static str {
+        match self {
+            ToolKind::ReadFile => "Read a file",
+            ToolKind::EditFile => "Edit a file",
+            ToolKind::MultiEdit => "Edit a file in several places",
+            ToolKind::WriteFile => "Write a file",
+            ToolKind::ListDir => "List a directory",
+            ToolKind::RunShell => "Run a command",
+            ToolKind::ShellOutput => "Read a background command's output",
+            ToolKind::ShellKill => "Stop a background command",
+            ToolKind::RunTests => "Run the tests",
+            ToolKind::Grep => "Search file contents",
+            ToolKind::Glob => "Find files by name",
+            ToolKind::TodoWrite => "Write the todo list",
+            ToolKind::TodoRead => "Read the todo list",
+        }
+    }
+
+    /// Whether the tool changes nothing (a hint for clients).
+    pub fn reads_only(self) -> bool {
+        matches!(
+            self,
+            ToolKind::ReadFile
+                | ToolKind::ListDir
+                | ToolKind::ShellOutput
+                | ToolKind::Grep
+                | ToolKind::Glob
+                | ToolKind::TodoRead
+        )
+    }
+
     /// Whether the tool writes files (dropped from a read-only set).
     pub fn writes_files(self) -> bool {
         matches!(self, ToolKind::EditFile | ToolKind::MultiEdit | ToolKind::WriteFile)
@@ -216,6 +248,13 @@ pub struct Tool {
     pub input_schema: Value,
     /// The JSON Schema (2020-12) of its structured result: an object.
     pub output_schema: Option<Value>,
+    /// A short title, for people.
+    pub title: String,
+    /// It changes nothing (a hint: clients treat it as untrusted).
+    pub read_only: bool,
+    /// It may change or remove what is there (files, a running job, or,
+    /// for a command with write access, anything writable).
+    pub destructive: bool,
 }
 
 /// What one call produced: always an object in `structured`, mirrored as
@@ -528,7 +567,19 @@ impl Tools {
         if let (ToolKind::RunTests, Some(base)) = (e.kind, &self.inner.tests) {
             description.push_str(&format!(" The test command is `{base}`."));
         }
-        Tool { name: e.name.clone(), description, input_schema, output_schema: Some(e.kind.output_schema()) }
+        // A command of a read-only set cannot write; it is not a read-only
+        // tool for that (it may still kill what it started, or use the
+        // network the policy allows).
+        let destructive = !e.kind.reads_only() && e.kind != ToolKind::TodoWrite;
+        Tool {
+            name: e.name.clone(),
+            description,
+            input_schema,
+            output_schema: Some(e.kind.output_schema()),
+            title: e.kind.title().to_string(),
+            read_only: e.kind.reads_only(),
+            destructive,
+        }
     }
 
     /// Call the tool named `name` (its current name) with `args` (a JSON

@@ -64,6 +64,22 @@ fn layers_import_in_one_direction() {
             "tools",
             &["workspace", "runner", "audit", "gate", "policy", "sandbox", "path", "sys", "units", "error_chain"],
         ),
+        (
+            "mcp",
+            &[
+                "tools",
+                "workspace",
+                "runner",
+                "audit",
+                "gate",
+                "policy",
+                "sandbox",
+                "path",
+                "sys",
+                "units",
+                "error_chain",
+            ],
+        ),
         ("doctor.rs", &["sandbox", "sys", "error_chain"]),
     ];
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
