@@ -67,6 +67,13 @@ struct ServeArgs {
     /// without write access.
     #[arg(long)]
     readonly: bool,
+    /// Commands never get write access: a write fails with a read-only
+    /// error (the file tools still write, each write checked and audited).
+    /// Without it, a command may write what the policy's `write` list
+    /// names (the whole workspace if it names nothing), unless a gate rule
+    /// takes that away.
+    #[arg(long)]
+    read_only_commands: bool,
     /// Offer only these tools (comma-separated names, e.g.
     /// read_file,grep,glob).
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
@@ -282,29 +289,16 @@ fn serve(a: ServeArgs) -> ExitCode {
         Err(e) => return fail(format!("cannot start the runtime: {e}")),
     };
     let end = rt.block_on(async {
-        let mut b = portcullis::workspace::Workspace::builder();
-        if let Some(f) = &a.policy {
-            b = b.policy_file(f).map_err(|e| portcullis::error_chain(&e))?;
-        }
-        if let Some(ws) = &a.workspace {
-            b = b.workspace(ws);
-        }
-        if let Some(log) = &a.audit {
-            b = b.audit_log(log);
-        }
-        let ws = b.build().map_err(|e| portcullis::error_chain(&e))?;
-        let mut tb = portcullis::tools::Tools::builder(ws);
-        if let Some(t) = &a.tests {
-            tb = tb.tests(t).map_err(|e| e.to_string())?;
-        }
-        let mut tools = tb.build();
-        if a.readonly {
-            tools = tools.readonly();
-        }
-        if !a.tools.is_empty() {
-            let names: Vec<&str> = a.tools.iter().map(String::as_str).collect();
-            tools = tools.pick(&names).map_err(|e| format!("--tools: {e}"))?;
-        }
+        let config = portcullis::mcp::ServeConfig {
+            workspace: a.workspace.clone(),
+            policy: a.policy.clone(),
+            audit: a.audit.clone(),
+            tests: a.tests.clone(),
+            readonly: a.readonly,
+            read_only_commands: a.read_only_commands,
+            tools: a.tools.clone(),
+        };
+        let tools = config.tools().map_err(|e| portcullis::error_chain(&e))?;
         let max_message = usize::try_from(a.max_message).unwrap_or(usize::MAX);
         if max_message < 1024 {
             return Err(format!("--max-message {max_message}: at least 1 KiB"));

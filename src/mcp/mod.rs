@@ -26,7 +26,10 @@
 //! serving. The protocol surface a tool server needs is small (six
 //! methods, two notifications), so it is written here against the spec.
 
+pub mod config;
 pub mod wire;
+
+pub use config::{ServeConfig, ServeError};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -109,6 +109,11 @@ pub struct RunOutput {
     pub refused_writes: RefusedWritesOut,
     /// How long it ran, in milliseconds.
     pub duration_ms: u64,
+    /// The sandbox it ran in: `full` (namespaces, read-only mounts, Landlock, seccomp), `landlock-only` (a
+    /// degraded mode for hosts without user namespaces: Landlock refuses writes with EACCES instead of EROFS) or
+    /// `mock` (a scripted backend: nothing ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
     /// The background job's id, for `shell_output` and `shell_kill` (background runs only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job_id: Option<String>,
@@ -133,6 +138,7 @@ impl RunOutput {
             write_grants: Vec::new(),
             refused_writes: RefusedWritesOut { state: "off".into(), ..RefusedWritesOut::default() },
             duration_ms: 0,
+            sandbox: None,
             job_id: None,
             warnings: Vec::new(),
             error: None,
@@ -208,6 +214,10 @@ impl RunOutput {
                         sample: rw.sample.iter().map(|p| p.display().to_string()).collect(),
                     },
                     duration_ms: u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+                    sandbox: Some(match r.enforcement.backend {
+                        crate::sandbox::EnforcedBy::Mock => "mock".to_string(),
+                        crate::sandbox::EnforcedBy::Sandbox => r.enforcement.mode.name().to_string(),
+                    }),
                     job_id: None,
                     warnings,
                     error,

@@ -27,7 +27,7 @@ use seccompiler::{
 use super::util::{available, cli, is_root, survivors, Ws};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Profile {
+pub(super) enum Profile {
     /// Docker's / containerd's default profile as a container without
     /// CAP_SYS_ADMIN sees it (only the parts that concern portcullis).
     Container,
@@ -96,7 +96,7 @@ fn programs(profile: Profile) -> Vec<BpfProgram> {
 }
 
 /// `cmd` with `profile` installed in the child before it execs.
-fn under(profile: Profile, mut cmd: Command) -> Command {
+pub(super) fn under(profile: Profile, mut cmd: Command) -> Command {
     let progs = programs(profile);
     let nnp = !is_root();
     // SAFETY: the closure runs between fork and exec in the child of a
@@ -148,7 +148,7 @@ fn ws_arg(ws: &Ws) -> String {
     ws.path().display().to_string()
 }
 
-fn landlock_only_available(test: &str) -> bool {
+pub(super) fn landlock_only_available(test: &str) -> bool {
     available(test, portcullis::doctor_landlock_abi() >= 6, "the landlock-only mode needs Landlock ABI 6 (Linux 6.12)")
 }
 

@@ -1,0 +1,102 @@
+//! What `portcullis serve` serves, built from its settings: the workspace
+//! (policy, audit log), the tool set (test command, read-only, a subset).
+//! The command line only parses flags into a [`ServeConfig`].
+
+use std::path::{Path, PathBuf};
+
+use crate::policy::{PolicyError, WorkspacePolicy};
+use crate::tools::{Tools, ToolsError, WriteAccess};
+use crate::workspace::{Workspace, WorkspaceError};
+
+/// The settings of a server.
+#[derive(Clone, Debug, Default)]
+pub struct ServeConfig {
+    /// The workspace directory (overrides the policy's).
+    pub workspace: Option<PathBuf>,
+    /// The policy file (TOML, or JSON if it ends in `.json`).
+    pub policy: Option<PathBuf>,
+    /// The audit log (overrides the policy's `audit`).
+    pub audit: Option<PathBuf>,
+    /// The base command line of `run_tests` (none: no such tool).
+    pub tests: Option<String>,
+    /// Only the tools that cannot change the workspace; commands without
+    /// write access.
+    pub readonly: bool,
+    /// Commands never get write access (the file tools still write,
+    /// each write checked and audited on its own).
+    pub read_only_commands: bool,
+    /// Only these tools (empty: all).
+    pub tools: Vec<String>,
+}
+
+/// Why a server could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The policy file could not be read or is not valid.
+    #[error("policy: {0}")]
+    Policy(#[from] PolicyError),
+    /// The workspace could not be set up.
+    #[error("{0}")]
+    Workspace(#[from] WorkspaceError),
+    /// The tool set could not be made as asked.
+    #[error("{what}: {source}")]
+    Tools {
+        /// The setting (`--tests`, `--tools`).
+        what: &'static str,
+        /// Why.
+        source: ToolsError,
+    },
+}
+
+impl ServeConfig {
+    /// The tool set to serve.
+    ///
+    /// A policy file inside the workspace is hidden from the model: added
+    /// to the deny list, so no file tool reads it and a command sees it
+    /// masked (it also stays read-only, as for every caller). The model
+    /// learns the rules that concern it from refusals, never by reading
+    /// or editing them.
+    pub fn tools(&self) -> Result<Tools, ServeError> {
+        let mut b = Workspace::builder();
+        if let Some(f) = &self.policy {
+            b = b.policy_file(f)?;
+            let mut policy = WorkspacePolicy::from_file(f)?;
+            let root = self.workspace.clone().or_else(|| policy.workspace.clone());
+            if let Some(rel) = root.as_deref().and_then(|r| inside(f, r)) {
+                policy.deny_paths.push(globset::escape(&rel));
+            }
+            b = b.policy(policy);
+        }
+        if let Some(ws) = &self.workspace {
+            b = b.workspace(ws);
+        }
+        if let Some(log) = &self.audit {
+            b = b.audit_log(log);
+        }
+        let ws = b.build()?;
+        let mut tb = Tools::builder(ws);
+        if let Some(t) = &self.tests {
+            tb = tb.tests(t).map_err(|source| ServeError::Tools { what: "--tests", source })?;
+        }
+        if self.read_only_commands {
+            tb = tb.write_access(std::sync::Arc::new(|_: &str, _: &str| WriteAccess::None));
+        }
+        let mut tools = tb.build();
+        if self.readonly {
+            tools = tools.readonly();
+        }
+        if !self.tools.is_empty() {
+            let names: Vec<&str> = self.tools.iter().map(String::as_str).collect();
+            tools = tools.pick(&names).map_err(|source| ServeError::Tools { what: "--tools", source })?;
+        }
+        Ok(tools)
+    }
+}
+
+/// `file`'s path relative to `root` when it lies inside it (both resolved).
+fn inside(file: &Path, root: &Path) -> Option<String> {
+    let file = std::fs::canonicalize(file).ok()?;
+    let root = std::fs::canonicalize(root).ok()?;
+    let rel = file.strip_prefix(&root).ok()?;
+    rel.to_str().filter(|s| !s.is_empty()).map(str::to_string)
+}
