@@ -78,6 +78,10 @@ struct ServeArgs {
     /// read_file,grep,glob).
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     tools: Vec<String>,
+    /// Print the tools as `tools/list` lists them (names, descriptions,
+    /// input and output schemas) and exit.
+    #[arg(long)]
+    print_tools: bool,
     /// The longest incoming message: bytes, or a size such as `8MiB`.
     #[arg(long, value_name = "SIZE", value_parser = portcullis::units::parse_size, default_value = "4MiB")]
     max_message: u64,
@@ -299,6 +303,12 @@ fn serve(a: ServeArgs) -> ExitCode {
             tools: a.tools.clone(),
         };
         let tools = config.tools().map_err(|e| portcullis::error_chain(&e))?;
+        if a.print_tools {
+            let text = serde_json::to_string_pretty(&portcullis::mcp::tools_json(&tools)).unwrap_or_default();
+            // A closed pipe (`| head`) is not a failure worth a panic.
+            let _ = writeln!(std::io::stdout().lock(), "{text}");
+            return Ok(None);
+        }
         let max_message = usize::try_from(a.max_message).unwrap_or(usize::MAX);
         if max_message < 1024 {
             return Err(format!("--max-message {max_message}: at least 1 KiB"));
@@ -312,7 +322,7 @@ fn serve(a: ServeArgs) -> ExitCode {
         spawn_signal_stop(stop.clone()).map_err(|e| format!("cannot watch for signals: {e}"))?;
         let opts = portcullis::mcp::ServerOptions { max_message, log: true };
         let input = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
-        Ok(portcullis::mcp::Server::new(tools, opts).serve(input, tokio::io::stdout(), stop).await)
+        Ok(Some(portcullis::mcp::Server::new(tools, opts).serve(input, tokio::io::stdout(), stop).await))
     });
     // The blocking thread reading stdin may still wait on it (a signal
     // ended the server): do not wait for it.

@@ -427,8 +427,7 @@ impl Conn {
                 format!("invalid params: unknown cursor {c}: the tool list has one page; list again without a cursor"),
             ));
         }
-        let tools: Vec<Value> = self.tools.list().iter().map(tool_json).collect();
-        let mut result = json!({ "tools": tools });
+        let mut result = tools_json(&self.tools);
         if *era == Era::Modern {
             result["ttlMs"] = json!(LIST_TTL_MS);
             result["cacheScope"] = json!("private");
@@ -530,6 +529,12 @@ fn unsupported(requested: &str) -> RpcError {
         ),
     )
     .with_data(json!({ "supported": [MODERN_VERSION], "requested": requested }))
+}
+
+/// The tools as `tools/list` lists them (`{"tools": [...]}`), e.g. to
+/// print them.
+pub fn tools_json(tools: &Tools) -> Value {
+    json!({ "tools": tools.list().iter().map(tool_json).collect::<Vec<_>>() })
 }
 
 /// A tool as `tools/list` has it.
