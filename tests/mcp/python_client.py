@@ -32,6 +32,7 @@ import random
 import sys
 import time
 import traceback
+import warnings
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,13 @@ class Failed(Exception):
 def short(v: Any, n: int = 600) -> str:
     s = v if isinstance(v, str) else json.dumps(v, default=str, sort_keys=True)
     return s if len(s) <= n else s[:n] + f"... ({len(s)} chars)"
+
+
+def describe(e: BaseException) -> str:
+    """An exception, task groups unwrapped to what was raised inside them."""
+    if isinstance(e, BaseExceptionGroup):
+        return "; ".join(describe(x) for x in e.exceptions)
+    return f"{type(e).__name__}: {e}"
 
 
 def need(cond: Any, what: str, got: Any = None) -> None:
@@ -248,7 +256,7 @@ class Run:
             self.report.fail(full, str(e))
             return None
         except Exception as e:  # an SDK error is this check's failure, not the run's end
-            self.report.fail(full, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}")
+            self.report.fail(full, f"{describe(e)}\n{traceback.format_exc(limit=6)}")
             return None
         self.report.ok(full, detail if isinstance(detail, str) else "")
         return True
@@ -334,7 +342,7 @@ class Run:
                     t_exit = time.monotonic()
                 t_exit = time.monotonic() - t_exit
             except Exception as e:
-                self.report.fail(f"{self.tag} session", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+                self.report.fail(f"{self.tag} session", f"{describe(e)}\n{traceback.format_exc(limit=8)}")
             finally:
                 self.client = None
         if t_exit is not None:
@@ -353,7 +361,11 @@ class Run:
         c = self.client
         assert c is not None
         s = c.session
-        sent = [m.get("method") for m in self.tap.sent()]
+        for _ in range(40):  # the tap records a message once its pump has taken it
+            sent = [m.get("method") for m in self.tap.sent()]
+            if self.args.mode != "legacy" or "notifications/initialized" in sent:
+                break
+            await anyio.sleep(0.025)
         if self.args.mode == "legacy":
             eq(c.protocol_version, HANDSHAKE, "negotiated version")
             need(s.initialize_result is not None, "an initialize result", sent)
@@ -365,7 +377,9 @@ class Run:
             need((init.get("serverInfo") or {}).get("version"), "serverInfo.version", init)
             eq((init.get("capabilities") or {}).get("tools"), {"listChanged": False}, "capabilities.tools")
             need(isinstance(init.get("instructions"), str) and init["instructions"], "instructions", init)
-            await c.send_ping()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "ping is removed as of 2026-07-28": this is the handshake era
+                await c.send_ping()
             return f"initialize → {c.protocol_version}, serverInfo {init['serverInfo']}, ping answered"
         eq(c.protocol_version, MODERN, "negotiated version (the SDK falls back to initialize silently)")
         if self.args.mode == "auto":
@@ -391,16 +405,39 @@ class Run:
             if "id" in m and m.get("method") != "server/discover":
                 meta = (m.get("params") or {}).get("_meta") or {}
                 eq(meta.get("io.modelcontextprotocol/protocolVersion"), MODERN, f"{m['method']} _meta version")
-        # An unsupported version is -32022 naming what is supported.
+        # A request at an unsupported version is -32022 naming what is
+        # supported; one without the client capabilities is -32602. The
+        # Client stamps its own version on every request, so these go through
+        # its dispatcher (the SDK's JSON-RPC layer) as they are.
+        caps = {"io.modelcontextprotocol/clientCapabilities": {}}
         try:
-            raw = await s.send_discover("2099-01-01")
-            raise Failed(f"server/discover at 2099-01-01 answered {short(raw)}; want error -32022")
+            raw = await s._dispatcher.send_raw_request(  # noqa: SLF001
+                "tools/list", {"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01", **caps}}, {}
+            )
+            raise Failed(f"tools/list at 2099-01-01 answered {short(raw)}; want error -32022")
         except MCPError as e:
-            eq(e.code, -32022, "server/discover at an unsupported version: error code")
+            eq(e.code, -32022, "tools/list at an unsupported version: error code")
             data = e.data or {}
             need(MODERN in (data.get("supported") or []), "error data.supported lists 2026-07-28", data)
             eq(data.get("requested"), "2099-01-01", "error data.requested")
-        return f"{c.protocol_version} via {'server/discover' if self.args.mode == 'auto' else 'adopt'}; -32022 for 2099-01-01"
+        try:
+            raw = await s._dispatcher.send_raw_request(  # noqa: SLF001
+                "tools/list", {"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN}}, {}
+            )
+            raise Failed(f"tools/list without clientCapabilities answered {short(raw)}; want error -32602")
+        except MCPError as e:
+            eq(e.code, -32602, "tools/list without _meta clientCapabilities: error code")
+        # server/discover itself at an unknown version: the SDK copes with
+        # either an answer listing the versions or -32022 (session.discover).
+        try:
+            raw = await s.send_discover("2099-01-01")
+            need(MODERN in (raw.get("supportedVersions") or []), "discover at 2099-01-01 lists 2026-07-28", raw)
+            disc = "answered with its supportedVersions"
+        except MCPError as e:
+            eq(e.code, -32022, "server/discover at an unsupported version: error code")
+            disc = "-32022"
+        how = "server/discover" if self.args.mode == "auto" else "adopt"
+        return f"{c.protocol_version} via {how}; tools/list at 2099-01-01 → -32022; discover at 2099-01-01 {disc}"
 
     async def list_tools(self) -> str:
         assert self.client is not None
@@ -540,16 +577,24 @@ class Run:
             eq(sc.get("outcome"), "started", "outcome")
             job = sc.get("job_id")
             need(isinstance(job, str) and job, "job_id", sc)
-            out = {}
-            for _ in range(20):
-                out = await self.ok("shell_output", {"id": job, "wait_ms": 2000})
+            out: dict[str, Any] = {}
+            stdout = ""
+            args: dict[str, Any] = {"id": job, "wait_ms": 2000}
+            deadline = time.monotonic() + 15
+            reads = 0
+            while time.monotonic() < deadline:
+                out = await self.ok("shell_output", args)
+                reads += 1
+                stdout += out.get("stdout", "")
                 if out.get("status") != "running":
                     break
+                need(isinstance(out.get("cursor"), int), "a cursor to read on from", out)
+                args["since"] = out["cursor"]
             eq(out.get("status"), "exited", "the job's status")
             eq(out.get("exit_code"), 0, "the job's exit code")
-            need("bg-start" in out.get("stdout", "") and "bg-end" in out.get("stdout", ""), "stdout", out)
+            eq(stdout, "bg-start\nbg-end\n", "the job's stdout, read on from each cursor")
             await self.err("shell_output", {"id": "j999-deadbeef"}, "job-not-found")
-            return f"job {job} exited, output read"
+            return f"job {job} exited, output read in {reads} calls"
 
         await self.check("run_shell background + shell_output", background)
 
@@ -561,7 +606,7 @@ class Run:
             need(running, f"the job's sleep {m} runs (the control), seen in /proc")
             k = await self.ok("shell_kill", {"id": job})
             eq((k.get("status"), k.get("already_ended")), ("killed", False), "status, already_ended")
-            left = await wait_procs(m, False, 5)
+            left = await wait_procs(m, False, 10)
             need(not left, "no process of the killed job remains, seen in /proc", left)
             await self.err("shell_kill", {"id": "j999-deadbeef"}, "job-not-found")
             return f"job {job} killed; /proc had {len(running)} process(es) of it, now none"
@@ -713,7 +758,7 @@ class Run:
             took = time.monotonic() - t0
             eq(sc.get("outcome"), "timed-out", "outcome")
             need(took < 10, f"it ended soon after the 1 s timeout (took {took:.1f} s)")
-            left = await wait_procs(m, False, 5)
+            left = await wait_procs(m, False, 10)
             need(not left, "no sleep left, seen in /proc", left)
             return f"timed-out after {took:.1f} s"
 
@@ -731,14 +776,14 @@ class Run:
                 tg.start_soon(watch)
                 try:
                     await self.client.call_tool(  # type: ignore[union-attr]
-                        "run_shell", {"command": f"sh -c 'sleep {m}; true'"}, read_timeout_seconds=3
+                        "run_shell", {"command": f"sh -c 'sleep {m}; true'"}, read_timeout_seconds=6
                     )
                     raise Failed("call_tool returned; want the SDK's read timeout")
                 except MCPError as e:
                     eq(e.code, -32001, "the SDK's REQUEST_TIMEOUT")
             t_cancel = time.monotonic()
             need(seen and seen[0], f"sleep {m} ran before the cancel (the control), seen in /proc", seen)
-            left = await wait_procs(m, False, 5)
+            left = await wait_procs(m, False, 10)
             need(not left, "after notifications/cancelled no process of the command remains, seen in /proc", left)
             rid = self.tap.request_id("tools/call", m)
             cancels = [
@@ -768,7 +813,7 @@ class Run:
             t_cancel = time.monotonic()
             need(running, f"sleep {m} ran before the cancel (the control), seen in /proc")
             need(not returned, "the call was cancelled, not answered", returned)
-            left = await wait_procs(m, False, 5)
+            left = await wait_procs(m, False, 10)
             need(not left, "after notifications/cancelled no process of the command remains, seen in /proc", left)
             rid = self.tap.request_id("tools/call", m)
             cancels = [

@@ -2,7 +2,8 @@
 //! 11): the official Python SDK (`mcp` 2.3.0) through
 //! `tests/mcp/python_client.py`, in the modern era (the SDK's default: it
 //! probes `server/discover` and must not fall back) and in the 2025-11-25
-//! handshake era (`mode="legacy"`). The script lists the tools and checks
+//! handshake era (`mode="legacy"`), and pinned to 2026-07-28 with no probe
+//! (`mode="2026-07-28"`). The script lists the tools and checks
 //! their schemas as JSON Schema 2020-12, calls every tool, and checks a
 //! refusal with its reason, a stale edit, path escapes, a timeout, two
 //! cancellations, two calls in flight, progress, `--readonly` and the
@@ -138,4 +139,10 @@ fn r0700_python_sdk_client_modern_era() {
 #[test]
 fn r0700_python_sdk_client_handshake_era() {
     python_client("r0700_python_sdk_client_handshake_era", "legacy");
+}
+
+#[test]
+fn r0700_python_sdk_client_pinned_modern_era() {
+    // `mode="2026-07-28"`: no probe at all, every request stateless from the first.
+    python_client("r0700_python_sdk_client_pinned_modern_era", "2026-07-28");
 }
