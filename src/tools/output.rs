@@ -199,6 +199,17 @@ impl RunOutput {
                 if let Some(note) = ran.access_note() {
                     warnings.push(note);
                 }
+                if rw.count > 0 {
+                    // Said plainly, so the model does not retry the write.
+                    let n = rw.count;
+                    let (writes, were) = if n == 1 { ("write was", "it") } else { ("writes were", "them") };
+                    let sample: Vec<String> = rw.sample.iter().map(|p| p.display().to_string()).collect();
+                    let at = if sample.is_empty() { String::new() } else { format!(": {}", sample.join(", ")) };
+                    warnings.push(format!(
+                        "{n} {writes} refused because this command had no write access there{at}. The host decides \
+                         what a command may write; running {were} again fails the same way"
+                    ));
+                }
                 RunOutput {
                     outcome,
                     exit_code,

@@ -87,7 +87,7 @@ pub enum FileError {
         edit_index: Option<usize>,
     },
     /// The file changed since it was read (its hash is not the expected one).
-    #[error("{}: the file changed since it was read (hash {actual}, expected {expected}); read it again before editing", path.display())]
+    #[error("{}: the file changed since it was read (hash {actual}, expected {expected})", path.display())]
     StaleHash {
         /// The file.
         path: PathBuf,

@@ -461,6 +461,9 @@ fn r0748_refusals_are_results_and_writes_fail_up_front() {
     assert_eq!(r["sandbox"], "full", "{r}");
     assert!(r["stderr"].as_str().unwrap_or_default().contains("Read-only file system"), "{r}");
     assert!(!ws.join("made-by-command").exists());
+    assert_eq!(r["refused_writes"]["count"], 1, "{r}");
+    let said = r["warnings"].to_string();
+    assert!(said.contains("1 write was refused") && said.contains("made-by-command"), "not said plainly: {r}");
     // The file tools still write (each write checked and audited).
     s.call(4, "write_file", json!({"path": "made-by-tool", "content": "t\n"}));
     assert_eq!(s.result(4)["isError"], false);
