@@ -135,10 +135,10 @@ impl Server {
             match frame {
                 Ok(Frame::Eof) => break End::InputClosed,
                 Ok(Frame::Line(line)) => conn.handle(&line, &mut calls),
-                Ok(Frame::Oversized(n)) => {
+                Ok(Frame::Oversized { size: n, head, tail }) => {
                     conn.log_line(&format!("skipped a message of {n} bytes (the limit is {})", self.opts.max_message));
                     conn.send(wire::response(
-                        &Value::Null,
+                        &wire::recover_id(&head, &tail),
                         Err(RpcError::new(
                             wire::INVALID_REQUEST,
                             format!(

@@ -31,11 +31,22 @@ pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 pub enum Frame {
     /// A whole line, without its `\n` (and a `\r` before it).
     Line(Vec<u8>),
-    /// A line longer than the bound, skipped to its end: this many bytes.
-    Oversized(usize),
+    /// A line longer than the bound, skipped to its end.
+    Oversized {
+        /// Its length in bytes.
+        size: usize,
+        /// Its first bytes and its last (at most [`KEPT`] each), to find
+        /// the request's id in.
+        head: Vec<u8>,
+        /// Its last bytes.
+        tail: Vec<u8>,
+    },
     /// The end of the input.
     Eof,
 }
+
+/// How many bytes of each end of an oversized line are kept.
+pub const KEPT: usize = 256;
 
 /// Reads lines of at most `max` bytes from `R`.
 pub struct LineReader<R> {
@@ -53,12 +64,12 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
     /// cancel-safe: a dropped call loses the part of the line it read.
     pub async fn next(&mut self) -> io::Result<Frame> {
         let mut line = Vec::new();
-        let mut skipped: Option<usize> = None;
+        let mut skipped: Option<Skipped> = None;
         loop {
             let avail = self.inner.fill_buf().await?;
             if avail.is_empty() {
                 return Ok(match skipped {
-                    Some(n) => Frame::Oversized(n),
+                    Some(s) => s.frame(),
                     None if line.is_empty() => Frame::Eof,
                     None => Frame::Line(trim_cr(line)),
                 });
@@ -68,9 +79,12 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                 None => (avail, avail.len(), false),
             };
             match skipped.as_mut() {
-                Some(n) => *n += chunk.len(),
+                Some(s) => s.add(chunk),
                 None if line.len() + chunk.len() > self.max => {
-                    skipped = Some(line.len() + chunk.len());
+                    let mut s = Skipped::default();
+                    s.add(&line);
+                    s.add(chunk);
+                    skipped = Some(s);
                     line = Vec::new();
                 }
                 None => line.extend_from_slice(chunk),
@@ -78,12 +92,65 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             self.inner.consume(used);
             if end {
                 return Ok(match skipped {
-                    Some(n) => Frame::Oversized(n),
+                    Some(s) => s.frame(),
                     None => Frame::Line(trim_cr(line)),
                 });
             }
         }
     }
+}
+
+/// What is kept of a line being skipped: its size and its two ends.
+#[derive(Default)]
+struct Skipped {
+    size: usize,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+impl Skipped {
+    fn add(&mut self, chunk: &[u8]) {
+        self.size += chunk.len();
+        let room = KEPT.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        self.tail.extend_from_slice(&chunk[chunk.len().saturating_sub(KEPT)..]);
+        if self.tail.len() > KEPT {
+            self.tail.drain(..self.tail.len() - KEPT);
+        }
+    }
+
+    fn frame(self) -> Frame {
+        Frame::Oversized { size: self.size, head: self.head, tail: trim_cr(self.tail) }
+    }
+}
+
+/// The id of a request too large to read, from the two ends of its line,
+/// so that the error can be matched to the request (a client waits for an
+/// answer to its id, and drops one to `null`). Only where it is certain to
+/// be the message's own: a top-level member among the simple members at
+/// the start (`{"jsonrpc":"2.0","id":7,…`) or at the end (`…,"id":7}`,
+/// as the TypeScript SDK writes it). Else `null`.
+pub fn recover_id(head: &[u8], tail: &[u8]) -> Value {
+    use std::sync::LazyLock;
+    // A primitive: a number, a string without escapes, true/false/null.
+    const PRIM: &str = r#"(?:-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|"[^"\\]*"|true|false|null)"#;
+    static HEAD: LazyLock<Option<regex::bytes::Regex>> = LazyLock::new(|| {
+        regex::bytes::Regex::new(&format!(
+            r#"^\s*\{{(?:\s*"[A-Za-z_]+"\s*:\s*{PRIM}\s*,)*?\s*"id"\s*:\s*({PRIM})\s*[,}}]"#
+        ))
+        .ok()
+    });
+    static TAIL: LazyLock<Option<regex::bytes::Regex>> = LazyLock::new(|| {
+        regex::bytes::Regex::new(&format!(
+            r#"[{{,]\s*"id"\s*:\s*({PRIM})(?:\s*,\s*"[A-Za-z_]+"\s*:\s*{PRIM})*\s*\}}\s*$"#
+        ))
+        .ok()
+    });
+    let found = [(&*HEAD, head), (&*TAIL, tail)].into_iter().find_map(|(re, text)| {
+        let caps = re.as_ref()?.captures(text)?;
+        serde_json::from_slice::<Value>(caps.get(1)?.as_bytes()).ok().filter(is_valid_id)
+    });
+    found.unwrap_or(Value::Null)
 }
 
 fn trim_cr(mut line: Vec<u8>) -> Vec<u8> {
@@ -288,14 +355,31 @@ mod tests {
             frames(input, 10).await,
             vec![
                 Frame::Line(b"{\"a\":1}".to_vec()),
-                Frame::Oversized(16),
+                Frame::Oversized { size: 16, head: b"0123456789abcdef".to_vec(), tail: b"0123456789abcdef".to_vec() },
                 Frame::Line(b"short".to_vec()),
                 Frame::Line(b"last".to_vec()),
                 Frame::Eof
             ]
         );
         assert_eq!(frames(b"", 10).await, vec![Frame::Eof]);
-        assert_eq!(frames(b"01234567890123", 10).await, vec![Frame::Oversized(14), Frame::Eof]);
+        let f = frames(b"01234567890123", 10).await;
+        assert!(matches!(f[0], Frame::Oversized { size: 14, .. }), "{f:?}");
+    }
+
+    #[test]
+    fn the_id_of_an_oversized_request_is_found_only_where_it_is_certain() {
+        let id = |head: &str, tail: &str| recover_id(head.as_bytes(), tail.as_bytes());
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"#, ""), json!(7));
+        assert_eq!(id(r#"{"id":"a-1","jsonrpc":"2.0""#, ""), json!("a-1"));
+        assert_eq!(id(r#"{"jsonrpc":"2.0","method":"tools/call","id":12,"params""#, ""), json!(12));
+        assert_eq!(id("", r#"xxxx"}},"jsonrpc":"2.0","id":12}"#), json!(12));
+        assert_eq!(id("", r#"xxxx"}},"id":"q","jsonrpc":"2.0"}"#), json!("q"));
+        // Nested ids are not the request's.
+        assert_eq!(id(r#"{"params":{"id":3},"id":4"#, r#"x"}}}"#), Value::Null);
+        assert_eq!(id("", r#"{"todos":[{"id":5}]}}"#), Value::Null);
+        assert_eq!(id("", r#"\"id\":5}"}"#), Value::Null);
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":{"x":1}"#, ""), Value::Null);
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":1.5,"#, ""), Value::Null);
     }
 
     #[test]

@@ -197,17 +197,40 @@ impl ToolKind {
 
 /// The JSON Schema (2020-12) of `T` as an input (what deserializes).
 fn schema<T: JsonSchema>() -> Value {
-    schemars::schema_for!(T).to_value()
+    let mut v = schemars::schema_for!(T).to_value();
+    strip_numeric_formats(&mut v);
+    v
+}
+
+/// Drop schemars' `format` names for Rust's number types (`uint`,
+/// `uint64`, `int32`, `double`, …): not formats JSON Schema defines, so
+/// validators warn about each one (ajv, in the MCP TypeScript SDK, prints a
+/// line per keyword); `type` and `minimum` already say what they meant.
+fn strip_numeric_formats(v: &mut Value) {
+    const NUMERIC: [&str; 12] =
+        ["int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "float", "double"];
+    match v {
+        Value::Object(m) => {
+            if m.get("format").and_then(Value::as_str).is_some_and(|f| NUMERIC.contains(&f)) {
+                m.remove("format");
+            }
+            m.values_mut().for_each(strip_numeric_formats);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_numeric_formats),
+        _ => {}
+    }
 }
 
 /// The JSON Schema (2020-12) of `T` as a result (what serializes: a
 /// field skipped when empty is not required).
 fn out_schema<T: JsonSchema>() -> Value {
-    schemars::generate::SchemaSettings::draft2020_12()
+    let mut v = schemars::generate::SchemaSettings::draft2020_12()
         .for_serialize()
         .into_generator()
         .into_root_schema_for::<T>()
-        .to_value()
+        .to_value();
+    strip_numeric_formats(&mut v);
+    v
 }
 
 /// The schema of a result that is `T` or, for a failed call, an
@@ -863,6 +886,7 @@ fn failed(tool: &str, e: &WorkspaceError) -> ToolResult {
         "not-unique" => "add surrounding lines to old_string until it occurs once, or set replace_all",
         "path-escape" => "use a path inside the workspace that the policy does not deny",
         "no-such-file" => "check the path with list_dir or glob",
+        "bad-path" => "check the path with list_dir or glob (symbolic links are not followed)",
         "job-not-found" => "use a job_id that run_shell returned",
         "unsafe-pattern" | "bad-glob" => "simplify the pattern",
         "fault" | "io" => "this is not caused by the arguments; tell the user",

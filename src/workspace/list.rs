@@ -98,7 +98,6 @@ pub struct ListEntry {
 
 /// A listing.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
 pub struct ListResult {
     /// The entries, sorted.
     pub entries: Vec<ListEntry>,

@@ -41,7 +41,6 @@ pub struct Todo {
 
 /// How many items stand where.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
 pub struct TodoCounts {
     /// All items.
     pub total: usize,

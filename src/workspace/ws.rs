@@ -119,6 +119,13 @@ impl WorkspaceError {
                 ListError::Outside { .. } | ListError::Denied { .. } => "path-escape",
                 ListError::BadIgnore(_) => "bad-glob",
                 ListError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound => "no-such-file",
+                // A link (not followed) or a file where a directory was
+                // asked for: the argument's fault, not the host's.
+                ListError::Open { source, .. }
+                    if matches!(source.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) =>
+                {
+                    "bad-path"
+                }
                 ListError::Open { .. } => "io",
             },
             WorkspaceError::Search(s) => match s {

@@ -322,7 +322,7 @@ fn r0605_todos() {
         "todo_write",
         json!({"todos": [{"id": "1", "content": "read", "status": "completed"}, {"content": "edit", "status": "in_progress"}]}),
     );
-    assert_eq!(r["counts"], json!({"total": 2, "pending": 0, "inProgress": 1, "completed": 1}));
+    assert_eq!(r["counts"], json!({"total": 2, "pending": 0, "in_progress": 1, "completed": 1}));
     let r = ok(&t, "todo_read", json!({}));
     assert_eq!(r["todos"][1]["content"], "edit");
     // The read-only set shares the list.

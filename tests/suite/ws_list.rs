@@ -246,7 +246,7 @@ fn r0347_todos_and_listing_serialize_as_the_tools_do() {
     let r = list(&real(&ws), &deny(&[]), "", &opts(1, 100));
     let v = serde_json::to_value(&r).unwrap_or_else(|e| panic!("json: {e}"));
     assert_eq!(v["truncated"], false);
-    assert_eq!(v["skippedDenied"], 0);
+    assert_eq!(v["skipped_denied"], 0);
     let link = v["entries"].as_array().and_then(|a| a.iter().find(|e| e["path"] == "link")).cloned();
     let link = link.unwrap_or_else(|| panic!("no link entry in {v}"));
     assert_eq!(link["kind"], "symlink");
