@@ -22,6 +22,7 @@ mod landlock_only;
 mod limits;
 mod links_review;
 mod lock_concurrency;
+mod mcp_ts;
 mod meta;
 mod modes_review;
 mod observe_review;
