@@ -585,6 +585,25 @@ await step('cancellation', async () => {
     check('after cancel: a command runs', c.outcome === 'exited' && c.exit_code === 0, c);
 });
 
+await step('oversized request', async () => {
+    // A request over the server's line limit (4 MiB): the answer must carry the
+    // request's id, or the SDK cannot match it (it drops an error response
+    // with `id: null`, types.js JSONRPCErrorResponseSchema) and the caller
+    // waits for its own timeout.
+    const t0 = Date.now();
+    let got;
+    try {
+        got = { result: await client.callTool({ name: 'write_file', arguments: { path: 'big.txt', content: 'x'.repeat(5 * 1024 * 1024) } }, undefined, { timeout: 10000 }) };
+    } catch (e) {
+        got = { error: e };
+    }
+    const took = Date.now() - t0;
+    check(`oversized request: the SDK call fails with -32600 (${took} ms)`, got.error?.code === -32600, got.error ? `${got.error.code} ${got.error.message}` : got.result?.structuredContent);
+    check('oversized request: nothing written', !fs.existsSync(path.join(ws, 'big.txt')));
+    const c = await okCall('after the oversized request', 'read_file', { path: 'keep.txt' });
+    check('after the oversized request: the server still serves', /keep me/.test(c.content ?? ''), c);
+});
+
 await step('SDK session end', async () => {
     check('no protocol errors seen by the SDK', sdkErrors.length === 0, sdkErrors);
     const pid = transport.pid;
@@ -674,6 +693,9 @@ await step('raw traffic', async () => {
     check(`raw initialize: ${RAW_VERSION_ASKED} echoed, serverInfo portcullis`,
         e.result?.protocolVersion === RAW_VERSION_ASKED && e.result?.serverInfo?.name === 'portcullis', e);
     await write('{"jsonrpc":"2.0","method":"notifications/initialized"}\n');
+    await write('{"jsonrpc":"2.0","id":40,"method":"no/such/method"}\n');
+    const d2 = await take((m) => m?.id === 40, 'the unknown method after initialize');
+    check('raw unknown method after initialize: -32601 with its id', d2.error?.code === -32601, d2);
     await write('{"jsonrpc":"2.0","id":6,"method":"tools/list"}\n');
     const f = await take((m) => m?.id === 6, 'tools/list');
     eq('raw tools/list: the tools', (f.result?.tools ?? []).map((t) => t.name), TOOLS);
