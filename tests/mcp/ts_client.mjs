@@ -536,7 +536,6 @@ await step('two calls in flight', async () => {
     });
     const [s, f] = await Promise.all([slow, fast]);
     check('in flight: read_file answered first', order[0]?.[0] === 'read_file', order);
-    check('in flight: read_file did not wait for the command', order.find((o) => o[0] === 'read_file')?.[1] < 1800, order);
     check('in flight: both results', !s.isError && s.structuredContent?.stdout === 'slow-done\n' && !f.isError && /two/.test(f.structuredContent?.content ?? ''),
         [s.structuredContent, f.structuredContent]);
 });
@@ -605,7 +604,7 @@ await step('oversized request', async () => {
 });
 
 await step('SDK session end', async () => {
-    check('no protocol errors seen by the SDK', sdkErrors.length === 0, sdkErrors);
+    check('no protocol errors seen by the SDK', sdkErrors.length === 0, sdkErrors.map((e) => oneLine(e).slice(0, 400)));
     const pid = transport.pid;
     const t0 = Date.now();
     await client.close();
