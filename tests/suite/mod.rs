@@ -24,6 +24,7 @@ mod links_review;
 mod lock_concurrency;
 mod mcp_clients;
 mod mcp_server;
+mod mcp_ts;
 mod meta;
 mod modes_review;
 mod observe_review;
