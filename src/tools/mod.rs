@@ -799,17 +799,10 @@ impl Tools {
         }
         let mut opts = self.exec_options(ToolKind::RunShell.name(), &i.command, i.timeout_ms, &ctx);
         opts.cancel = None;
-        let writable = opts.writable && !ws.is_readonly();
         match ws.start_shell(&i.command, opts).await {
-            Ok(Started::Job(id)) => {
-                let mut r = RunOutput::started(id, writable);
-                if writable {
-                    r.warnings.push(
-                        "write access was asked for this job; the gate may have narrowed it: shell_output reports \
-                         the writes the kernel refused when the job ends"
-                            .into(),
-                    );
-                }
+            Ok(Started::Job { id, access }) => {
+                let mut r = RunOutput::started(id, access.writable);
+                r.write_grants = access.write_grants.iter().map(|p| p.display().to_string()).collect();
                 ToolResult::run(r)
             }
             Ok(Started::Refused(r)) => ToolResult::run(RunOutput::refused(&r)),

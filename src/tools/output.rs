@@ -100,8 +100,7 @@ pub struct RunOutput {
     pub stderr: String,
     /// Output was cut at the workspace's cap.
     pub truncated: bool,
-    /// Whether it had write access to the workspace (decided by the host and the gate, not by the call; for a
-    /// job just started: whether write access was asked for it).
+    /// Whether it had write access to the workspace (decided by the host and the gate, not by the call).
     pub writable: bool,
     /// The paths it could write, absolute (empty without write access).
     pub write_grants: Vec<String>,

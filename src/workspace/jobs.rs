@@ -98,8 +98,14 @@ const MAX_CHUNKS: usize = 1 << 14;
 /// What [`Jobs::start`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Started {
-    /// The job runs under this id.
-    Job(String),
+    /// The job runs.
+    Job {
+        /// Its id.
+        id: String,
+        /// The write access it runs with: what was asked, met with the
+        /// gate's answer.
+        access: crate::gate::Access,
+    },
     /// It was refused (and recorded as denied); nothing runs.
     Refused(Refused),
 }
@@ -661,9 +667,12 @@ impl Jobs {
             Some(l) => runner.prepare_line(l, &opts).await?,
             None => runner.prepare(words, &opts).await?,
         };
-        let prepared = match prepared {
+        let (prepared, access) = match prepared {
             Prepared::Refused { action, refused } => return recorded(&runner, action, refused).await,
-            ready => ready,
+            Prepared::Ready(ready) => {
+                let access = ready.effective.clone();
+                (Prepared::Ready(ready), access)
+            }
         };
         let job = {
             let mut reg = self.inner.lock();
@@ -695,7 +704,7 @@ impl Jobs {
         let id = job.id.clone();
         let registry = Arc::downgrade(&self.inner);
         tokio::spawn(run_job(runner, executor, prepared, job, cancel, registry));
-        Ok(Started::Job(id))
+        Ok(Started::Job { id, access })
     }
 
     /// Record and return a refusal of the registry's own.

@@ -578,7 +578,7 @@ impl Workspace {
             Some(x) => self.shared.jobs.start_line_with(runner, line, opts, cancel, x).await?,
             None => self.shared.jobs.start_line(runner, line, opts, cancel).await?,
         };
-        if let (Started::Job(id), true) = (&started, self.view.readonly) {
+        if let (Started::Job { id, .. }, true) = (&started, self.view.readonly) {
             if let Ok(mut mine) = self.shared.readonly_jobs.lock() {
                 mine.insert(id.clone());
             }

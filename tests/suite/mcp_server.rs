@@ -555,6 +555,17 @@ fn r0751_the_server_ends_at_a_signal_and_kills_what_it_started() {
     let st = s.exit_within(Duration::from_secs(10)).unwrap_or_else(|| panic!("no exit after SIGTERM"));
     assert!(st.success(), "{st}");
     assert_eq!(survivors(&m), Vec::<String>::new());
+    // SIGKILL leaves the server no say: the sandbox's kill on its
+    // parent's death ends the command and the background job.
+    let mut s = Serve::start(&ws, &[]);
+    let (fg, job) = (marker(6302), marker(6303));
+    s.call(1, "run_shell", json!({"command": format!("sh -c 'sleep {fg}.1 & sleep {fg}'")}));
+    s.call(2, "run_shell", json!({"command": format!("sleep {job}"), "background": true}));
+    assert!(appears(&format!("sleep {fg}")) && appears(&format!("sleep {job}")), "not started");
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+    assert_eq!(survivors(&fg), Vec::<String>::new(), "the command survived a SIGKILL of the server");
+    assert_eq!(survivors(&job), Vec::<String>::new(), "the job survived a SIGKILL of the server");
 }
 
 #[test]
@@ -592,4 +603,33 @@ fn r0752_serves_in_the_landlock_only_mode_under_a_container_profile() {
     assert_eq!(r["writable"], true, "{r}");
     assert_eq!(r["sandbox"], "landlock-only", "{r}");
     assert_eq!(ws.read("f"), "x\n");
+}
+
+#[test]
+fn r0753_a_started_job_reports_the_access_the_gate_left_it() {
+    let ws = Ws::new();
+    let policy = ws.path().with_extension("policy.toml");
+    let gated = format!(
+        "{POLICY}\n[[gate]]\nname = \"sleep-reads\"\ncommand = \"sleep\"\nanswer = \"read-only\"\n\n\
+         [[gate]]\ncommand = \"sh\"\nanswer = \"grant\"\npaths = [\"target\"]\n\n\
+         [[gate]]\ncommand = \"echo\"\nanswer = \"allow\"\n"
+    );
+    std::fs::write(&policy, gated).unwrap_or_else(|e| panic!("{e}"));
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(&policy);
+    let mut s = Serve::spawn(cmd);
+    s.call(1, "run_shell", json!({"command": "sleep 0.1", "background": true}));
+    let r = s.structured(1);
+    assert_eq!(r["outcome"], "started", "{r}");
+    assert_eq!(r["writable"], false, "the gate made it read-only: {r}");
+    assert_eq!(r["write_grants"], json!([]), "{r}");
+    s.call(2, "run_shell", json!({"command": "sh -c 'echo x > target/t'", "background": true}));
+    let r = s.structured(2);
+    assert_eq!(r["writable"], false, "{r}");
+    let target = std::fs::canonicalize(ws.join("target")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r["write_grants"], json!([target.display().to_string()]), "{r}");
+    // CONTROL: a command the gate allows has the policy's access (an
+    // unmatched one would be read-only, the gate's default).
+    s.call(3, "run_shell", json!({"command": "echo hi", "background": true}));
+    assert_eq!(s.structured(3)["writable"], true);
 }

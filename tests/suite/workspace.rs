@@ -270,7 +270,7 @@ fn build_with_jobs(ws: &Ws) -> (Workspace, Arc<MemAudit>) {
 
 fn job(s: portcullis::workspace::jobs::Started) -> String {
     match s {
-        portcullis::workspace::jobs::Started::Job(id) => id,
+        portcullis::workspace::jobs::Started::Job { id, .. } => id,
         other => panic!("expected a job, got {other:?}"),
     }
 }

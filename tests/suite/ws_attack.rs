@@ -158,7 +158,7 @@ async fn ended(w: &Workspace, id: &str) -> portcullis::workspace::jobs::JobOutpu
 
 fn job(s: portcullis::workspace::jobs::Started) -> String {
     match s {
-        portcullis::workspace::jobs::Started::Job(id) => id,
+        portcullis::workspace::jobs::Started::Job { id, .. } => id,
         other => panic!("not started: {other:?}"),
     }
 }

@@ -39,7 +39,7 @@ fn sh(line: &str) -> Vec<OsString> {
 
 async fn start(jobs: &Jobs, r: &Arc<Runner>, argv: Vec<OsString>, opts: ExecOptions) -> String {
     match jobs.start(r.clone(), &argv, opts, None).await {
-        Ok(Started::Job(id)) => id,
+        Ok(Started::Job { id, .. }) => id,
         Ok(Started::Refused(r)) => panic!("refused: {r}"),
         Err(e) => panic!("start: {}", portcullis::error_chain(&e)),
     }
@@ -397,7 +397,7 @@ fn r0429_cancellation_before_and_during() {
         let token = CancellationToken::new();
         token.cancel();
         let id = match jobs.start(r.clone(), &sh("touch marker"), writable.clone(), Some(token)).await {
-            Ok(Started::Job(id)) => id,
+            Ok(Started::Job { id, .. }) => id,
             other => panic!("{other:?}"),
         };
         let o = until_end(&jobs, &id).await;
@@ -418,7 +418,7 @@ fn r0429_cancellation_before_and_during() {
             .start(r.clone(), &words(&["sleep", "30.04291"]), ExecOptions::default(), Some(token.clone()))
             .await
         {
-            Ok(Started::Job(id)) => id,
+            Ok(Started::Job { id, .. }) => id,
             other => panic!("{other:?}"),
         };
         wait_for_procs("30.04291", 1).await;

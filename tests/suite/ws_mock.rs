@@ -318,7 +318,7 @@ fn r0545_background_jobs_on_the_mock() {
         .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
     rt().block_on(async {
         let id = match w.start_shell("make", writable()).await {
-            Ok(Started::Job(id)) => id,
+            Ok(Started::Job { id, .. }) => id,
             other => panic!("{other:?}"),
         };
         let mut out = String::new();
@@ -336,7 +336,7 @@ fn r0545_background_jobs_on_the_mock() {
         assert_eq!((status, out.as_str()), (JobStatus::Exited, "built\n"));
         // A delayed one is killed; one more than max_jobs is refused.
         let long = match w.start_shell("serve", ExecOptions::default()).await {
-            Ok(Started::Job(id)) => id,
+            Ok(Started::Job { id, .. }) => id,
             other => panic!("{other:?}"),
         };
         let more = w.start_shell("serve", ExecOptions::default()).await;
