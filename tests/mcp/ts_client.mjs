@@ -403,7 +403,7 @@ await step('file tools', async () => {
         { id: 't2', content: 'run it as uid 65534', status: 'pending' },
     ];
     const tw = await okCall('todos', 'todo_write', { todos });
-    check('todos: counts', tw.counts?.in_progress === 1 || tw.counts?.inProgress === 1, tw.counts);
+    check('todos: counts', tw.counts?.in_progress === 1, tw.counts);
     const tr = await okCall('todos', 'todo_read', {});
     eq('todos: read back', (tr.todos ?? []).map((t) => [t.id, t.content, t.status]), todos.map((t) => [t.id, t.content, t.status]));
 });

@@ -317,7 +317,7 @@ fn r0527_list_dir_is_bounded_and_hides_denied_entries() {
         let r = rt().block_on(fx.w.list_dir("../", fx.w.list_options()));
         assert_eq!(err_kind(&r), "path-escape", "{:?}", fx.kind);
         let r = rt().block_on(fx.w.list_dir("README.md", fx.w.list_options()));
-        assert_eq!(err_kind(&r), "io", "{:?}", fx.kind);
+        assert_eq!(err_kind(&r), "bad-path", "{:?}", fx.kind);
         let r = rt().block_on(fx.w.list_dir("nope", fx.w.list_options()));
         assert_eq!(err_kind(&r), "no-such-file", "{:?}", fx.kind);
     });
