@@ -117,6 +117,7 @@ impl Server {
         let output_closed = CancellationToken::new();
         let writer = tokio::spawn(write_lines(rx, output, output_closed.clone(), self.opts.log));
         let conn = Arc::new(Conn {
+            list: tools_json(&self.tools),
             tools: self.tools,
             out: tx,
             log: self.opts.log,
@@ -245,6 +246,8 @@ enum Era {
 
 struct Conn {
     tools: Tools,
+    /// The `tools/list` answer's tools, made once (the set is fixed).
+    list: Value,
     out: mpsc::UnboundedSender<String>,
     log: bool,
     /// The version `initialize` negotiated, if one came.
@@ -427,7 +430,7 @@ impl Conn {
                 format!("invalid params: unknown cursor {c}: the tool list has one page; list again without a cursor"),
             ));
         }
-        let mut result = tools_json(&self.tools);
+        let mut result = self.list.clone();
         if *era == Era::Modern {
             result["ttlMs"] = json!(LIST_TTL_MS);
             result["cacheScope"] = json!("private");
