@@ -321,8 +321,9 @@ fn serve(a: ServeArgs) -> ExitCode {
         let stop = tokio_util::sync::CancellationToken::new();
         spawn_signal_stop(stop.clone()).map_err(|e| format!("cannot watch for signals: {e}"))?;
         let opts = portcullis::mcp::ServerOptions { max_message, log: true };
-        let input = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
-        Ok(Some(portcullis::mcp::Server::new(tools, opts).serve(input, tokio::io::stdout(), stop).await))
+        let input = tokio::io::BufReader::with_capacity(64 * 1024, portcullis::mcp::stdio::stdin());
+        let output = portcullis::mcp::stdio::stdout();
+        Ok(Some(portcullis::mcp::Server::new(tools, opts).serve(input, output, stop).await))
     });
     // The blocking thread reading stdin may still wait on it (a signal
     // ended the server): do not wait for it.

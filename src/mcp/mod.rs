@@ -17,7 +17,8 @@
 //!   for it; `notifications/progress` while a command runs, when the
 //!   request carried a `progressToken`;
 //! - the end of the input (or of the output, or a signal) cancels every
-//!   call and disposes of the workspace: no process it started is left.
+//!   call (each still answers, if the output is there) and disposes of the
+//!   workspace: no process it started is left.
 //!
 //! Why not `rmcp`: its stdio transport ignores a line that is not JSON and
 //! drops an oversized one without an answer, ends the service on a
@@ -27,6 +28,7 @@
 //! methods, two notifications), so it is written here against the spec.
 
 pub mod config;
+pub mod stdio;
 pub mod wire;
 
 pub use config::{ServeConfig, ServeError};
@@ -105,9 +107,9 @@ impl Server {
 
     /// Serve requests read from `input`, answering on `output`, until the
     /// input ends, the output fails or `stop` fires. Then every call still
-    /// running is cancelled (its command's tree killed), the workspace's
-    /// background jobs are killed, and the answers already made are
-    /// flushed.
+    /// running is cancelled (its command's tree killed; it still answers,
+    /// `cancelled`), the workspace's background jobs are killed, and the
+    /// answers are flushed.
     pub async fn serve<R, W>(self, input: R, output: W, stop: CancellationToken) -> End
     where
         R: AsyncBufRead + Unpin,
@@ -157,8 +159,10 @@ impl Server {
                 }
             }
         };
-        // Nothing more is answered: cancel every call (their commands'
-        // trees are killed) and the background jobs.
+        // Cancel every call (their commands' trees are killed) and the
+        // background jobs. The calls still answer, unless the output is
+        // gone: a request read before the input ended (`serve < file`)
+        // gets its answer, a cancelled command's says it was cancelled.
         conn.cancel_all();
         conn.tools.workspace().dispose().await;
         let drained = tokio::time::timeout(SHUTDOWN_GRACE, async { while calls.join_next().await.is_some() {} }).await;
@@ -443,8 +447,7 @@ impl Conn {
     }
 
     fn cancel_all(&self) {
-        for (_, call) in self.in_flight_lock().drain() {
-            call.answer.close();
+        for call in self.in_flight_lock().values() {
             call.cancel.cancel();
         }
     }

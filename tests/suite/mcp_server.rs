@@ -399,6 +399,9 @@ fn r0745_the_end_of_the_input_kills_every_process() {
     assert!(st.success(), "{st}");
     assert_eq!(survivors(&job), Vec::<String>::new(), "the background job survived");
     assert_eq!(survivors(&fg), Vec::<String>::new(), "the running command survived");
+    // The call still answered, saying what happened to it.
+    let r = s.structured(2);
+    assert_eq!(r["outcome"], "cancelled", "{r}");
 }
 
 #[test]
@@ -632,4 +635,37 @@ fn r0753_a_started_job_reports_the_access_the_gate_left_it() {
     // unmatched one would be read-only, the gate's default).
     s.call(3, "run_shell", json!({"command": "echo hi", "background": true}));
     assert_eq!(s.structured(3)["writable"], true);
+}
+
+#[test]
+fn r0754_requests_from_a_file_and_answers_to_a_file() {
+    // Not pipes: the server falls back to reading and writing through
+    // tokio's blocking stdio, and answers the same.
+    let ws = Ws::new();
+    let dir = tempfile::tempdir_in(super::util::test_root()).unwrap_or_else(|e| panic!("{e}"));
+    let input = dir.path().join("in.jsonl");
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "README.md"}}}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&input, text).unwrap_or_else(|e| panic!("{e}"));
+    let output = dir.path().join("out.jsonl");
+    let out = cli()
+        .arg("serve")
+        .arg("--workspace")
+        .arg(ws.path())
+        .stdin(std::fs::File::open(&input).unwrap_or_else(|e| panic!("{e}")))
+        .stdout(std::fs::File::create(&output).unwrap_or_else(|e| panic!("{e}")))
+        .status()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.success(), "{out}");
+    let answers: Vec<Value> = std::fs::read_to_string(&output)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert_eq!(answers[0]["result"]["protocolVersion"], "2025-11-25");
+    assert!(answers[1]["result"]["structuredContent"]["content"].as_str().is_some_and(|c| c.contains("readme")));
 }
