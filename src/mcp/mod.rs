@@ -440,6 +440,17 @@ impl Conn {
         self.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Forget the call in flight under `key` if it is still the one that
+    /// `answer` belongs to: after a cancel the client may reuse the id
+    /// while the cancelled call is still ending, and that call must not
+    /// take the new one's entry (its cancel would be lost).
+    fn forget(&self, key: &str, answer: &Arc<Answer>) {
+        let mut in_flight = self.in_flight_lock();
+        if in_flight.get(key).is_some_and(|c| Arc::ptr_eq(&c.answer, answer)) {
+            in_flight.remove(key);
+        }
+    }
+
     fn cancel_all(&self) {
         for (_, call) in self.in_flight_lock().drain() {
             call.answer.close();
@@ -508,7 +519,7 @@ impl Conn {
         calls.spawn(async move {
             let ctx = CallCtx { cancel: cancel.clone(), progress };
             let result = conn.tools.call(&name, args, ctx).await;
-            conn.in_flight_lock().remove(&key);
+            conn.forget(&key, &answer);
             let result = conn.finish(call_result(&result), Some(&era));
             answer.send_if_open(&conn, wire::response(&id, Ok(result)), true);
         });
