@@ -12,6 +12,10 @@
 //!   `cacheScope`, error -32022), chosen per request: a request that
 //!   carries its protocol version in `_meta` is served statelessly, one
 //!   without it is served under the handshake's version;
+//! - the answers waiting to be written are bounded
+//!   ([`ServerOptions::max_queued`]): past it the server stops reading requests
+//!   until the client reads, so one that only writes cannot make it hold
+//!   answers without bound;
 //! - requests served concurrently; `notifications/cancelled` cancels a call
 //!   (a running command's whole tree is killed) and nothing more is sent
 //!   for it; `notifications/progress` while a command runs, when the
@@ -32,13 +36,13 @@ pub mod wire;
 pub use config::{ServeConfig, ServeError};
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -62,6 +66,9 @@ pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub const LIST_TTL_MS: u64 = 5 * 60 * 1000;
 /// The most calls in flight at once; more are answered with an error.
 pub const MAX_IN_FLIGHT: usize = 256;
+/// The default bound on the answers waiting to be written (32 MiB; see
+/// [`ServerOptions::max_queued`]).
+pub const DEFAULT_MAX_QUEUED: usize = 32 << 20;
 /// How long the shutdown waits for cancelled calls to end.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -70,13 +77,19 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub struct ServerOptions {
     /// The longest incoming message, in bytes.
     pub max_message: usize,
+    /// The most bytes of answers waiting to be written: past it the server
+    /// reads no more requests (and sends no progress) until the client
+    /// reads, so a client that sends and never reads cannot make it hold
+    /// answers without bound (a `tools/list` of 180 bytes is answered
+    /// with ~45 KB).
+    pub max_queued: usize,
     /// Write a line to stderr for each protocol error and at the end.
     pub log: bool,
 }
 
 impl Default for ServerOptions {
     fn default() -> ServerOptions {
-        ServerOptions { max_message: wire::DEFAULT_MAX_MESSAGE, log: true }
+        ServerOptions { max_message: wire::DEFAULT_MAX_MESSAGE, max_queued: DEFAULT_MAX_QUEUED, log: true }
     }
 }
 
@@ -115,10 +128,12 @@ impl Server {
     {
         let (tx, rx) = mpsc::unbounded_channel::<String>();
         let output_closed = CancellationToken::new();
-        let writer = tokio::spawn(write_lines(rx, output, output_closed.clone(), self.opts.log));
+        let queued = Arc::new(Queued { limit: self.opts.max_queued, ..Queued::default() });
+        let writer = tokio::spawn(write_lines(rx, output, Arc::clone(&queued), output_closed.clone(), self.opts.log));
         let conn = Arc::new(Conn {
             tools: self.tools,
             out: tx,
+            queued,
             log: self.opts.log,
             handshake: Mutex::new(None),
             in_flight: Mutex::new(HashMap::new()),
@@ -128,7 +143,11 @@ impl Server {
         let end = loop {
             while calls.try_join_next().is_some() {}
             let frame = tokio::select! {
-                f = reader.next() => f,
+                // Read on only while the client keeps up with the answers.
+                f = async {
+                    conn.queued.room().await;
+                    reader.next().await
+                } => f,
                 () = output_closed.cancelled() => break End::OutputClosed,
                 () = stop.cancelled() => break End::Stopped,
             };
@@ -176,11 +195,48 @@ impl Server {
     }
 }
 
+/// The bytes of the lines sent to the writer and not yet written, and
+/// their bound.
+#[derive(Default)]
+struct Queued {
+    limit: usize,
+    bytes: AtomicUsize,
+    drained: Notify,
+}
+
+impl Queued {
+    fn add(&self, n: usize) {
+        self.bytes.fetch_add(n, Ordering::SeqCst);
+    }
+
+    fn written(&self, n: usize) {
+        self.bytes.fetch_sub(n, Ordering::SeqCst);
+        self.drained.notify_waiters();
+    }
+
+    fn full(&self) -> bool {
+        self.bytes.load(Ordering::SeqCst) > self.limit
+    }
+
+    /// Wait until no more than the bound is queued.
+    async fn room(&self) {
+        loop {
+            // Made before the check: a drain in between still wakes it.
+            let drained = self.drained.notified();
+            if !self.full() {
+                return;
+            }
+            drained.await;
+        }
+    }
+}
+
 /// Write each line (and a newline) as it comes, until every sender is gone
 /// or a write fails.
 async fn write_lines<W: AsyncWrite + Unpin>(
     mut rx: mpsc::UnboundedReceiver<String>,
     mut output: W,
+    queued: Arc<Queued>,
     closed: CancellationToken,
     log: bool,
 ) {
@@ -188,10 +244,12 @@ async fn write_lines<W: AsyncWrite + Unpin>(
         line.push('\n');
         let written = async {
             output.write_all(line.as_bytes()).await?;
+            queued.written(line.len());
             // Write what else is queued before flushing once.
             while let Ok(mut more) = rx.try_recv() {
                 more.push('\n');
                 output.write_all(more.as_bytes()).await?;
+                queued.written(more.len());
             }
             output.flush().await
         }
@@ -220,10 +278,11 @@ struct Answer {
 }
 
 impl Answer {
-    /// Send `line` if the request is still open; `last` closes it.
+    /// Send `line` if the request is still open; `last` closes it. A
+    /// notification (not `last`) is dropped while the client is behind.
     fn send_if_open(&self, conn: &Conn, line: String, last: bool) {
         let mut done = self.done.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !*done {
+        if !*done && (last || !conn.queued.full()) {
             conn.send(line);
             *done = last;
         }
@@ -246,6 +305,8 @@ enum Era {
 struct Conn {
     tools: Tools,
     out: mpsc::UnboundedSender<String>,
+    /// What `out` holds, in bytes.
+    queued: Arc<Queued>,
     log: bool,
     /// The version `initialize` negotiated, if one came.
     handshake: Mutex<Option<String>>,
@@ -255,6 +316,7 @@ struct Conn {
 impl Conn {
     fn send(&self, line: String) {
         // The writer is gone only when the output failed; the loop stops.
+        self.queued.add(line.len() + 1);
         let _ = self.out.send(line);
     }
 

@@ -78,3 +78,83 @@ fn r0760_an_id_reused_after_a_cancel_can_be_cancelled_again() {
     assert_eq!(next["id"], 6, "{next}");
     assert!(s.next(Duration::from_millis(500)).is_none());
 }
+
+/// The resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS for {pid}: {status}"))
+}
+
+#[test]
+fn r0761_a_client_that_never_reads_cannot_grow_the_server_without_bound() {
+    // Found in review: answers waited in an unbounded queue, and a
+    // tools/list of 180 bytes has an answer of ~45 KB: 3.5 MB of requests
+    // never read grew the server by ~900 MB. Now the server stops reading
+    // past --max-queued (default 32 MiB; 1 MiB here) until the client
+    // reads.
+    const REQUESTS: usize = 1000;
+    let ws = Ws::new();
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--max-queued").arg("1MiB");
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    let mut stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let list = |id: usize| {
+        let mut l = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {"_meta": meta()}})
+            .to_string()
+            .into_bytes();
+        l.push(b'\n');
+        l
+    };
+    // One answered request first: the baseline is a server that has served.
+    stdin.write_all(&list(0)).unwrap_or_else(|e| panic!("write: {e}"));
+    let mut one = Vec::new();
+    let mut byte = [0u8; 1];
+    while one.last() != Some(&b'\n') {
+        stdout.read_exact(&mut byte).unwrap_or_else(|e| panic!("read: {e}"));
+        one.push(byte[0]);
+    }
+    let answer_len = one.len();
+    let base = rss_kib(child.id());
+    let writer = std::thread::spawn(move || {
+        let all: Vec<u8> = (1..=REQUESTS).flat_map(list).collect();
+        // Blocks while the server does not read; fails if it died.
+        let ok = stdin.write_all(&all).is_ok();
+        (stdin, ok)
+    });
+    // Let the server take what it takes (unbounded, it made ~6 MB of
+    // answers a second in a debug build).
+    let mut peak = base;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        peak = peak.max(rss_kib(child.id()));
+    }
+    let grown_mib = peak.saturating_sub(base) / 1024;
+    let unbounded_mib = (answer_len * REQUESTS) >> 20;
+    // CONTROL: every answer comes once the client reads (the server paused,
+    // it dropped nothing), and they were worth far more than the bound.
+    let started = Instant::now();
+    let mut lines = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    while lines < REQUESTS && started.elapsed() < Duration::from_secs(120) {
+        let n = stdout.read(&mut buf).unwrap_or_else(|e| panic!("read: {e}"));
+        assert!(n > 0, "the server closed its output after {lines} answers");
+        lines += buf[..n].iter().filter(|b| **b == b'\n').count();
+    }
+    let (stdin, ok) = writer.join().unwrap_or_else(|_| panic!("writer panicked"));
+    drop(stdin);
+    let _ = child.wait();
+    assert!(ok, "the server stopped reading for good");
+    assert_eq!(lines, REQUESTS, "answers lost");
+    assert!(unbounded_mib >= 30, "the test's answers ({unbounded_mib} MiB) would not show an unbounded queue");
+    assert!(
+        grown_mib < 12,
+        "the server grew by {grown_mib} MiB while its {unbounded_mib} MiB of answers were not read"
+    );
+}
