@@ -17,8 +17,9 @@
 //!   until the client reads, so one that only writes cannot make it hold
 //!   answers without bound;
 //! - requests served concurrently; `notifications/cancelled` cancels a call
-//!   (a running command's whole tree is killed) and nothing more is sent
-//!   for it; `notifications/progress` while a command runs, when the
+//!   (a running command's whole tree is killed; a background job whose
+//!   start it cancelled is killed, since no one learns its id) and nothing
+//!   more is sent for it; `notifications/progress` while a command runs, when the
 //!   request carried a `progressToken`;
 //! - the end of the input (or of the output, or a signal) cancels every
 //!   call and disposes of the workspace: no process it started is left.
@@ -280,12 +281,15 @@ struct Answer {
 impl Answer {
     /// Send `line` if the request is still open; `last` closes it. A
     /// notification (not `last`) is dropped while the client is behind.
-    fn send_if_open(&self, conn: &Conn, line: String, last: bool) {
+    /// Whether it was sent.
+    fn send_if_open(&self, conn: &Conn, line: String, last: bool) -> bool {
         let mut done = self.done.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if !*done && (last || !conn.queued.full()) {
             conn.send(line);
             *done = last;
+            return true;
         }
+        false
     }
 
     fn close(&self) {
@@ -573,7 +577,7 @@ impl Conn {
                     if let Some(total) = p.total_ms {
                         params["total"] = json!(total);
                     }
-                    answer.send_if_open(&conn, wire::notification("notifications/progress", params), false);
+                    let _ = answer.send_if_open(&conn, wire::notification("notifications/progress", params), false);
                 });
                 sink
             });
@@ -582,8 +586,16 @@ impl Conn {
             let ctx = CallCtx { cancel: cancel.clone(), progress };
             let result = conn.tools.call(&name, args, ctx).await;
             conn.forget(&key, &answer);
+            let job = started_job(&result);
             let result = conn.finish(call_result(&result), Some(&era));
-            answer.send_if_open(&conn, wire::response(&id, Ok(result)), true);
+            let sent = answer.send_if_open(&conn, wire::response(&id, Ok(result)), true);
+            // A background job started while its call was cancelled: the
+            // client never learns its id, so no one else could stop it.
+            if let (false, Some(job)) = (sent, job) {
+                if let Err(e) = conn.tools.workspace().shell_kill(&job).await {
+                    conn.log_line(&format!("cannot kill job {job} of a cancelled call: {}", crate::error_chain(&e)));
+                }
+            }
         });
     }
 }
@@ -624,6 +636,15 @@ fn tool_json(t: &Tool) -> Value {
         v["outputSchema"] = o.clone();
     }
     v
+}
+
+/// The id of the background job a call started, if it did.
+fn started_job(r: &ToolResult) -> Option<String> {
+    let s = &r.structured;
+    if s.get("outcome").and_then(Value::as_str) != Some("started") {
+        return None;
+    }
+    s.get("job_id").and_then(Value::as_str).map(str::to_string)
 }
 
 /// A `tools/call` result: the structured object, mirrored as text.

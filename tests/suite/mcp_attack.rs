@@ -158,3 +158,39 @@ fn r0761_a_client_that_never_reads_cannot_grow_the_server_without_bound() {
         "the server grew by {grown_mib} MiB while its {unbounded_mib} MiB of answers were not read"
     );
 }
+
+#[test]
+fn r0762_a_background_start_cancelled_while_it_starts_leaves_no_job() {
+    // Found in review: a cancel that came while the job was being started
+    // closed the request, so the client never learned the job's id, and
+    // the job ran on (until its timeout or the server's end), holding one
+    // of shell.background.max_jobs.
+    let ws = Ws::new();
+    let mut s = serve(&ws, &[]);
+    let (mut orphans, mut answered_running) = (Vec::new(), 0);
+    for i in 0..40u32 {
+        let m = marker(7700 + i);
+        s.call(100 + i64::from(i), "run_shell", json!({"command": format!("sleep {m}"), "background": true}));
+        std::thread::sleep(Duration::from_micros(u64::from(i % 10) * 100));
+        s.send_raw(&cancel_line(100 + i64::from(i)));
+        match s.next(Duration::from_millis(400)) {
+            Some(a) => {
+                // Answered before the cancel: the client has the id.
+                let job = a["result"]["structuredContent"]["job_id"].as_str().map(str::to_string);
+                if let Some(job) = job {
+                    answered_running += usize::from(appears(&format!("sleep {m}")));
+                    s.call(1000, "shell_kill", json!({"id": job}));
+                    let _ = s.answer(&json!(1000));
+                }
+            }
+            None => {
+                if !survivors(&m).is_empty() {
+                    orphans.push(m);
+                }
+            }
+        }
+    }
+    // CONTROL: a start answered before its cancel runs its job.
+    assert!(answered_running > 0, "no start was answered with a running job");
+    assert_eq!(orphans, Vec::<String>::new(), "jobs whose start was cancelled and never answered still run");
+}
