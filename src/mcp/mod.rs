@@ -384,7 +384,9 @@ impl Conn {
             )),
         };
         if let Err(e) = &answer {
-            self.log_line(&format!("{method}: {}", e.message));
+            // Quoted: a method name is the client's text, and a newline in
+            // it must not start a log line of its own.
+            self.log_line(&format!("{method:?}: {}", e.message));
         }
         self.send(wire::response(&id, answer));
     }

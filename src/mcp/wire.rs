@@ -214,7 +214,7 @@ pub fn classify(line: &[u8]) -> Incoming {
         Some(other) => {
             let error = RpcError::new(
                 INVALID_PARAMS,
-                format!("invalid params of {method}: \"params\" is an object, not {}", kind_of(&other)),
+                format!("invalid params of {method:?}: \"params\" is an object, not {}", kind_of(&other)),
             );
             return match id {
                 Some(id) => Incoming::Invalid { id, error },

@@ -194,3 +194,38 @@ fn r0762_a_background_start_cancelled_while_it_starts_leaves_no_job() {
     assert!(answered_running > 0, "no start was answered with a running job");
     assert_eq!(orphans, Vec::<String>::new(), "jobs whose start was cancelled and never answered still run");
 }
+
+#[test]
+fn r0763_a_client_cannot_forge_lines_in_the_server_s_log() {
+    // Found in review: a method name was written raw into the stderr log,
+    // so a newline in it started a line of its own ("portcullis serve:
+    // ..." as if the server said it) and terminal escapes went through.
+    let ws = Ws::new();
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path());
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
+    let forged = "x\nportcullis serve: FORGED\u{1b}[2J";
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": forged, "params": {}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": forged, "params": [1]}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": forged, "io.modelcontextprotocol/clientCapabilities": {}}}}),
+    ];
+    let mut input: Vec<u8> = lines.iter().flat_map(|l| format!("{l}\n").into_bytes()).collect();
+    input.extend(b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\"}\n");
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    stdin.write_all(&input).unwrap_or_else(|e| panic!("write: {e}"));
+    drop(stdin);
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"));
+    let answers = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(answers.lines().count(), 4, "{answers}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    // CONTROL: the requests were logged (the method named, escaped).
+    assert!(log.matches("FORGED").count() >= 3, "the bad requests were not logged: {log}");
+    for line in log.lines() {
+        assert!(line.starts_with("portcullis serve: "), "a line the server did not write: {line:?}\n{log}");
+        assert!(!line.starts_with("portcullis serve: FORGED"), "a forged line: {line:?}");
+    }
+    assert!(!log.contains('\u{1b}'), "a terminal escape reached the log: {log:?}");
+}
