@@ -229,3 +229,35 @@ fn r0763_a_client_cannot_forge_lines_in_the_server_s_log() {
     }
     assert!(!log.contains('\u{1b}'), "a terminal escape reached the log: {log:?}");
 }
+
+/// The signals a process ignores (its `SigIgn` mask from /proc).
+fn ignored_mask(status: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("no SigIgn in {status}"))
+}
+
+#[test]
+fn r0764_a_command_starts_with_sigpipe_at_its_default() {
+    // Found in review: the helper is a Rust program, and Rust ignores
+    // SIGPIPE; an ignored signal survives exec, so every command ran with
+    // SIGPIPE ignored: `yes | head -1` printed "yes: standard output:
+    // Broken pipe" and a producer in a pipeline had to notice EPIPE itself.
+    let sigpipe = 1u64 << (libc::SIGPIPE - 1);
+    let ws = Ws::new();
+    let mut s = serve(&ws, &[]);
+    s.call(1, "run_shell", json!({"command": "cat /proc/self/status"}));
+    let r = s.structured(1);
+    // CONTROL: the server (a Rust program, running by now) does ignore it,
+    // so this is what a command would inherit without a reset.
+    let server = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap_or_default();
+    assert_ne!(ignored_mask(&server) & sigpipe, 0, "the server does not ignore SIGPIPE: {server}");
+    let mask = ignored_mask(r["stdout"].as_str().unwrap_or_default());
+    assert_eq!(mask & sigpipe, 0, "the command ignores SIGPIPE (SigIgn {mask:016x})");
+    s.call(2, "run_shell", json!({"command": "yes | head -1"}));
+    let r = s.structured(2);
+    assert_eq!(r["stdout"], "y\n", "{r}");
+    assert_eq!(r["stderr"], "", "the producer saw EPIPE instead of dying of SIGPIPE: {r}");
+}
