@@ -261,3 +261,35 @@ fn r0764_a_command_starts_with_sigpipe_at_its_default() {
     assert_eq!(r["stdout"], "y\n", "{r}");
     assert_eq!(r["stderr"], "", "the producer saw EPIPE instead of dying of SIGPIPE: {r}");
 }
+
+#[test]
+fn r0765_an_error_says_each_cause_once() {
+    // Found in review: an error whose text already ends with its cause's
+    // (a `{source}` in its message, or a wrapper of `{0}`) had the cause
+    // appended again by the chain: every startup error of serve, and the
+    // model's "no such file", said the same thing twice.
+    let ws = Ws::new();
+    let missing = ws.path().join("missing");
+    for (args, once) in [
+        (vec!["--tools", "nope"], "no tool named \"nope\""),
+        (vec!["--tests", ""], "test command \"\": it is empty"),
+        (vec!["--workspace", missing.to_str().unwrap_or_default()], "No such file or directory"),
+    ] {
+        let mut cmd = cli();
+        cmd.arg("serve");
+        if args[0] != "--workspace" {
+            cmd.arg("--workspace").arg(ws.path());
+        }
+        let out = cmd.args(&args).stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("serve: {e}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        // CONTROL: the cause is said.
+        assert_eq!(err.matches(once).count(), 1, "{args:?}: not said exactly once: {err}");
+    }
+    let mut s = serve(&ws, &[]);
+    s.call(1, "read_file", json!({"path": "missing.txt"}));
+    let e = s.structured(1)["error"].clone();
+    assert_eq!(e["kind"], "no-such-file", "{e}");
+    let msg = e["message"].as_str().unwrap_or_default();
+    assert_eq!(msg.matches("No such file or directory").count(), 1, "{msg}");
+}
