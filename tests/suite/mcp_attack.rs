@@ -293,3 +293,29 @@ fn r0765_an_error_says_each_cause_once() {
     let msg = e["message"].as_str().unwrap_or_default();
     assert_eq!(msg.matches("No such file or directory").count(), 1, "{msg}");
 }
+
+#[test]
+fn r0766_a_zero_timeout_is_the_model_s_bad_input_not_a_fault() {
+    // Found in review: `timeout_ms: 0` (a model's guess at "no timeout")
+    // came back as kind `fault`, "the timeout (--timeout): 0 would kill the
+    // command ... this is not caused by the arguments; tell the user".
+    let ws = Ws::new();
+    let mut s = serve(&ws, &[]);
+    s.request(json!(0), "tools/list", json!({"_meta": meta()}));
+    let list = s.result(0);
+    let run = list["tools"].as_array().into_iter().flatten().find(|t| t["name"] == "run_shell").cloned();
+    let schema = run.map(|t| t["inputSchema"]["properties"]["timeout_ms"].clone()).unwrap_or_default();
+    assert_eq!(schema["minimum"], 1, "the schema does not say so: {schema}");
+    for (id, background) in [(1, false), (2, true)] {
+        s.call(id, "run_shell", json!({"command": "echo hi", "timeout_ms": 0, "background": background}));
+        let r = s.result(id);
+        assert_eq!(r["isError"], true, "{r}");
+        let e = &r["structuredContent"]["error"];
+        assert_eq!(e["kind"], "bad-input", "{r}");
+        let msg = e["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("timeout_ms") && !msg.contains("tell the user"), "{msg}");
+    }
+    // CONTROL: a positive timeout runs.
+    s.call(3, "run_shell", json!({"command": "echo hi", "timeout_ms": 5000}));
+    assert_eq!(s.structured(3)["stdout"], "hi\n");
+}
