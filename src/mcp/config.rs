@@ -38,6 +38,21 @@ pub enum ServeError {
     /// The workspace could not be set up.
     #[error("{0}")]
     Workspace(#[from] WorkspaceError),
+    /// The policy file lies inside the workspace, and the policy's sandbox
+    /// mode cannot hide a path from commands.
+    #[error(
+        "{}: the policy file lies inside the workspace {}, and the landlock-only mode cannot hide it from \
+         commands (it has no mount namespace to mask it with, so every command would be refused): keep the policy \
+         file outside the workspace",
+        policy.display(),
+        workspace.display()
+    )]
+    PolicyInWorkspace {
+        /// The policy file.
+        policy: PathBuf,
+        /// The workspace.
+        workspace: PathBuf,
+    },
     /// The tool set could not be made as asked.
     #[error("{what}: {source}")]
     Tools {
@@ -55,14 +70,18 @@ impl ServeConfig {
     /// to the deny list, so no file tool reads it and a command sees it
     /// masked (it also stays read-only, as for every caller). The model
     /// learns the rules that concern it from refusals, never by reading
-    /// or editing them.
+    /// or editing them. In the landlock-only mode, which cannot mask a
+    /// path, such a policy is refused ([`ServeError::PolicyInWorkspace`]).
     pub fn tools(&self) -> Result<Tools, ServeError> {
         let mut b = Workspace::builder();
         if let Some(f) = &self.policy {
             b = b.policy_file(f)?;
             let mut policy = WorkspacePolicy::from_file(f)?;
             let root = self.workspace.clone().or_else(|| policy.workspace.clone());
-            if let Some(rel) = root.as_deref().and_then(|r| inside(f, r)) {
+            if let Some((root, rel)) = root.as_deref().and_then(|r| inside(f, r).map(|rel| (r, rel))) {
+                if policy.degraded == Some(portcullis_helper::spec::Mode::LandlockOnly) {
+                    return Err(ServeError::PolicyInWorkspace { policy: f.clone(), workspace: root.to_path_buf() });
+                }
                 policy.deny_paths.push(globset::escape(&rel));
             }
             b = b.policy(policy);

@@ -319,3 +319,45 @@ fn r0766_a_zero_timeout_is_the_model_s_bad_input_not_a_fault() {
     s.call(3, "run_shell", json!({"command": "echo hi", "timeout_ms": 5000}));
     assert_eq!(s.structured(3)["stdout"], "hi\n");
 }
+
+#[test]
+fn r0767_a_policy_inside_the_workspace_in_the_landlock_only_mode_is_refused_at_start() {
+    // Found in review: serve hides a policy file inside the workspace with
+    // a deny glob, but the landlock-only mode has no mounts to mask it
+    // with, so every command then failed ("deny globs need the mount
+    // namespace ...", kind fault, "tell the user") on a server that had
+    // started as if all were well.
+    let ws = Ws::new();
+    let text = format!("degraded = \"landlock-only\"\n{POLICY}");
+    ws.write(".portcullis.toml", &text);
+    let inside = ws.join(".portcullis.toml");
+    let out = cli()
+        .arg("serve")
+        .arg("--workspace")
+        .arg(ws.path())
+        .arg("--policy")
+        .arg(&inside)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("serve: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("landlock-only") && err.contains("outside the workspace"), "{err}");
+    // CONTROL: the same policy outside the workspace serves (where the
+    // landlock-only mode runs here, its commands run too).
+    let outside = ws.path().with_extension("policy.toml");
+    std::fs::write(&outside, &text).unwrap_or_else(|e| panic!("policy: {e}"));
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(&outside);
+    let landlock_only = super::container::landlock_only_available("r0767");
+    let cmd = if landlock_only { super::container::under(super::container::Profile::Container, cmd) } else { cmd };
+    let mut s = Serve::spawn(cmd);
+    s.call(1, "read_file", json!({"path": "README.md"}));
+    assert_eq!(s.result(1)["isError"], false);
+    if landlock_only {
+        s.call(2, "run_shell", json!({"command": "echo ran"}));
+        let r = s.structured(2);
+        assert_eq!(r["stdout"], "ran\n", "{r}");
+        assert_eq!(r["sandbox"], "landlock-only", "{r}");
+    }
+}
