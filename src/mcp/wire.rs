@@ -60,7 +60,7 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                 return Ok(match skipped {
                     Some(n) => Frame::Oversized(n),
                     None if line.is_empty() => Frame::Eof,
-                    None => Frame::Line(trim_cr(line)),
+                    None => self.bounded(line),
                 });
             }
             let (chunk, used, end) = match memchr::memchr(b'\n', avail) {
@@ -69,7 +69,9 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             };
             match skipped.as_mut() {
                 Some(n) => *n += chunk.len(),
-                None if line.len() + chunk.len() > self.max => {
+                // One byte more for a `\r` before the `\n`, which is not
+                // part of the message.
+                None if line.len() + chunk.len() > self.max.saturating_add(1) => {
                     skipped = Some(line.len() + chunk.len());
                     line = Vec::new();
                 }
@@ -79,9 +81,19 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             if end {
                 return Ok(match skipped {
                     Some(n) => Frame::Oversized(n),
-                    None => Frame::Line(trim_cr(line)),
+                    None => self.bounded(line),
                 });
             }
+        }
+    }
+
+    /// A whole line without its `\r`, if it is within the bound.
+    fn bounded(&self, line: Vec<u8>) -> Frame {
+        let line = trim_cr(line);
+        if line.len() > self.max {
+            Frame::Oversized(line.len())
+        } else {
+            Frame::Line(line)
         }
     }
 }
@@ -296,6 +308,17 @@ mod tests {
         );
         assert_eq!(frames(b"", 10).await, vec![Frame::Eof]);
         assert_eq!(frames(b"01234567890123", 10).await, vec![Frame::Oversized(14), Frame::Eof]);
+        // The bound is the message's: a `\r` before the `\n` is not counted.
+        assert_eq!(
+            frames(b"0123456789\r\n0123456789a\r\n0123456789a\n0123456789a", 10).await,
+            vec![
+                Frame::Line(b"0123456789".to_vec()),
+                Frame::Oversized(12),
+                Frame::Oversized(11),
+                Frame::Oversized(11),
+                Frame::Eof
+            ]
+        );
     }
 
     #[test]

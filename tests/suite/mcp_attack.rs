@@ -361,3 +361,35 @@ fn r0767_a_policy_inside_the_workspace_in_the_landlock_only_mode_is_refused_at_s
         assert_eq!(r["sandbox"], "landlock-only", "{r}");
     }
 }
+
+#[test]
+fn r0768_a_message_of_exactly_the_limit_is_served_with_either_line_end() {
+    // Found in review: the `\r` of a CRLF line end counted against
+    // --max-message, so a message of exactly the limit was refused as one
+    // byte too long when the client ended its lines with "\r\n".
+    let ws = Ws::new();
+    let mut s = serve(&ws, &["--max-message", "1024"]);
+    let ping = |id: i64, len: usize| {
+        let head = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"ping\",\"params\":{{\"x\":\"");
+        let mut l = head.clone().into_bytes();
+        l.extend(std::iter::repeat_n(b'a', len - head.len() - 3));
+        l.extend(b"\"}}");
+        assert_eq!(l.len(), len);
+        l
+    };
+    for (id, end) in [(1, &b"\n"[..]), (2, &b"\r\n"[..])] {
+        let mut l = ping(id, 1024);
+        l.extend(end);
+        s.send_raw(&l);
+        assert_eq!(s.result(id), json!({}), "a message of 1024 bytes ending in {end:?}");
+    }
+    // CONTROL: one byte more is over the limit, with either line end.
+    for end in [&b"\n"[..], &b"\r\n"[..]] {
+        let mut l = ping(3, 1025);
+        l.extend(end);
+        s.send_raw(&l);
+        let e = s.error(Value::Null);
+        assert_eq!(e["code"], -32600, "{e}");
+        assert_eq!(e["data"]["limit"], 1024, "{e}");
+    }
+}
