@@ -5,7 +5,8 @@
 //!
 //! - stdio framing: one JSON-RPC message per line ([`wire`]), every
 //!   incoming line bounded ([`ServerOptions::max_message`]); only protocol
-//!   messages are written, logs go to stderr;
+//!   messages are written, logs go to stderr (never waited for: a client
+//!   that does not read them loses lines, the server does not stall);
 //! - both protocol eras: the `initialize` handshake (2025-11-25, accepting
 //!   2025-06-18 and 2025-03-26) and the stateless 2026-07-28 revision
 //!   (`server/discover`, per-request `_meta`, `resultType`, `ttlMs` and
@@ -84,7 +85,9 @@ pub struct ServerOptions {
     /// answers without bound (a `tools/list` of 180 bytes is answered
     /// with ~45 KB).
     pub max_queued: usize,
-    /// Write a line to stderr for each protocol error and at the end.
+    /// Write a line to stderr for each protocol error and at the end (from
+    /// a thread of its own: lines are dropped, never waited for, while the
+    /// client does not read them).
     pub log: bool,
 }
 
@@ -130,12 +133,14 @@ impl Server {
         let (tx, rx) = mpsc::unbounded_channel::<String>();
         let output_closed = CancellationToken::new();
         let queued = Arc::new(Queued { limit: self.opts.max_queued, ..Queued::default() });
-        let writer = tokio::spawn(write_lines(rx, output, Arc::clone(&queued), output_closed.clone(), self.opts.log));
+        let log = Arc::new(Log::new(self.opts.log));
+        let writer =
+            tokio::spawn(write_lines(rx, output, Arc::clone(&queued), output_closed.clone(), Arc::clone(&log)));
         let conn = Arc::new(Conn {
             tools: self.tools,
             out: tx,
             queued,
-            log: self.opts.log,
+            log: Arc::clone(&log),
             handshake: Mutex::new(None),
             in_flight: Mutex::new(HashMap::new()),
         });
@@ -192,7 +197,62 @@ impl Server {
         });
         drop(conn);
         let _ = writer.await;
+        log.flush(LOG_FLUSH);
         end
+    }
+}
+
+/// How long the end waits for the log's last lines to be written.
+const LOG_FLUSH: Duration = Duration::from_secs(1);
+/// The most log lines waiting to be written; more are dropped.
+const LOG_QUEUE: usize = 1024;
+
+/// The server's log on stderr, written by a thread of its own: a client
+/// that never reads its end of the pipe (the spec lets a client ignore the
+/// log) must not stall the server, so while the pipe is full lines wait in
+/// a bounded queue and then are dropped.
+struct Log {
+    tx: Mutex<Option<std::sync::mpsc::SyncSender<String>>>,
+    done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl Log {
+    /// A log (`on`), or one that writes nothing.
+    fn new(on: bool) -> Log {
+        let off = Log { tx: Mutex::new(None), done: Mutex::new(None) };
+        if !on {
+            return off;
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<String>(LOG_QUEUE);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new().name("portcullis-serve-log".into()).spawn(move || {
+            use std::io::Write;
+            let mut err = std::io::stderr();
+            for line in rx {
+                let _ = err.write_all(line.as_bytes());
+            }
+            let _ = done_tx.send(());
+        });
+        match spawned {
+            Ok(_) => Log { tx: Mutex::new(Some(tx)), done: Mutex::new(Some(done)) },
+            // No thread: no log, rather than a log that can block.
+            Err(_) => off,
+        }
+    }
+
+    fn line(&self, msg: &str) {
+        if let Some(tx) = self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
+            let _ = tx.try_send(format!("portcullis serve: {msg}\n"));
+        }
+    }
+
+    /// Close the log and wait up to `limit` for what it holds to be
+    /// written.
+    fn flush(&self, limit: Duration) {
+        drop(self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+        if let Some(done) = self.done.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+            let _ = done.recv_timeout(limit);
+        }
     }
 }
 
@@ -239,7 +299,7 @@ async fn write_lines<W: AsyncWrite + Unpin>(
     mut output: W,
     queued: Arc<Queued>,
     closed: CancellationToken,
-    log: bool,
+    log: Arc<Log>,
 ) {
     while let Some(mut line) = rx.recv().await {
         line.push('\n');
@@ -256,9 +316,7 @@ async fn write_lines<W: AsyncWrite + Unpin>(
         }
         .await;
         if let Err(e) = written {
-            if log {
-                eprintln!("portcullis serve: cannot write the output: {e}");
-            }
+            log.line(&format!("cannot write the output: {e}"));
             closed.cancel();
             return;
         }
@@ -311,7 +369,7 @@ struct Conn {
     out: mpsc::UnboundedSender<String>,
     /// What `out` holds, in bytes.
     queued: Arc<Queued>,
-    log: bool,
+    log: Arc<Log>,
     /// The version `initialize` negotiated, if one came.
     handshake: Mutex<Option<String>>,
     in_flight: Mutex<HashMap<String, InFlight>>,
@@ -325,9 +383,7 @@ impl Conn {
     }
 
     fn log_line(&self, msg: &str) {
-        if self.log {
-            eprintln!("portcullis serve: {msg}");
-        }
+        self.log.line(msg);
     }
 
     fn handle(self: &Arc<Self>, line: &[u8], calls: &mut JoinSet<()>) {

@@ -393,3 +393,41 @@ fn r0768_a_message_of_exactly_the_limit_is_served_with_either_line_end() {
         assert_eq!(e["data"]["limit"], 1024, "{e}");
     }
 }
+
+#[test]
+fn r0769_a_client_that_never_reads_stderr_cannot_stall_the_server() {
+    // Found in review: the log was written with eprintln! from the read
+    // loop; a client that pipes stderr and never reads it (the spec lets a
+    // client ignore the log) filled the pipe after ~64 KiB of log lines,
+    // and the server stopped: no answer, and at stdin EOF no exit, its
+    // command left running.
+    let ws = Ws::new();
+    let policy = ws.path().with_extension("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap_or_else(|e| panic!("policy: {e}"));
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(&policy);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
+    let mut stderr = child.stderr.take().unwrap_or_else(|| panic!("no stderr"));
+    // Serve drives stdin and stdout; stderr stays unread until the end.
+    let mut s = Serve::adopt(child);
+    let m = marker(7690);
+    s.call(1, "run_shell", json!({"command": format!("sleep {m}")}));
+    assert!(appears(&format!("sleep {m}")), "not started");
+    // Each line is answered -32700 and logged (~200 bytes): ~400 KB of log.
+    s.send_raw(&b"not json\n".repeat(2000));
+    for _ in 0..2000 {
+        let e = s.error(Value::Null);
+        assert_eq!(e["code"], -32700, "{e}");
+    }
+    s.request(json!(2), "ping", json!({}));
+    assert_eq!(s.result(2), json!({}), "the server stalled");
+    s.close();
+    let st = s.exit_within(Duration::from_secs(10)).unwrap_or_else(|| panic!("no exit at EOF"));
+    assert!(st.success(), "{st}");
+    assert_eq!(survivors(&m), Vec::<String>::new(), "the command survived");
+    // CONTROL: the pipe was full (the log was there to block on).
+    let mut log = Vec::new();
+    let _ = stderr.read_to_end(&mut log);
+    assert!(log.len() >= 60 * 1024, "only {} bytes of log: the pipe never filled", log.len());
+}

@@ -51,7 +51,12 @@ impl Serve {
 
     pub(super) fn spawn(mut cmd: Command) -> Serve {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        Serve::adopt(child)
+    }
+
+    /// Drive a server started with piped stdin and stdout.
+    pub(super) fn adopt(mut child: Child) -> Serve {
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
         let (tx, lines) = mpsc::channel();
