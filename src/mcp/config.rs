@@ -82,7 +82,7 @@ impl ServeConfig {
                 if policy.degraded == Some(portcullis_helper::spec::Mode::LandlockOnly) {
                     return Err(ServeError::PolicyInWorkspace { policy: f.clone(), workspace: root.to_path_buf() });
                 }
-                policy.deny_paths.push(globset::escape(&rel));
+                policy.deny_paths.push(glob_literal(&rel));
             }
             b = b.policy(policy);
         }
@@ -110,6 +110,20 @@ impl ServeConfig {
         }
         Ok(tools)
     }
+}
+
+/// A deny glob that matches `path` literally: every character a deny glob
+/// reads specially, `\` included (`globset::escape` leaves it, and `\x`
+/// would mean `x`), is escaped with `\`.
+fn glob_literal(path: &str) -> String {
+    let mut g = String::with_capacity(path.len());
+    for c in path.chars() {
+        if matches!(c, '\\' | '*' | '?' | '[' | ']' | '{' | '}') {
+            g.push('\\');
+        }
+        g.push(c);
+    }
+    g
 }
 
 /// `file`'s path relative to `root` when it lies inside it (both resolved).

@@ -431,3 +431,28 @@ fn r0769_a_client_that_never_reads_stderr_cannot_stall_the_server() {
     let _ = stderr.read_to_end(&mut log);
     assert!(log.len() >= 60 * 1024, "only {} bytes of log: the pipe never filled", log.len());
 }
+
+#[test]
+fn r0770_a_policy_file_with_a_backslash_in_its_name_is_hidden_too() {
+    // Found in review: the deny glob that hides a policy file inside the
+    // workspace was made with globset::escape, which leaves `\` alone;
+    // deny globs read `\x` as a literal `x`, so the glob of `p\x.toml`
+    // matched `px.toml` and the model read the policy.
+    let ws = Ws::new();
+    let name = "p\\x.toml";
+    ws.write(name, POLICY);
+    ws.write("copy.toml", POLICY);
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(ws.join(name));
+    let mut s = Serve::spawn(cmd);
+    s.call(1, "read_file", json!({"path": name}));
+    assert_eq!(s.structured(1)["error"]["kind"], "path-escape", "the model read the policy");
+    s.call(2, "run_shell", json!({"command": "cat 'p\\x.toml' copy.toml"}));
+    let r = s.structured(2);
+    let out = r["stdout"].as_str().unwrap_or_default();
+    assert_eq!(out.matches("[shell]").count(), 1, "a command read the policy: {r}");
+    assert!(r["stderr"].as_str().unwrap_or_default().contains("Permission denied"), "{r}");
+    // CONTROL: the same text under another name reads.
+    s.call(3, "read_file", json!({"path": "copy.toml"}));
+    assert_eq!(s.result(3)["isError"], false);
+}
