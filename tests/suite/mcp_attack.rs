@@ -456,3 +456,41 @@ fn r0770_a_policy_file_with_a_backslash_in_its_name_is_hidden_too() {
     s.call(3, "read_file", json!({"path": "copy.toml"}));
     assert_eq!(s.result(3)["isError"], false);
 }
+
+#[test]
+fn r0772_an_absolute_deny_glob_with_an_escape_masks_its_file() {
+    // Found in review (while hiding a policy named `p\x.toml`): the
+    // sandbox walks an absolute deny glob from its literal prefix, and a
+    // component with a `\` escape counted as literal, so the prefix named
+    // `p\\x.key` (two backslashes), which does not exist: nothing was
+    // masked, and the command read the file the jail denies.
+    let ws = Ws::new();
+    ws.write("p\\x.key", "secret\n");
+    let real = std::fs::canonicalize(ws.path()).unwrap_or_else(|e| panic!("{e}"));
+    let glob = format!("{}/p\\\\x.key", real.display());
+    let run = |deny: &str| {
+        let policy = ws.path().with_extension("deny.toml");
+        let text = format!("deny_paths = [{deny:?}]\n[shell]\nallow = [\"cat\"]\n");
+        std::fs::write(&policy, text).unwrap_or_else(|e| panic!("{e}"));
+        cli()
+            .arg("exec")
+            .arg("--policy")
+            .arg(&policy)
+            .arg("--workspace")
+            .arg(ws.path())
+            .arg("--")
+            .arg("cat")
+            .arg("p\\x.key")
+            .output()
+            .unwrap_or_else(|e| panic!("exec: {e}"))
+    };
+    let out = run(&glob);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "the command read the denied file");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"), "{out:?}");
+    // CONTROL: the relative spelling of the same glob masks it, and without
+    // a deny glob the file reads.
+    let out = run("p\\\\x.key");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"), "{out:?}");
+    let out = run("nothing-here");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "secret\n", "{out:?}");
+}
