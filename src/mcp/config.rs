@@ -38,12 +38,10 @@ pub enum ServeError {
     /// The workspace could not be set up.
     #[error("{0}")]
     Workspace(#[from] WorkspaceError),
-    /// The policy file lies inside the workspace, and the policy's sandbox
-    /// mode cannot hide a path from commands.
+    /// The policy file lies inside the workspace and cannot be hidden from
+    /// the model there.
     #[error(
-        "{}: the policy file lies inside the workspace {}, and the landlock-only mode cannot hide it from \
-         commands (it has no mount namespace to mask it with, so every command would be refused): keep the policy \
-         file outside the workspace",
+        "{}: the policy file lies inside the workspace {}, and {why}: keep the policy file outside the workspace",
         policy.display(),
         workspace.display()
     )]
@@ -52,6 +50,8 @@ pub enum ServeError {
         policy: PathBuf,
         /// The workspace.
         workspace: PathBuf,
+        /// Why it cannot be hidden.
+        why: &'static str,
     },
     /// The tool set could not be made as asked.
     #[error("{what}: {source}")]
@@ -66,8 +66,9 @@ pub enum ServeError {
 impl ServeConfig {
     /// The tool set to serve.
     ///
-    /// A policy file inside the workspace is hidden from the model: added
-    /// to the deny list, so no file tool reads it and a command sees it
+    /// A policy file inside the workspace is hidden from the model: its
+    /// real path (that file alone, not its name at any depth) is added to
+    /// the deny list, so no file tool reads it and a command sees it
     /// masked (it also stays read-only, as for every caller). The model
     /// learns the rules that concern it from refusals, never by reading
     /// or editing them. In the landlock-only mode, which cannot mask a
@@ -78,11 +79,20 @@ impl ServeConfig {
             b = b.policy_file(f)?;
             let mut policy = WorkspacePolicy::from_file(f)?;
             let root = self.workspace.clone().or_else(|| policy.workspace.clone());
-            if let Some((root, rel)) = root.as_deref().and_then(|r| inside(f, r).map(|rel| (r, rel))) {
+            if let Some((root, real)) = root.as_deref().and_then(|r| inside(f, r).map(|real| (r, real))) {
+                let refuse =
+                    |why| ServeError::PolicyInWorkspace { policy: f.clone(), workspace: root.to_path_buf(), why };
                 if policy.degraded == Some(portcullis_helper::spec::Mode::LandlockOnly) {
-                    return Err(ServeError::PolicyInWorkspace { policy: f.clone(), workspace: root.to_path_buf() });
+                    return Err(refuse(
+                        "the landlock-only mode cannot hide it from commands (it has no mount namespace to mask it \
+                         with, so every command would be refused)",
+                    ));
                 }
-                policy.deny_paths.push(glob_literal(&rel));
+                // Its real path: a bare name would be a name at any depth.
+                let Some(real) = real.to_str() else {
+                    return Err(refuse("its path is not UTF-8, which a deny glob cannot name"));
+                };
+                policy.deny_paths.push(glob_literal(real));
             }
             b = b.policy(policy);
         }
@@ -126,10 +136,9 @@ fn glob_literal(path: &str) -> String {
     g
 }
 
-/// `file`'s path relative to `root` when it lies inside it (both resolved).
-fn inside(file: &Path, root: &Path) -> Option<String> {
+/// `file`'s real path when it lies inside `root` (both resolved).
+fn inside(file: &Path, root: &Path) -> Option<PathBuf> {
     let file = std::fs::canonicalize(file).ok()?;
     let root = std::fs::canonicalize(root).ok()?;
-    let rel = file.strip_prefix(&root).ok()?;
-    rel.to_str().filter(|s| !s.is_empty()).map(str::to_string)
+    (file != root && file.starts_with(&root)).then_some(file)
 }

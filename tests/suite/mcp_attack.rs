@@ -458,6 +458,49 @@ fn r0770_a_policy_file_with_a_backslash_in_its_name_is_hidden_too() {
 }
 
 #[test]
+fn r0771_only_the_policy_file_itself_is_hidden_and_one_that_cannot_be_is_refused() {
+    // Found in review: the glob hiding a policy at the workspace's top was
+    // its bare name, which a deny glob reads as "this name at any depth":
+    // every `.portcullis.toml` of the tree was hidden (sub/.portcullis.toml
+    // of the user's project too). And a policy path that is not UTF-8 was
+    // not hidden at all, silently.
+    let ws = Ws::new();
+    ws.write(".portcullis.toml", POLICY);
+    ws.write("sub/.portcullis.toml", "user data\n");
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(ws.join(".portcullis.toml"));
+    let mut s = Serve::spawn(cmd);
+    s.call(1, "read_file", json!({"path": "sub/.portcullis.toml"}));
+    let r = s.result(1);
+    assert_eq!(r["isError"], false, "a file that is not the policy is hidden: {r}");
+    s.call(2, "run_shell", json!({"command": "cat sub/.portcullis.toml"}));
+    assert_eq!(s.structured(2)["stdout"], "user data\n");
+    // CONTROL: the policy itself stays hidden, to both.
+    s.call(3, "read_file", json!({"path": ".portcullis.toml"}));
+    assert_eq!(s.structured(3)["error"]["kind"], "path-escape");
+    s.call(4, "run_shell", json!({"command": "cat .portcullis.toml"}));
+    let r = s.structured(4);
+    assert!(r["stderr"].as_str().unwrap_or_default().contains("Permission denied"), "{r}");
+    drop(s);
+    // A name a deny glob cannot spell is refused at start, not left visible.
+    use std::os::unix::ffi::OsStrExt;
+    let odd = ws.path().join(std::ffi::OsStr::from_bytes(b"p\xff.toml"));
+    std::fs::write(&odd, POLICY).unwrap_or_else(|e| panic!("{e}"));
+    let out = cli()
+        .arg("serve")
+        .arg("--workspace")
+        .arg(ws.path())
+        .arg("--policy")
+        .arg(&odd)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("serve: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("UTF-8") && err.contains("outside the workspace"), "{err}");
+}
+
+#[test]
 fn r0772_an_absolute_deny_glob_with_an_escape_masks_its_file() {
     // Found in review (while hiding a policy named `p\x.toml`): the
     // sandbox walks an absolute deny glob from its literal prefix, and a
