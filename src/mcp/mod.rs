@@ -124,7 +124,7 @@ impl Server {
     /// input ends, the output fails or `stop` fires. Then every call still
     /// running is cancelled (its command's tree killed), the workspace's
     /// background jobs are killed, and the answers already made are
-    /// flushed.
+    /// flushed (for up to 2 s: a client that does not read them loses them).
     pub async fn serve<R, W>(self, input: R, output: W, stop: CancellationToken) -> End
     where
         R: AsyncBufRead + Unpin,
@@ -196,12 +196,20 @@ impl Server {
             End::Stopped => "asked to stop: stopped",
         });
         drop(conn);
-        let _ = writer.await;
+        // The answers already made go out, unless the client does not read
+        // them: then they are dropped, not waited for.
+        let mut writer = writer;
+        if tokio::time::timeout(WRITE_GRACE, &mut writer).await.is_err() {
+            writer.abort();
+            log.line("the client did not read the last answers: dropped");
+        }
         log.flush(LOG_FLUSH);
         end
     }
 }
 
+/// How long the end waits for the answers already made to be written.
+const WRITE_GRACE: Duration = Duration::from_secs(2);
 /// How long the end waits for the log's last lines to be written.
 const LOG_FLUSH: Duration = Duration::from_secs(1);
 /// The most log lines waiting to be written; more are dropped.

@@ -537,3 +537,47 @@ fn r0772_an_absolute_deny_glob_with_an_escape_masks_its_file() {
     let out = run("nothing-here");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "secret\n", "{out:?}");
 }
+
+#[test]
+fn r0773_the_server_exits_at_eof_even_when_its_answers_are_not_read() {
+    // Found in review: at stdin EOF the server killed its commands, then
+    // waited without bound for its writer to write the answers a client
+    // that does not read stdout never takes: it never exited.
+    let ws = Ws::new();
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path());
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    // Held open, never read.
+    let mut stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let lines: Vec<u8> = (0..300)
+        .flat_map(|id| {
+            let mut l = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {"_meta": meta()}})
+                .to_string()
+                .into_bytes();
+            l.push(b'\n');
+            l
+        })
+        .collect();
+    stdin.write_all(&lines).unwrap_or_else(|e| panic!("write: {e}"));
+    std::thread::sleep(Duration::from_secs(2));
+    drop(stdin);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut status = None;
+    while Instant::now() < deadline {
+        if let Ok(Some(st)) = child.try_wait() {
+            status = Some(st);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(status.is_some(), "no exit within 15 s of stdin EOF");
+    // CONTROL: the pipe was full (the writer had answers to block on:
+    // 300 of ~40 KB).
+    let mut buf = Vec::new();
+    let _ = stdout.read_to_end(&mut buf);
+    assert!(buf.len() >= 60 * 1024, "only {} bytes were written: the pipe never filled", buf.len());
+}
