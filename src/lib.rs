@@ -37,13 +37,18 @@ pub mod workspace;
 pub use portcullis_helper::spec::Network;
 pub use sandbox::{ExecRequest, ExecResult, Plan, Sandbox, SandboxError};
 
-/// An error and its causes on one line: `a: b: c`.
+/// An error and its causes on one line: `a: b: c`. A cause the text
+/// already ends with (an error whose message embeds its `{source}`, or a
+/// wrapper that shows its inner error as itself) is not said again.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let cause = c.to_string();
+        if !s.ends_with(&cause) {
+            s.push_str(": ");
+            s.push_str(&cause);
+        }
         cur = c.source();
     }
     s

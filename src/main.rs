@@ -85,6 +85,11 @@ struct ServeArgs {
     /// The longest incoming message: bytes, or a size such as `8MiB`.
     #[arg(long, value_name = "SIZE", value_parser = portcullis::units::parse_size, default_value = "4MiB")]
     max_message: u64,
+    /// The most answers waiting for the client to read them: bytes, or a
+    /// size such as `32MiB`. Past it no more requests are read until the
+    /// client reads.
+    #[arg(long, value_name = "SIZE", value_parser = portcullis::units::parse_size, default_value = "32MiB")]
+    max_queued: u64,
 }
 
 /// `--network`: a [`Network`] by name, the accepted names listed in the
@@ -320,7 +325,11 @@ fn serve(a: ServeArgs) -> ExitCode {
         );
         let stop = tokio_util::sync::CancellationToken::new();
         spawn_signal_stop(stop.clone()).map_err(|e| format!("cannot watch for signals: {e}"))?;
-        let opts = portcullis::mcp::ServerOptions { max_message, log: true };
+        let max_queued = usize::try_from(a.max_queued).unwrap_or(usize::MAX);
+        if max_queued < 64 * 1024 {
+            return Err(format!("--max-queued {max_queued}: at least 64 KiB"));
+        }
+        let opts = portcullis::mcp::ServerOptions { max_message, max_queued, log: true };
         let input = tokio::io::BufReader::with_capacity(64 * 1024, portcullis::mcp::stdio::stdin());
         let output = portcullis::mcp::stdio::stdout();
         Ok(Some(portcullis::mcp::Server::new(tools, opts).serve(input, output, stop).await))

@@ -44,6 +44,9 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) ->
     nix::unistd::setsid().map_err(|e| Fail::io(Step::NewSession, errno(e)))?;
     nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
         .map_err(|e| Fail::io(Step::UnblockSignals, errno(e)))?;
+    // The command gets SIGPIPE (and every other signal) at its default,
+    // not as this Rust program ignores it.
+    crate::sys::default_signal_dispositions().map_err(|e| Fail::io(Step::UnblockSignals, e))?;
     change_dir(spec)?;
     set_rlimits(spec)?;
     drop_privileges(spec)?;

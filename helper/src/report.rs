@@ -132,7 +132,8 @@ steps! {
     ForkCommand = 33, "forking the command";
     /// `setsid`: no controlling terminal, no TIOCSTI into the caller's tty.
     NewSession = 34, "starting a new session";
-    /// Unblock the signals the helper blocked, so the command gets them.
+    /// Unblock the signals the helper blocked and put every disposition back
+    /// to its default (Rust ignores SIGPIPE), so the command gets them.
     UnblockSignals = 35, "unblocking signals";
     /// Change to the working directory.
     Chdir = 36, "changing to the working directory";

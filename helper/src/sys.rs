@@ -430,6 +430,28 @@ pub fn capset_none() -> io::Result<()> {
     cvt(r).map(drop)
 }
 
+/// Put every signal a process may catch or ignore back to its default
+/// disposition (an ignored one survives `execve`; this program, being Rust,
+/// ignores SIGPIPE). Signals the C library reserves for itself answer
+/// EINVAL and are left as they are.
+pub fn default_signal_dispositions() -> io::Result<()> {
+    for sig in 1..=libc::SIGRTMAX() {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: SIG_DFL installs no handler; the old disposition is not
+        // read.
+        let r = unsafe { libc::signal(sig, libc::SIG_DFL) };
+        if r == libc::SIG_ERR {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINVAL) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `execve(path, argv, envp)`; returns only on failure.
 pub fn execve(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> io::Error {
     // SAFETY: `argv` and `envp` are NULL-terminated arrays of pointers to C

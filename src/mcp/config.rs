@@ -38,6 +38,21 @@ pub enum ServeError {
     /// The workspace could not be set up.
     #[error("{0}")]
     Workspace(#[from] WorkspaceError),
+    /// The policy file lies inside the workspace and cannot be hidden from
+    /// the model there.
+    #[error(
+        "{}: the policy file lies inside the workspace {}, and {why}: keep the policy file outside the workspace",
+        policy.display(),
+        workspace.display()
+    )]
+    PolicyInWorkspace {
+        /// The policy file.
+        policy: PathBuf,
+        /// The workspace.
+        workspace: PathBuf,
+        /// Why it cannot be hidden.
+        why: &'static str,
+    },
     /// The tool set could not be made as asked.
     #[error("{what}: {source}")]
     Tools {
@@ -51,19 +66,33 @@ pub enum ServeError {
 impl ServeConfig {
     /// The tool set to serve.
     ///
-    /// A policy file inside the workspace is hidden from the model: added
-    /// to the deny list, so no file tool reads it and a command sees it
+    /// A policy file inside the workspace is hidden from the model: its
+    /// real path (that file alone, not its name at any depth) is added to
+    /// the deny list, so no file tool reads it and a command sees it
     /// masked (it also stays read-only, as for every caller). The model
     /// learns the rules that concern it from refusals, never by reading
-    /// or editing them.
+    /// or editing them. In the landlock-only mode, which cannot mask a
+    /// path, such a policy is refused ([`ServeError::PolicyInWorkspace`]).
     pub fn tools(&self) -> Result<Tools, ServeError> {
         let mut b = Workspace::builder();
         if let Some(f) = &self.policy {
             b = b.policy_file(f)?;
             let mut policy = WorkspacePolicy::from_file(f)?;
             let root = self.workspace.clone().or_else(|| policy.workspace.clone());
-            if let Some(rel) = root.as_deref().and_then(|r| inside(f, r)) {
-                policy.deny_paths.push(globset::escape(&rel));
+            if let Some((root, real)) = root.as_deref().and_then(|r| inside(f, r).map(|real| (r, real))) {
+                let refuse =
+                    |why| ServeError::PolicyInWorkspace { policy: f.clone(), workspace: root.to_path_buf(), why };
+                if policy.degraded == Some(portcullis_helper::spec::Mode::LandlockOnly) {
+                    return Err(refuse(
+                        "the landlock-only mode cannot hide it from commands (it has no mount namespace to mask it \
+                         with, so every command would be refused)",
+                    ));
+                }
+                // Its real path: a bare name would be a name at any depth.
+                let Some(real) = real.to_str() else {
+                    return Err(refuse("its path is not UTF-8, which a deny glob cannot name"));
+                };
+                policy.deny_paths.push(glob_literal(real));
             }
             b = b.policy(policy);
         }
@@ -93,10 +122,23 @@ impl ServeConfig {
     }
 }
 
-/// `file`'s path relative to `root` when it lies inside it (both resolved).
-fn inside(file: &Path, root: &Path) -> Option<String> {
+/// A deny glob that matches `path` literally: every character a deny glob
+/// reads specially, `\` included (`globset::escape` leaves it, and `\x`
+/// would mean `x`), is escaped with `\`.
+fn glob_literal(path: &str) -> String {
+    let mut g = String::with_capacity(path.len());
+    for c in path.chars() {
+        if matches!(c, '\\' | '*' | '?' | '[' | ']' | '{' | '}') {
+            g.push('\\');
+        }
+        g.push(c);
+    }
+    g
+}
+
+/// `file`'s real path when it lies inside `root` (both resolved).
+fn inside(file: &Path, root: &Path) -> Option<PathBuf> {
     let file = std::fs::canonicalize(file).ok()?;
     let root = std::fs::canonicalize(root).ok()?;
-    let rel = file.strip_prefix(&root).ok()?;
-    rel.to_str().filter(|s| !s.is_empty()).map(str::to_string)
+    (file != root && file.starts_with(&root)).then_some(file)
 }

@@ -5,16 +5,22 @@
 //!
 //! - stdio framing: one JSON-RPC message per line ([`wire`]), every
 //!   incoming line bounded ([`ServerOptions::max_message`]); only protocol
-//!   messages are written, logs go to stderr;
+//!   messages are written, logs go to stderr (never waited for: a client
+//!   that does not read them loses lines, the server does not stall);
 //! - both protocol eras: the `initialize` handshake (2025-11-25, accepting
 //!   2025-06-18 and 2025-03-26) and the stateless 2026-07-28 revision
 //!   (`server/discover`, per-request `_meta`, `resultType`, `ttlMs` and
 //!   `cacheScope`, error -32022), chosen per request: a request that
 //!   carries its protocol version in `_meta` is served statelessly, one
 //!   without it is served under the handshake's version;
+//! - the answers waiting to be written are bounded
+//!   ([`ServerOptions::max_queued`]): past it the server stops reading requests
+//!   until the client reads, so one that only writes cannot make it hold
+//!   answers without bound;
 //! - requests served concurrently; `notifications/cancelled` cancels a call
-//!   (a running command's whole tree is killed) and nothing more is sent
-//!   for it; `notifications/progress` while a command runs, when the
+//!   (a running command's whole tree is killed; a background job whose
+//!   start it cancelled is killed, since no one learns its id) and nothing
+//!   more is sent for it; `notifications/progress` while a command runs, when the
 //!   request carried a `progressToken`;
 //! - the end of the input (or of the output, or a signal) cancels every
 //!   call (each still answers, if the output is there) and disposes of the
@@ -34,13 +40,13 @@ pub mod wire;
 pub use config::{ServeConfig, ServeError};
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -64,6 +70,9 @@ pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub const LIST_TTL_MS: u64 = 5 * 60 * 1000;
 /// The most calls in flight at once; more are answered with an error.
 pub const MAX_IN_FLIGHT: usize = 256;
+/// The default bound on the answers waiting to be written (32 MiB; see
+/// [`ServerOptions::max_queued`]).
+pub const DEFAULT_MAX_QUEUED: usize = 32 << 20;
 /// How long the shutdown waits for cancelled calls to end.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -72,13 +81,21 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub struct ServerOptions {
     /// The longest incoming message, in bytes.
     pub max_message: usize,
-    /// Write a line to stderr for each protocol error and at the end.
+    /// The most bytes of answers waiting to be written: past it the server
+    /// reads no more requests (and sends no progress) until the client
+    /// reads, so a client that sends and never reads cannot make it hold
+    /// answers without bound (a `tools/list` of 180 bytes is answered
+    /// with ~45 KB).
+    pub max_queued: usize,
+    /// Write a line to stderr for each protocol error and at the end (from
+    /// a thread of its own: lines are dropped, never waited for, while the
+    /// client does not read them).
     pub log: bool,
 }
 
 impl Default for ServerOptions {
     fn default() -> ServerOptions {
-        ServerOptions { max_message: wire::DEFAULT_MAX_MESSAGE, log: true }
+        ServerOptions { max_message: wire::DEFAULT_MAX_MESSAGE, max_queued: DEFAULT_MAX_QUEUED, log: true }
     }
 }
 
@@ -109,7 +126,8 @@ impl Server {
     /// input ends, the output fails or `stop` fires. Then every call still
     /// running is cancelled (its command's tree killed; it still answers,
     /// `cancelled`), the workspace's background jobs are killed, and the
-    /// answers are flushed.
+    /// answers are flushed (for up to 2 s: a client that does not read
+    /// them loses them).
     pub async fn serve<R, W>(self, input: R, output: W, stop: CancellationToken) -> End
     where
         R: AsyncBufRead + Unpin,
@@ -117,12 +135,16 @@ impl Server {
     {
         let (tx, rx) = mpsc::unbounded_channel::<String>();
         let output_closed = CancellationToken::new();
-        let writer = tokio::spawn(write_lines(rx, output, output_closed.clone(), self.opts.log));
+        let queued = Arc::new(Queued { limit: self.opts.max_queued, ..Queued::default() });
+        let log = Arc::new(Log::new(self.opts.log));
+        let writer =
+            tokio::spawn(write_lines(rx, output, Arc::clone(&queued), output_closed.clone(), Arc::clone(&log)));
         let conn = Arc::new(Conn {
             list: tools_json(&self.tools),
             tools: self.tools,
             out: tx,
-            log: self.opts.log,
+            queued,
+            log: Arc::clone(&log),
             handshake: Mutex::new(None),
             in_flight: Mutex::new(HashMap::new()),
         });
@@ -131,7 +153,11 @@ impl Server {
         let end = loop {
             while calls.try_join_next().is_some() {}
             let frame = tokio::select! {
-                f = reader.next() => f,
+                // Read on only while the client keeps up with the answers.
+                f = async {
+                    conn.queued.room().await;
+                    reader.next().await
+                } => f,
                 () = output_closed.cancelled() => break End::OutputClosed,
                 () = stop.cancelled() => break End::Stopped,
             };
@@ -164,20 +190,121 @@ impl Server {
         // gone: a request read before the input ended (`serve < file`)
         // gets its answer, a cancelled command's says it was cancelled.
         conn.cancel_all();
-        conn.tools.workspace().dispose().await;
         let drained = tokio::time::timeout(SHUTDOWN_GRACE, async { while calls.join_next().await.is_some() {} }).await;
         if drained.is_err() {
             conn.log_line("calls still running after the grace period were aborted");
             calls.shutdown().await;
         }
+        // After the calls: a call still reading a file would otherwise
+        // find the workspace disposed.
+        conn.tools.workspace().dispose().await;
         conn.log_line(match end {
             End::InputClosed => "the input ended: stopped",
             End::OutputClosed => "the output is closed: stopped",
             End::Stopped => "asked to stop: stopped",
         });
         drop(conn);
-        let _ = writer.await;
+        // The answers already made go out, unless the client does not read
+        // them: then they are dropped, not waited for.
+        let mut writer = writer;
+        if tokio::time::timeout(WRITE_GRACE, &mut writer).await.is_err() {
+            writer.abort();
+            log.line("the client did not read the last answers: dropped");
+        }
+        log.flush(LOG_FLUSH);
         end
+    }
+}
+
+/// How long the end waits for the answers already made to be written.
+const WRITE_GRACE: Duration = Duration::from_secs(2);
+/// How long the end waits for the log's last lines to be written.
+const LOG_FLUSH: Duration = Duration::from_secs(1);
+/// The most log lines waiting to be written; more are dropped.
+const LOG_QUEUE: usize = 1024;
+
+/// The server's log on stderr, written by a thread of its own: a client
+/// that never reads its end of the pipe (the spec lets a client ignore the
+/// log) must not stall the server, so while the pipe is full lines wait in
+/// a bounded queue and then are dropped.
+struct Log {
+    tx: Mutex<Option<std::sync::mpsc::SyncSender<String>>>,
+    done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl Log {
+    /// A log (`on`), or one that writes nothing.
+    fn new(on: bool) -> Log {
+        let off = Log { tx: Mutex::new(None), done: Mutex::new(None) };
+        if !on {
+            return off;
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<String>(LOG_QUEUE);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new().name("portcullis-serve-log".into()).spawn(move || {
+            use std::io::Write;
+            let mut err = std::io::stderr();
+            for line in rx {
+                let _ = err.write_all(line.as_bytes());
+            }
+            let _ = done_tx.send(());
+        });
+        match spawned {
+            Ok(_) => Log { tx: Mutex::new(Some(tx)), done: Mutex::new(Some(done)) },
+            // No thread: no log, rather than a log that can block.
+            Err(_) => off,
+        }
+    }
+
+    fn line(&self, msg: &str) {
+        if let Some(tx) = self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
+            let _ = tx.try_send(format!("portcullis serve: {msg}\n"));
+        }
+    }
+
+    /// Close the log and wait up to `limit` for what it holds to be
+    /// written.
+    fn flush(&self, limit: Duration) {
+        drop(self.tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+        if let Some(done) = self.done.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+            let _ = done.recv_timeout(limit);
+        }
+    }
+}
+
+/// The bytes of the lines sent to the writer and not yet written, and
+/// their bound.
+#[derive(Default)]
+struct Queued {
+    limit: usize,
+    bytes: AtomicUsize,
+    drained: Notify,
+}
+
+impl Queued {
+    fn add(&self, n: usize) {
+        self.bytes.fetch_add(n, Ordering::SeqCst);
+    }
+
+    fn written(&self, n: usize) {
+        self.bytes.fetch_sub(n, Ordering::SeqCst);
+        self.drained.notify_waiters();
+    }
+
+    fn full(&self) -> bool {
+        self.bytes.load(Ordering::SeqCst) > self.limit
+    }
+
+    /// Wait until no more than the bound is queued.
+    async fn room(&self) {
+        loop {
+            // Made before the check: a drain in between still wakes it.
+            let drained = self.drained.notified();
+            if !self.full() {
+                return;
+            }
+            drained.await;
+        }
     }
 }
 
@@ -186,25 +313,26 @@ impl Server {
 async fn write_lines<W: AsyncWrite + Unpin>(
     mut rx: mpsc::UnboundedReceiver<String>,
     mut output: W,
+    queued: Arc<Queued>,
     closed: CancellationToken,
-    log: bool,
+    log: Arc<Log>,
 ) {
     while let Some(mut line) = rx.recv().await {
         line.push('\n');
         let written = async {
             output.write_all(line.as_bytes()).await?;
+            queued.written(line.len());
             // Write what else is queued before flushing once.
             while let Ok(mut more) = rx.try_recv() {
                 more.push('\n');
                 output.write_all(more.as_bytes()).await?;
+                queued.written(more.len());
             }
             output.flush().await
         }
         .await;
         if let Err(e) = written {
-            if log {
-                eprintln!("portcullis serve: cannot write the output: {e}");
-            }
+            log.line(&format!("cannot write the output: {e}"));
             closed.cancel();
             return;
         }
@@ -225,13 +353,17 @@ struct Answer {
 }
 
 impl Answer {
-    /// Send `line` if the request is still open; `last` closes it.
-    fn send_if_open(&self, conn: &Conn, line: String, last: bool) {
+    /// Send `line` if the request is still open; `last` closes it. A
+    /// notification (not `last`) is dropped while the client is behind.
+    /// Whether it was sent.
+    fn send_if_open(&self, conn: &Conn, line: String, last: bool) -> bool {
         let mut done = self.done.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !*done {
+        if !*done && (last || !conn.queued.full()) {
             conn.send(line);
             *done = last;
+            return true;
         }
+        false
     }
 
     fn close(&self) {
@@ -253,7 +385,9 @@ struct Conn {
     /// The `tools/list` answer's tools, made once (the set is fixed).
     list: Value,
     out: mpsc::UnboundedSender<String>,
-    log: bool,
+    /// What `out` holds, in bytes.
+    queued: Arc<Queued>,
+    log: Arc<Log>,
     /// The version `initialize` negotiated, if one came.
     handshake: Mutex<Option<String>>,
     in_flight: Mutex<HashMap<String, InFlight>>,
@@ -262,13 +396,12 @@ struct Conn {
 impl Conn {
     fn send(&self, line: String) {
         // The writer is gone only when the output failed; the loop stops.
+        self.queued.add(line.len() + 1);
         let _ = self.out.send(line);
     }
 
     fn log_line(&self, msg: &str) {
-        if self.log {
-            eprintln!("portcullis serve: {msg}");
-        }
+        self.log.line(msg);
     }
 
     fn handle(self: &Arc<Self>, line: &[u8], calls: &mut JoinSet<()>) {
@@ -325,7 +458,9 @@ impl Conn {
             )),
         };
         if let Err(e) = &answer {
-            self.log_line(&format!("{method}: {}", e.message));
+            // Quoted: a method name is the client's text, and a newline in
+            // it must not start a log line of its own.
+            self.log_line(&format!("{method:?}: {}", e.message));
         }
         self.send(wire::response(&id, answer));
     }
@@ -446,6 +581,17 @@ impl Conn {
         self.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Forget the call in flight under `key` if it is still the one that
+    /// `answer` belongs to: after a cancel the client may reuse the id
+    /// while the cancelled call is still ending, and that call must not
+    /// take the new one's entry (its cancel would be lost).
+    fn forget(&self, key: &str, answer: &Arc<Answer>) {
+        let mut in_flight = self.in_flight_lock();
+        if in_flight.get(key).is_some_and(|c| Arc::ptr_eq(&c.answer, answer)) {
+            in_flight.remove(key);
+        }
+    }
+
     fn cancel_all(&self) {
         for call in self.in_flight_lock().values() {
             call.cancel.cancel();
@@ -505,7 +651,7 @@ impl Conn {
                     if let Some(total) = p.total_ms {
                         params["total"] = json!(total);
                     }
-                    answer.send_if_open(&conn, wire::notification("notifications/progress", params), false);
+                    let _ = answer.send_if_open(&conn, wire::notification("notifications/progress", params), false);
                 });
                 sink
             });
@@ -513,9 +659,17 @@ impl Conn {
         calls.spawn(async move {
             let ctx = CallCtx { cancel: cancel.clone(), progress };
             let result = conn.tools.call(&name, args, ctx).await;
-            conn.in_flight_lock().remove(&key);
+            conn.forget(&key, &answer);
+            let job = started_job(&result);
             let result = conn.finish(call_result(&result), Some(&era));
-            answer.send_if_open(&conn, wire::response(&id, Ok(result)), true);
+            let sent = answer.send_if_open(&conn, wire::response(&id, Ok(result)), true);
+            // A background job started while its call was cancelled: the
+            // client never learns its id, so no one else could stop it.
+            if let (false, Some(job)) = (sent, job) {
+                if let Err(e) = conn.tools.workspace().shell_kill(&job).await {
+                    conn.log_line(&format!("cannot kill job {job} of a cancelled call: {}", crate::error_chain(&e)));
+                }
+            }
         });
     }
 }
@@ -562,6 +716,15 @@ fn tool_json(t: &Tool) -> Value {
         v["outputSchema"] = o.clone();
     }
     v
+}
+
+/// The id of the background job a call started, if it did.
+fn started_job(r: &ToolResult) -> Option<String> {
+    let s = &r.structured;
+    if s.get("outcome").and_then(Value::as_str) != Some("started") {
+        return None;
+    }
+    s.get("job_id").and_then(Value::as_str).map(str::to_string)
 }
 
 /// A `tools/call` result: the structured object, mirrored as text.

@@ -71,7 +71,7 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                 return Ok(match skipped {
                     Some(s) => s.frame(),
                     None if line.is_empty() => Frame::Eof,
-                    None => Frame::Line(trim_cr(line)),
+                    None => self.bounded(line),
                 });
             }
             let (chunk, used, end) = match memchr::memchr(b'\n', avail) {
@@ -80,7 +80,9 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             };
             match skipped.as_mut() {
                 Some(s) => s.add(chunk),
-                None if line.len() + chunk.len() > self.max => {
+                // One byte more for a `\r` before the `\n`, which is not
+                // part of the message.
+                None if line.len() + chunk.len() > self.max.saturating_add(1) => {
                     let mut s = Skipped::default();
                     s.add(&line);
                     s.add(chunk);
@@ -93,9 +95,21 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             if end {
                 return Ok(match skipped {
                     Some(s) => s.frame(),
-                    None => Frame::Line(trim_cr(line)),
+                    None => self.bounded(line),
                 });
             }
+        }
+    }
+
+    /// A whole line without its `\r`, if it is within the bound.
+    fn bounded(&self, line: Vec<u8>) -> Frame {
+        let line = trim_cr(line);
+        if line.len() > self.max {
+            let mut s = Skipped::default();
+            s.add(&line);
+            s.frame()
+        } else {
+            Frame::Line(line)
         }
     }
 }
@@ -281,7 +295,7 @@ pub fn classify(line: &[u8]) -> Incoming {
         Some(other) => {
             let error = RpcError::new(
                 INVALID_PARAMS,
-                format!("invalid params of {method}: \"params\" is an object, not {}", kind_of(&other)),
+                format!("invalid params of {method:?}: \"params\" is an object, not {}", kind_of(&other)),
             );
             return match id {
                 Some(id) => Incoming::Invalid { id, error },
@@ -380,6 +394,21 @@ mod tests {
         assert_eq!(id("", r#"\"id\":5}"}"#), Value::Null);
         assert_eq!(id(r#"{"jsonrpc":"2.0","id":{"x":1}"#, ""), Value::Null);
         assert_eq!(id(r#"{"jsonrpc":"2.0","id":1.5,"#, ""), Value::Null);
+    }
+
+    #[tokio::test]
+    async fn a_cr_before_the_newline_is_not_counted() {
+        let f = frames(b"0123456789\r\n0123456789a\r\n0123456789a\n0123456789a", 10).await;
+        let sizes: Vec<Option<usize>> = f
+            .iter()
+            .map(|x| match x {
+                Frame::Oversized { size, .. } => Some(*size),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(f[0], Frame::Line(b"0123456789".to_vec()));
+        assert_eq!(sizes, vec![None, Some(12), Some(11), Some(11), None]);
+        assert_eq!(f[4], Frame::Eof);
     }
 
     #[test]

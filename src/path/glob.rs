@@ -45,9 +45,10 @@ pub fn normalize_glob(g: &str) -> String {
     }
 }
 
-/// Whether a component of a glob holds a wildcard (`*`, `?`, `[`, `{`).
+/// Whether a component of a glob is not a plain name: it has a wildcard,
+/// or a `\` escape (`a\\b` names `a\b`: only matching reads it right).
 fn is_wild(c: &OsStr) -> bool {
-    c.to_string_lossy().contains(['*', '?', '[', '{'])
+    c.to_string_lossy().contains(['*', '?', '[', '{', '\\'])
 }
 
 /// The literal part of the glob `g`: its components before the first one
@@ -414,6 +415,7 @@ mod tests {
         assert_eq!(literal_prefix(Path::new("/a/b")), PathBuf::from("/a/b"));
         assert_eq!(literal_prefix(Path::new("/**/x")), PathBuf::from("/"));
         assert_eq!(literal_prefix(Path::new("a/{b,c}/d")), PathBuf::from("a"));
+        assert_eq!(literal_prefix(Path::new("/a/b\\\\c/d")), PathBuf::from("/a"), "an escape is not a name");
     }
 
     fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {

@@ -116,8 +116,10 @@ pub struct ListDirInput {
 pub struct RunShellInput {
     /// The command line (one line; e.g. `cargo build --offline 2>&1 | tail -20`).
     pub command: String,
-    /// Kill the command after this many milliseconds (at most the workspace's timeout).
+    /// Kill the command after this many milliseconds (at most the workspace's timeout; leave it out for the
+    /// workspace's own).
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub timeout_ms: Option<u64>,
     /// Start it as a background job (a server, a watcher) and return at once with its `job_id`.
     #[serde(default)]

@@ -662,6 +662,14 @@ impl Tools {
                 .await
             }
             ToolKind::RunShell => match parse::<RunShellInput>(&e.name, args) {
+                Ok(i) if i.timeout_ms == Some(0) => ToolResult::error(ErrorInfo::new(
+                    "bad-input",
+                    format!(
+                        "{}: timeout_ms 0 would kill the command before it starts; give a positive number of \
+                         milliseconds, or leave it out for the workspace's timeout",
+                        e.name
+                    ),
+                )),
                 Ok(i) if i.background => self.background(&e.name, i, ctx).await,
                 Ok(i) => self.command(e.kind, &e.name, &i.command, i.timeout_ms, ctx).await,
                 Err(bad) => bad,

@@ -16,23 +16,24 @@ use serde_json::{json, Value};
 
 use super::util::{cli, host_procs_containing, survivors, Ws};
 
-const POLICY: &str = r#"
+pub(super) const POLICY: &str = r#"
 [shell]
 interpreter = "sh"
 allow = ["echo", "cat", "sleep", "sh", "ls", "true", "printf"]
 [shell.background]
 "#;
 
-/// A running `portcullis serve` and what it wrote.
-struct Serve {
-    child: Child,
+/// A running `portcullis serve` and what it wrote (also driven by
+/// `mcp_attack`).
+pub(super) struct Serve {
+    pub(super) child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<Result<Value, String>>,
     /// Messages read while waiting for another.
-    backlog: Vec<Value>,
+    pub(super) backlog: Vec<Value>,
 }
 
-fn meta() -> Value {
+pub(super) fn meta() -> Value {
     json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -40,7 +41,7 @@ fn meta() -> Value {
 }
 
 impl Serve {
-    fn start(ws: &Ws, extra: &[&str]) -> Serve {
+    pub(super) fn start(ws: &Ws, extra: &[&str]) -> Serve {
         let policy = ws.path().with_extension("policy.toml");
         std::fs::write(&policy, POLICY).unwrap_or_else(|e| panic!("policy: {e}"));
         let mut cmd = cli();
@@ -48,9 +49,14 @@ impl Serve {
         Serve::spawn(cmd)
     }
 
-    fn spawn(mut cmd: Command) -> Serve {
+    pub(super) fn spawn(mut cmd: Command) -> Serve {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        Serve::adopt(child)
+    }
+
+    /// Drive a server started with piped stdin and stdout.
+    pub(super) fn adopt(mut child: Child) -> Serve {
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
         let (tx, lines) = mpsc::channel();
@@ -74,29 +80,29 @@ impl Serve {
         Serve { child, stdin, lines, backlog: Vec::new() }
     }
 
-    fn send_raw(&mut self, bytes: &[u8]) {
+    pub(super) fn send_raw(&mut self, bytes: &[u8]) {
         let stdin = self.stdin.as_mut().unwrap_or_else(|| panic!("stdin closed"));
         stdin.write_all(bytes).unwrap_or_else(|e| panic!("write: {e}"));
         stdin.flush().unwrap_or_else(|e| panic!("flush: {e}"));
     }
 
-    fn send(&mut self, msg: Value) {
+    pub(super) fn send(&mut self, msg: Value) {
         let mut line = msg.to_string().into_bytes();
         line.push(b'\n');
         self.send_raw(&line);
     }
 
-    fn request(&mut self, id: Value, method: &str, params: Value) {
+    pub(super) fn request(&mut self, id: Value, method: &str, params: Value) {
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
     }
 
     /// A modern-era `tools/call`.
-    fn call(&mut self, id: i64, tool: &str, args: Value) {
+    pub(super) fn call(&mut self, id: i64, tool: &str, args: Value) {
         self.request(json!(id), "tools/call", json!({"name": tool, "arguments": args, "_meta": meta()}));
     }
 
     /// The next message, within `limit`.
-    fn next(&mut self, limit: Duration) -> Option<Value> {
+    pub(super) fn next(&mut self, limit: Duration) -> Option<Value> {
         match self.lines.recv_timeout(limit) {
             Ok(Ok(v)) => Some(v),
             Ok(Err(bad)) => panic!("the server wrote something that is not protocol on stdout: {bad}"),
@@ -105,7 +111,7 @@ impl Serve {
     }
 
     /// The answer to `id` (other messages kept in the backlog).
-    fn answer(&mut self, id: &Value) -> Value {
+    pub(super) fn answer(&mut self, id: &Value) -> Value {
         if let Some(at) = self.backlog.iter().position(|m| m.get("id") == Some(id) && m.get("method").is_none()) {
             return self.backlog.remove(at);
         }
@@ -119,26 +125,26 @@ impl Serve {
         panic!("no answer to {id} within 30 s; got {:?}", self.backlog);
     }
 
-    fn result(&mut self, id: i64) -> Value {
+    pub(super) fn result(&mut self, id: i64) -> Value {
         let a = self.answer(&json!(id));
         a.get("result").cloned().unwrap_or_else(|| panic!("an error, not a result: {a}"))
     }
 
-    fn structured(&mut self, id: i64) -> Value {
+    pub(super) fn structured(&mut self, id: i64) -> Value {
         self.result(id)["structuredContent"].clone()
     }
 
-    fn error(&mut self, id: Value) -> Value {
+    pub(super) fn error(&mut self, id: Value) -> Value {
         let a = self.answer(&id);
         a.get("error").cloned().unwrap_or_else(|| panic!("a result, not an error: {a}"))
     }
 
-    fn close(&mut self) {
+    pub(super) fn close(&mut self) {
         self.stdin = None;
     }
 
     /// The exit status within `limit`.
-    fn exit_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+    pub(super) fn exit_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             if let Ok(Some(st)) = self.child.try_wait() {
@@ -158,7 +164,7 @@ impl Drop for Serve {
 }
 
 /// Wait until a host process has `needle` in its command line.
-fn appears(needle: &str) -> bool {
+pub(super) fn appears(needle: &str) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if !host_procs_containing(needle).is_empty() {
@@ -170,7 +176,7 @@ fn appears(needle: &str) -> bool {
 }
 
 /// A marker unique to this test run, as a `sleep` duration.
-fn marker(base: u32) -> String {
+pub(super) fn marker(base: u32) -> String {
     format!("{}.{}", base, std::process::id())
 }
 

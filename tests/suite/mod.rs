@@ -22,6 +22,7 @@ mod landlock_only;
 mod limits;
 mod links_review;
 mod lock_concurrency;
+mod mcp_attack;
 mod mcp_clients;
 mod mcp_server;
 mod mcp_ts;
