@@ -219,6 +219,10 @@ struct ExecArgs {
     /// Test builds only: skip Landlock (proves the mounts alone hold).
     #[arg(long, hide = true)]
     test_skip_landlock: bool,
+    /// Test builds only: skip the main seccomp filter (measures its cost;
+    /// proves the other layers alone hold).
+    #[arg(long, hide = true)]
+    test_skip_seccomp: bool,
     /// Test builds only: make the git guard fail (proves the run fails closed).
     #[arg(long, hide = true)]
     test_fail_git_guard: bool,
@@ -448,6 +452,7 @@ fn options(a: &ExecArgs) -> Result<ExecOptions, String> {
         test_switches: portcullis::sandbox::TestSwitches {
             skip_readonly: a.test_skip_readonly,
             skip_landlock: a.test_skip_landlock,
+            skip_seccomp: a.test_skip_seccomp,
             fail_git_guard: a.test_fail_git_guard,
         },
     })

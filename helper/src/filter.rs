@@ -741,6 +741,13 @@ impl Asm {
     }
 }
 
+/// The conditional entries' syscalls that ordinary programs make often, in
+/// the order the program compares them (the rest follow in table order):
+/// every open, the descriptor flags libc and git read and set, `isatty`'s
+/// `TCGETS`, and every fork. Only the order changes with this list, never
+/// what is refused (`filter::tests` runs every entry either way).
+const HOT: &[i64] = &[libc::SYS_openat, libc::SYS_fcntl, libc::SYS_ioctl, libc::SYS_clone];
+
 /// Compile the whole filter.
 pub fn compile() -> Result<BpfProgram, FilterError> {
     compile_for(Profile::FULL)
@@ -764,15 +771,20 @@ pub fn compile_for(profile: Profile) -> Result<BpfProgram, FilterError> {
         }
     }
     let refuse = |e: &Entry| others.iter().find(|(n, _)| *n == e.errno).map_or(deny, |(_, l)| *l);
+    // Conditional entries first, the busiest first: the kernel's action
+    // cache lets every syscall whose outcome depends on its number alone
+    // skip the program (`read`, `close`, `newfstatat`, `getdents64`, ...),
+    // so only the conditional ones run it, and `openat` runs it on every
+    // open. Each jumps to a block that inspects the argument.
+    let mut conditional: Vec<(&Entry, Label)> =
+        entries.iter().filter(|e| e.when != When::Always).map(|e| (e, a.label())).collect();
+    conditional.sort_by_key(|(e, _)| HOT.iter().position(|n| *n == e.nr).unwrap_or(HOT.len()));
+    for (e, l) in &conditional {
+        a.jump_if(BPF_JEQ_K, e.nr as u32, *l);
+    }
     // Unconditional entries: one compare each.
     for e in entries.iter().filter(|e| e.when == When::Always) {
         a.jump_if(BPF_JEQ_K, e.nr as u32, refuse(e));
-    }
-    // Conditional entries: jump to a block that inspects the argument.
-    let conditional: Vec<(&Entry, Label)> =
-        entries.iter().filter(|e| e.when != When::Always).map(|e| (e, a.label())).collect();
-    for (e, l) in &conditional {
-        a.jump_if(BPF_JEQ_K, e.nr as u32, *l);
     }
     a.bind(allow);
     a.stmt(BPF_RET_K, RET_ALLOW);
@@ -896,8 +908,162 @@ pub(crate) mod tests {
         }
     }
 
+    /// How many instructions the program runs for this call (with `run`'s
+    /// answer): the cost of a call the kernel's action cache does not cover.
+    fn steps(p: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> usize {
+        // Every instruction is a load, a forward jump or a return, so the
+        // instructions run are those on the path: replay it.
+        let ret = run(p, arch, nr, args);
+        let (mut pc, mut acc, mut n) = (0usize, 0u32, 0usize);
+        let mut data = [0u8; 64];
+        data[..4].copy_from_slice(&nr.to_le_bytes());
+        data[4..8].copy_from_slice(&arch.to_le_bytes());
+        for (i, a) in args.iter().enumerate() {
+            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_le_bytes());
+        }
+        loop {
+            let i = &p[pc];
+            pc += 1;
+            n += 1;
+            match i.code {
+                BPF_LD_W_ABS => {
+                    let o = i.k as usize;
+                    acc = u32::from_le_bytes([data[o], data[o + 1], data[o + 2], data[o + 3]]);
+                }
+                BPF_RET_K => {
+                    assert_eq!(i.k, ret);
+                    return n;
+                }
+                _ => {
+                    let hit = match i.code {
+                        BPF_JEQ_K => acc == i.k,
+                        BPF_JGE_K => acc >= i.k,
+                        _ => acc & i.k != 0,
+                    };
+                    pc += usize::from(if hit { i.jt } else { i.jf });
+                }
+            }
+        }
+    }
+
+    /// Whether the kernel's seccomp action cache (Linux 5.11,
+    /// `seccomp_is_const_allow` in `kernel/seccomp.c`) marks syscall `nr` of
+    /// the native architecture as always allowed by this program, so that
+    /// it never runs the program for it: the program must reach `ALLOW`
+    /// having loaded nothing but the number and the architecture. A
+    /// transcription of the kernel's emulator.
+    pub(crate) fn kernel_caches(p: &[sock_filter], nr: u32) -> bool {
+        let mut acc = 0u32;
+        let mut pc = 0usize;
+        while pc < p.len() {
+            let i = &p[pc];
+            pc += 1;
+            match i.code {
+                BPF_LD_W_ABS => match i.k {
+                    OFF_NR => acc = nr,
+                    OFF_ARCH => acc = AUDIT_ARCH,
+                    _ => return false,
+                },
+                BPF_RET_K => return i.k == RET_ALLOW,
+                BPF_JEQ_K | BPF_JGE_K | BPF_JSET_K => {
+                    let hit = match i.code {
+                        BPF_JEQ_K => acc == i.k,
+                        BPF_JGE_K => acc >= i.k,
+                        _ => acc & i.k != 0,
+                    };
+                    pc += usize::from(if hit { i.jt } else { i.jf });
+                }
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    /// Syscalls that open-, stat- and read-heavy commands (grep, find, git,
+    /// compilers, test runners) make by the thousand: the action cache must
+    /// cover every one, in every program, or each of them runs the whole
+    /// program again (a filter that inspects an argument of a syscall
+    /// defeats the cache for it).
+    pub(crate) fn hot_cacheable() -> Vec<i64> {
+        let mut v = vec![
+            libc::SYS_read,
+            libc::SYS_write,
+            libc::SYS_close,
+            libc::SYS_newfstatat,
+            libc::SYS_fstat,
+            libc::SYS_statx,
+            libc::SYS_getdents64,
+            libc::SYS_lseek,
+            libc::SYS_pread64,
+            libc::SYS_readlinkat,
+            libc::SYS_faccessat,
+            libc::SYS_faccessat2,
+            libc::SYS_mmap,
+            libc::SYS_munmap,
+            libc::SYS_mprotect,
+            libc::SYS_brk,
+            libc::SYS_futex,
+            libc::SYS_rt_sigaction,
+            libc::SYS_rt_sigprocmask,
+            libc::SYS_execve,
+            libc::SYS_wait4,
+            libc::SYS_exit_group,
+            libc::SYS_getpid,
+            libc::SYS_getppid,
+            libc::SYS_dup3,
+            libc::SYS_pipe2,
+            libc::SYS_ppoll,
+            libc::SYS_getrandom,
+        ];
+        #[cfg(target_arch = "x86_64")]
+        v.extend([
+            libc::SYS_stat,
+            libc::SYS_lstat,
+            libc::SYS_access,
+            libc::SYS_readlink,
+            libc::SYS_dup2,
+            libc::SYS_poll,
+        ]);
+        v
+    }
+
     fn prog() -> BpfProgram {
         compile().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_kernel_caches_the_hot_syscalls_and_the_busy_conditional_ones_come_first() {
+        for profile in PROFILES {
+            let p = compile_for(profile).unwrap_or_else(|e| panic!("{e}"));
+            for nr in hot_cacheable() {
+                assert!(kernel_caches(&p, nr as u32), "syscall {nr} is not cached in {profile:?}");
+            }
+            // Every conditional entry inspects an argument, so the cache
+            // cannot cover it; an unconditional one is cached as refused
+            // (never allowed), which the cache leaves to the program.
+            for e in entries_for(profile) {
+                assert!(!kernel_caches(&p, e.nr as u32), "{} in {profile:?}", e.name);
+            }
+            // openat runs the program on every open: it is compared first,
+            // right after the guards (arch, x32, clone3, openat2), and its
+            // block is three instructions.
+            let read_only = [libc::AT_FDCWD as u64, 0, libc::O_RDONLY as u64 | libc::O_CLOEXEC as u64, 0, 0, 0];
+            let open_steps = steps(&p, AUDIT_ARCH, libc::SYS_openat as u32, read_only);
+            let guards = if cfg!(target_arch = "x86_64") { 6 } else { 5 };
+            assert_eq!(open_steps, guards + 1 + 3, "openat in {profile:?}");
+            let fcntl = [0, libc::F_GETFD as u64, 0, 0, 0, 0];
+            assert!(steps(&p, AUDIT_ARCH, libc::SYS_fcntl as u32, fcntl) <= guards + 2 + 4, "fcntl in {profile:?}");
+            let plain_fork = [libc::SIGCHLD as u64, 0, 0, 0, 0, 0];
+            assert!(
+                steps(&p, AUDIT_ARCH, libc::SYS_clone as u32, plain_fork) <= guards + 4 + 3,
+                "clone in {profile:?}"
+            );
+        }
+        // Only the order is chosen: the first compares are HOT's, in order.
+        let p = prog();
+        let first: Vec<u32> =
+            p.iter().skip_while(|i| i.k != libc::SYS_openat2 as u32).skip(1).take(4).map(|i| i.k).collect();
+        assert_eq!(first, HOT.iter().map(|n| *n as u32).collect::<Vec<_>>());
     }
 
     const PROFILES: [Profile; 3] = [

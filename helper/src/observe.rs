@@ -240,6 +240,20 @@ mod tests {
     }
 
     #[test]
+    fn the_kernel_caches_the_hot_syscalls_here_too() {
+        // The kernel runs a syscall's filters only when one of them is not
+        // known to allow it whatever its arguments: a watched read would
+        // undo the main filter's cache for it.
+        let p = prog();
+        for nr in crate::filter::tests::hot_cacheable() {
+            assert!(crate::filter::tests::kernel_caches(&p, nr as u32), "syscall {nr}");
+        }
+        for x in watched() {
+            assert!(!crate::filter::tests::kernel_caches(&p, x.nr as u32), "{}", x.name);
+        }
+    }
+
+    #[test]
     fn numbers_are_unique_and_looked_up() {
         let mut seen = std::collections::HashSet::new();
         for x in watched() {

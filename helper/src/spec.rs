@@ -333,6 +333,11 @@ pub struct TestSwitches {
     /// Do not install Landlock (the Landlock barrier is broken).
     #[serde(default)]
     pub skip_landlock: bool,
+    /// Do not install the main seccomp filter (the refused-write observer's
+    /// is unaffected): measures what the filter costs, and proves what the
+    /// other layers refuse without it.
+    #[serde(default)]
+    pub skip_seccomp: bool,
     /// Make the library's git guard fail as on an append-only directory
     /// (its quarantine rename gets `EPERM`): the run must fail closed.
     #[serde(default)]
@@ -342,7 +347,7 @@ pub struct TestSwitches {
 impl TestSwitches {
     /// Whether any switch is set.
     pub fn any(&self) -> bool {
-        self.skip_readonly || self.skip_landlock || self.fail_git_guard
+        self.skip_readonly || self.skip_landlock || self.skip_seccomp || self.fail_git_guard
     }
 }
 

@@ -122,6 +122,54 @@ fn r0009_landlock_alone_refuses_when_the_mounts_are_broken() {
     assert_eq!(ws.read("src/main.rs"), "pwned\n");
 }
 
+/// Truncation has both barriers too. `truncate(2)` and `open(O_RDONLY |
+/// O_TRUNC)` ask for no write access mode, so Landlock's `WriteFile` right
+/// never sees them; its `Truncate` right does, and is therefore kept in the
+/// full sandbox although the read-only mount refuses the same calls, and
+/// although handling it makes every `open` walk to the root (docs/sandbox.md,
+/// "Measured speed").
+#[test]
+fn r0780_landlock_alone_refuses_truncation_when_the_mounts_are_broken() {
+    if !available("landlock_truncate", portcullis::doctor_landlock_abi() >= 3, "no Landlock Truncate right (ABI 3)") {
+        return;
+    }
+    let ws = Ws::new();
+    let ops = [
+        format!("truncate:{}", ws.join("src/lib.rs").display()),
+        format!("otrunc:{}", ws.join("src/main.rs").display()),
+    ];
+    let before = ws.snapshot();
+    // Mount barrier broken on purpose: Landlock refuses with EACCES.
+    let res = probe_in(&ws, &ops, |r| r.test_switches.skip_readonly = true);
+    for op in &ops {
+        assert_eq!(res[op], "EACCES", "{op} with the mounts writable: {res:?}");
+    }
+    // The reverse: Landlock off, the mount refuses with EROFS.
+    let res = probe_in(&ws, &ops, |r| r.test_switches.skip_landlock = true);
+    for op in &ops {
+        assert_eq!(res[op], "EROFS", "{op} without Landlock: {res:?}");
+    }
+    // The seccomp filter has no part in it: without it both still refuse.
+    let res = probe_in(&ws, &ops, |r| {
+        r.test_switches.skip_seccomp = true;
+        r.test_switches.skip_readonly = true;
+    });
+    for op in &ops {
+        assert_eq!(res[op], "EACCES", "{op} without seccomp, the mounts writable: {res:?}");
+    }
+    assert_eq!(ws.snapshot(), before, "a truncation landed");
+    // Control: both barriers broken, both truncations land (seen from outside).
+    let res = probe_in(&ws, &ops, |r| {
+        r.test_switches.skip_readonly = true;
+        r.test_switches.skip_landlock = true;
+    });
+    for op in &ops {
+        assert_eq!(res[op], "OK", "control {op}: {res:?}");
+    }
+    assert_eq!(ws.read("src/lib.rs"), "");
+    assert_eq!(ws.read("src/main.rs"), "");
+}
+
 #[test]
 fn r0010_remount_and_nested_namespaces_fail() {
     let ws = Ws::new();
