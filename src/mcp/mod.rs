@@ -431,10 +431,22 @@ impl Conn {
     }
 
     fn request(self: &Arc<Self>, id: Value, method: &str, params: Map<String, Value>, calls: &mut JoinSet<()>) {
-        let meta = params.get("_meta").and_then(Value::as_object).cloned().unwrap_or_default();
+        let meta = match params.get("_meta") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(other) => {
+                let e = RpcError::new(
+                    wire::INVALID_PARAMS,
+                    format!("invalid params: \"_meta\" is an object, not {}", wire::kind_of(other)),
+                );
+                return self.send(wire::response(&id, Err(e)));
+            }
+        };
         let answer = match method {
             "initialize" => Ok(self.initialize(&params)),
-            "ping" => Ok(self.finish(json!({}), meta.contains_key(META_VERSION).then_some(&Era::Modern))),
+            // Under a version of its own, a ping is held to it like any request.
+            "ping" if meta.contains_key(META_VERSION) => self.era(&meta).map(|era| self.finish(json!({}), Some(&era))),
+            "ping" => Ok(json!({})),
             "server/discover" => Ok(self.discover()),
             "tools/list" => self.era(&meta).and_then(|era| self.list(&params, &era)),
             "tools/call" => match self.era(&meta) {

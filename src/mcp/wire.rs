@@ -269,6 +269,10 @@ pub fn classify(line: &[u8]) -> Incoming {
     let id = match msg.remove("id") {
         None => None,
         Some(v @ (Value::String(_) | Value::Number(_))) if is_valid_id(&v) => Some(v),
+        // MCP: an id is never null (a notification has none).
+        Some(Value::Null) if msg.contains_key("method") => {
+            return invalid(Value::Null, "invalid request: an id is a string or an integer, never null".to_string())
+        }
         Some(Value::Null) => None,
         Some(other) => {
             return invalid(

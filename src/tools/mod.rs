@@ -888,6 +888,7 @@ fn failed(tool: &str, e: &WorkspaceError) -> ToolResult {
         "path-escape" => "use a path inside the workspace that the policy does not deny",
         "no-such-file" => "check the path with list_dir or glob",
         "bad-path" => "check the path with list_dir or glob (symbolic links are not followed)",
+        "timed-out" => "give a longer timeout_ms, or leave it out for the workspace's own",
         "job-not-found" => "use a job_id that run_shell returned",
         "unsafe-pattern" | "bad-glob" => "simplify the pattern",
         "fault" | "io" => "this is not caused by the arguments; tell the user",

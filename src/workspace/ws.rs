@@ -102,6 +102,13 @@ impl WorkspaceError {
             },
             WorkspaceError::File(f) => match f {
                 FileError::Jail(PolicyError::PathEscape { .. }) => "path-escape",
+                // A name the kernel cannot take (a NUL byte in it): the
+                // argument's fault.
+                FileError::Jail(PolicyError::Resolve { source, .. })
+                    if source.kind() == std::io::ErrorKind::InvalidInput =>
+                {
+                    "bad-path"
+                }
                 FileError::Jail(_) => "fault",
                 FileError::NotJudgedForWrite { .. } => "fault",
                 FileError::NotFound { .. } => "not-found",
@@ -113,6 +120,10 @@ impl WorkspaceError {
                 FileError::NotRegular { .. } => "not-regular",
                 FileError::Changed { .. } => "changed",
                 FileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => "no-such-file",
+                // A directory where a file was named, a file on the way.
+                FileError::Io { source, .. } if matches!(source.raw_os_error(), Some(libc::EISDIR | libc::ENOTDIR)) => {
+                    "bad-path"
+                }
                 FileError::Io { .. } => "io",
             },
             WorkspaceError::List(l) => match l {
@@ -143,6 +154,10 @@ impl WorkspaceError {
                 _ => "fault",
             },
             WorkspaceError::NotYourJob { .. } => "refused-by-policy",
+            // The caller's own timeout ran out before the command started.
+            WorkspaceError::Run(RunError::Sandbox(crate::sandbox::SandboxError::TimedOutBeforeStart { .. })) => {
+                "timed-out"
+            }
             WorkspaceError::Run(_) => "fault",
             WorkspaceError::NotADirectory { .. } | WorkspaceError::InGitDir { .. } => "bad-path",
             WorkspaceError::Disposed => "disposed",

@@ -675,3 +675,40 @@ fn r0754_requests_from_a_file_and_answers_to_a_file() {
     assert_eq!(answers[0]["result"]["protocolVersion"], "2025-11-25");
     assert!(answers[1]["result"]["structuredContent"]["content"].as_str().is_some_and(|c| c.contains("readme")));
 }
+
+#[test]
+fn r0755_what_the_model_or_client_got_wrong_is_named_as_theirs() {
+    let ws = Ws::new();
+    ws.write("dir/.keep", "");
+    let mut s = Serve::start(&ws, &[]);
+    // Protocol: a `_meta` that is not an object, a null id, a ping held to
+    // its own version.
+    s.request(json!(1), "tools/list", json!({"_meta": "2026-07-28"}));
+    assert_eq!(s.error(json!(1))["code"], -32602);
+    s.send(json!({"jsonrpc": "2.0", "id": null, "method": "ping"}));
+    assert_eq!(s.error(Value::Null)["code"], -32600);
+    let mut old = meta();
+    old["io.modelcontextprotocol/protocolVersion"] = json!("2030-01-01");
+    s.request(json!(2), "ping", json!({"_meta": old}));
+    assert_eq!(s.error(json!(2))["code"], -32022);
+    // CONTROL: a ping of the modern era, and one without a version.
+    s.request(json!(3), "ping", json!({"_meta": meta()}));
+    assert_eq!(s.result(3)["resultType"], "complete");
+    s.request(json!(4), "ping", json!({}));
+    assert_eq!(s.result(4), json!({}));
+    // Tools: the model's arguments, not the host's fault.
+    for (id, tool, args, kind) in [
+        (5, "run_shell", json!({"command": "sleep 1", "timeout_ms": 1}), "timed-out"),
+        (6, "read_file", json!({"path": "a\u{0}b"}), "bad-path"),
+        (7, "write_file", json!({"path": "dir", "content": "x"}), "bad-path"),
+        (8, "write_file", json!({"path": "README.md/x", "content": "x"}), "bad-path"),
+    ] {
+        s.call(id, tool, args);
+        let r = s.result(id);
+        assert_eq!(r["isError"], true, "{r}");
+        assert_eq!(r["structuredContent"]["error"]["kind"], kind, "{r}");
+        let msg = r["structuredContent"]["error"]["message"].as_str().unwrap_or_default();
+        assert!(!msg.contains("tell the user"), "blames the host: {r}");
+    }
+    assert_eq!(ws.read("README.md"), "readme\n");
+}
