@@ -585,22 +585,6 @@ impl RunnerBuilder {
             (Some(a), _) => (Some(a), None),
             (None, Some(f)) => {
                 let real = audit_log_path(&f, &workspace)?;
-                // A log inside one of the policy's absolute write grants
-                // (`/tmp`) is refused now, not at the first writable run.
-                for g in policy.iter().flat_map(|p| p.write.iter()).filter(|g| g.is_absolute()) {
-                    let grant = std::fs::canonicalize(g).unwrap_or_else(|_| g.clone());
-                    if real.starts_with(&grant) {
-                        return Err(RunError::input(
-                            "audit",
-                            format!(
-                                "{} lies inside the policy's write grant {}: a command with write access could \
-                                 rewrite it; keep the log outside the workspace and the write grants",
-                                real.display(),
-                                g.display()
-                            ),
-                        ));
-                    }
-                }
                 let sync = match (self.audit_sync, policy.as_ref().and_then(|p| p.audit_batch)) {
                     (Some(s), _) => s,
                     (None, Some(n)) if n.get() > 1 => crate::audit::jsonl::Sync::Batch(n),
