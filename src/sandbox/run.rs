@@ -410,6 +410,14 @@ pub(super) fn assemble(plan: &Plan, ended: Ended) -> Result<ExecResult, SandboxE
             }),
         );
     }
+    // Cancelled before the command started, likewise: the kill took pid 1
+    // while the helper was still setting it up, so the helper's step of
+    // the moment may have failed for that alone (a broken pipe while
+    // handing over the mounts or making the network namespace): a cancel,
+    // not a setup fault (chaos::r0791).
+    if waited.cancelled && !waited.records.iter().any(|r| matches!(r, Record::Applied(_))) {
+        return after_run(failures, Err(SandboxError::CancelledBeforeStart { workspace: plan.workspace.clone() }));
+    }
     for r in &waited.records {
         match *r {
             Record::Error { step, errno, detail } => {

@@ -2,6 +2,7 @@ mod util;
 
 mod audit;
 mod basics;
+mod chaos;
 mod cli;
 mod concurrent;
 mod container;
