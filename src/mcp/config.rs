@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::policy::{PolicyError, WorkspacePolicy};
+use crate::policy::WorkspacePolicy;
 use crate::tools::{Tools, ToolsError, WriteAccess};
 use crate::workspace::{Workspace, WorkspaceError};
 
@@ -32,9 +32,6 @@ pub struct ServeConfig {
 /// Why a server could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// The policy file could not be read or is not valid.
-    #[error("policy: {0}")]
-    Policy(#[from] PolicyError),
     /// The workspace could not be set up.
     #[error("{0}")]
     Workspace(#[from] WorkspaceError),
@@ -77,24 +74,10 @@ impl ServeConfig {
         let mut b = Workspace::builder();
         if let Some(f) = &self.policy {
             b = b.policy_file(f)?;
-            let mut policy = WorkspacePolicy::from_file(f)?;
-            let root = self.workspace.clone().or_else(|| policy.workspace.clone());
-            if let Some((root, real)) = root.as_deref().and_then(|r| inside(f, r).map(|real| (r, real))) {
-                let refuse =
-                    |why| ServeError::PolicyInWorkspace { policy: f.clone(), workspace: root.to_path_buf(), why };
-                if policy.degraded == Some(portcullis_helper::spec::Mode::LandlockOnly) {
-                    return Err(refuse(
-                        "the landlock-only mode cannot hide it from commands (it has no mount namespace to mask it \
-                         with, so every command would be refused)",
-                    ));
-                }
-                // Its real path: a bare name would be a name at any depth.
-                let Some(real) = real.to_str() else {
-                    return Err(refuse("its path is not UTF-8, which a deny glob cannot name"));
-                };
-                policy.deny_paths.push(glob_literal(real));
+            let workspace = self.workspace.clone();
+            if let Some(policy) = b.policy_mut() {
+                hide_policy_file(f, workspace.or_else(|| policy.workspace.clone()).as_deref(), policy)?;
             }
-            b = b.policy(policy);
         }
         if let Some(ws) = &self.workspace {
             b = b.workspace(ws);
@@ -120,6 +103,27 @@ impl ServeConfig {
         }
         Ok(tools)
     }
+}
+
+/// Add the policy file `f` to `policy`'s deny list when it lies inside
+/// the workspace `root`; refuse where that cannot hide it.
+fn hide_policy_file(f: &Path, root: Option<&Path>, policy: &mut WorkspacePolicy) -> Result<(), ServeError> {
+    let Some((root, real)) = root.and_then(|r| inside(f, r).map(|real| (r, real))) else {
+        return Ok(());
+    };
+    let refuse = |why| ServeError::PolicyInWorkspace { policy: f.to_path_buf(), workspace: root.to_path_buf(), why };
+    if policy.degraded == Some(portcullis_helper::spec::Mode::LandlockOnly) {
+        return Err(refuse(
+            "the landlock-only mode cannot hide it from commands (it has no mount namespace to mask it with, so \
+             every command would be refused)",
+        ));
+    }
+    // Its real path: a bare name would be a name at any depth.
+    let Some(real) = real.to_str() else {
+        return Err(refuse("its path is not UTF-8, which a deny glob cannot name"));
+    };
+    policy.deny_paths.push(glob_literal(real));
+    Ok(())
 }
 
 /// A deny glob that matches `path` literally: every character a deny glob

@@ -203,6 +203,13 @@ impl WorkspaceBuilder {
         Ok(self)
     }
 
+    /// The policy as read so far (by [`WorkspaceBuilder::policy_file`] or
+    /// given), to adjust before [`WorkspaceBuilder::build`]; the file stays
+    /// protected as read.
+    pub fn policy_mut(&mut self) -> Option<&mut WorkspacePolicy> {
+        self.policy.as_mut()
+    }
+
     /// The workspace directory (overrides the policy's). Without a policy,
     /// the default one: file tools on this directory, no command may run.
     pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {

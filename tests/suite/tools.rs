@@ -20,7 +20,7 @@ use super::util::{available, rt, sandbox, MemAudit, Ws};
 
 const ROOT: &str = "/nonexistent-portcullis-mock/tools";
 
-const CANONICAL: [&str; 13] = [
+pub(super) const CANONICAL: [&str; 13] = [
     "read_file",
     "edit_file",
     "multi_edit",
