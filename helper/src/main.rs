@@ -32,10 +32,11 @@ mod chan;
 mod command;
 mod mounts;
 mod notify;
+mod slot;
 mod sys;
 
 use std::ffi::CString;
-use std::io::{self, Read};
+use std::io::{self, Read, Seek};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -45,12 +46,12 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use portcullis_helper::report::{CloneCall, Record, Step, CLONE_DETAIL_CLONE, CLONE_DETAIL_CLONE3, NO_DETAIL};
-use portcullis_helper::spec::{Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
+use portcullis_helper::spec::{Identity, Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
 use portcullis_helper::CGROUP_FD;
 use portcullis_helper::{filter, observe, LIFELINE_FD, OBSERVE_FD, REPORT_FD, SPEC_FD};
 
 /// Exit code when the wrapper itself fails (GNU convention, as `env`/`timeout`).
-const EXIT_SETUP: i32 = 125;
+pub(crate) const EXIT_SETUP: i32 = 125;
 
 /// A failed step: what the helper sends back.
 #[derive(Debug)]
@@ -61,10 +62,10 @@ pub struct Fail {
 }
 
 impl Fail {
-    fn io(step: Step, e: io::Error) -> Fail {
+    pub(crate) fn io(step: Step, e: io::Error) -> Fail {
         Fail { step, errno: e.raw_os_error().unwrap_or(libc::EIO), detail: NO_DETAIL }
     }
-    fn errno(step: Step, errno: i32) -> Fail {
+    pub(crate) fn errno(step: Step, errno: i32) -> Fail {
         Fail { step, errno, detail: NO_DETAIL }
     }
     fn detail(mut self, i: usize) -> Fail {
@@ -76,7 +77,7 @@ impl Fail {
         self
     }
     /// The exit code that goes with the failure (126/127 for exec, like a shell).
-    fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match (self.step, self.errno) {
             (Step::Exec, libc::ENOENT) => 127,
             (Step::Exec, _) => 126,
@@ -98,6 +99,12 @@ pub struct Prepared {
     candidates: Vec<CString>,
     filter: seccompiler::BpfProgram,
     /// The refused-write observer's program, when the spec asks for it.
+    observer: Option<seccompiler::BpfProgram>,
+}
+
+/// The seccomp programs, compiled before the first clone.
+pub(crate) struct Programs {
+    filter: seccompiler::BpfProgram,
     observer: Option<seccompiler::BpfProgram>,
 }
 
@@ -135,7 +142,8 @@ fn main() {
     // SAFETY: fd 4 is the report pipe the library passed; nothing else in
     // this process owns it.
     let report_fd = unsafe { sys::adopt(REPORT_FD) };
-    let code = match outer(&report_fd) {
+    let slot = std::env::args_os().nth(1).is_some_and(|a| a == "--slot");
+    let code = match if slot { slot::outer(&report_fd) } else { outer(&report_fd) } {
         Ok(code) => code,
         Err(f) => {
             let code = f.exit_code();
@@ -146,16 +154,29 @@ fn main() {
     sys::exit_now(code)
 }
 
-fn errno(e: nix::Error) -> io::Error {
+pub(crate) fn errno(e: nix::Error) -> io::Error {
     io::Error::from_raw_os_error(e as i32)
 }
 
 fn read_spec() -> Result<SpawnSpec, Fail> {
     // SAFETY: fd 3 is the spec memfd the library passed; nothing else owns it.
     let fd = unsafe { sys::adopt(SPEC_FD) };
+    parse_spec(&read_all(fd)?)
+}
+
+/// Everything in `fd` (a memfd of the library's).
+pub(crate) fn read_all(fd: OwnedFd) -> Result<Vec<u8>, Fail> {
     let mut buf = Vec::new();
-    std::fs::File::from(fd).read_to_end(&mut buf).map_err(|e| Fail::io(Step::ReadSpec, e))?;
-    let spec: SpawnSpec = serde_json::from_slice(&buf).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
+    let mut file = std::fs::File::from(fd);
+    // From the start: a slot's outer helper read the same open file first.
+    file.seek(io::SeekFrom::Start(0)).map_err(|e| Fail::io(Step::ReadSpec, e))?;
+    file.read_to_end(&mut buf).map_err(|e| Fail::io(Step::ReadSpec, e))?;
+    Ok(buf)
+}
+
+/// `ReadSpec`: decode and check a spec.
+pub(crate) fn parse_spec(buf: &[u8]) -> Result<SpawnSpec, Fail> {
+    let spec: SpawnSpec = serde_json::from_slice(buf).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
     if spec.version != SPEC_VERSION || spec.argv.is_empty() {
         return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));
     }
@@ -167,6 +188,24 @@ fn read_spec() -> Result<SpawnSpec, Fail> {
 }
 
 fn prepare(spec: &SpawnSpec) -> Result<Prepared, Fail> {
+    let programs = compile(spec.mode, spec.network, spec.observe)?;
+    prepare_with(spec, programs)
+}
+
+/// `CompileSeccomp`: the main filter for the mode and network, and the
+/// refused-write observer's when `observe`.
+pub(crate) fn compile(mode: Mode, network: Network, observe: bool) -> Result<Programs, Fail> {
+    let profile = filter::Profile { degraded: mode == Mode::LandlockOnly, network_none: network == Network::None };
+    let filter = filter::compile_for(profile).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?;
+    let observer = match observe {
+        true => Some(observe::compile().map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
+        false => None,
+    };
+    Ok(Programs { filter, observer })
+}
+
+/// The command's argv, envp and `PATH` candidates, with the programs.
+pub(crate) fn prepare_with(spec: &SpawnSpec, programs: Programs) -> Result<Prepared, Fail> {
     let c = |b: &Vec<u8>| CString::new(b.clone()).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL));
     let argv = spec.argv.iter().map(c).collect::<Result<Vec<_>, _>>()?;
     let envp = spec.env.iter().map(c).collect::<Result<Vec<_>, _>>()?;
@@ -180,13 +219,8 @@ fn prepare(spec: &SpawnSpec) -> Result<Prepared, Fail> {
             .map(|d| c(&[d, b"/", arg0].concat()))
             .collect::<Result<Vec<_>, _>>()?
     };
-    let profile =
-        filter::Profile { degraded: spec.mode == Mode::LandlockOnly, network_none: spec.network == Network::None };
-    let filter = filter::compile_for(profile).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?;
-    let observer = match spec.observe {
-        true => Some(observe::compile().map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
-        false => None,
-    };
+    let Programs { filter, observer } = programs;
+    let observer = if spec.observe { observer } else { None };
     Ok(Prepared { argv, envp, candidates, filter, observer })
 }
 
@@ -196,7 +230,7 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
     sanitize_fds()?;
     let spec = read_spec()?;
     let prep = prepare(&spec)?;
-    let (lifeline, cgroup) = adopt_run_fds(&spec);
+    let (lifeline, cgroup) = adopt_run_fds(spec.cgroup);
     let set = block_signals()?;
     let (chan_outer, chan_pid1) = chan::pair().map_err(|e| Fail::io(Step::Channel, e))?;
     drop_host_groups()?;
@@ -212,32 +246,32 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
     release_pid1(pid, pidfd.as_fd(), via, cgroup.as_ref(), &spec, &chan_outer)?;
     drop(chan_outer);
     let (code, orphaned) = supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
-    clean_up(&spec, orphaned, cgroup);
+    clean_up(spec.mode, orphaned, cgroup);
     Ok(code)
 }
 
 /// `Sanitize`: keep 0-2 and the protocol fds; anything else inherited is
 /// closed, and the protocol fds become close-on-exec so the command never
 /// sees them.
-fn sanitize_fds() -> Result<(), Fail> {
+pub(crate) fn sanitize_fds() -> Result<(), Fail> {
     sys::close_range_from(OBSERVE_FD as u32 + 1, 0).map_err(|e| Fail::io(Step::Sanitize, e))?;
     sys::close_range_from(SPEC_FD as u32, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::Sanitize, e))
 }
 
 /// The lifeline (fd 5) and, when the spec says one is passed, the cgroup
 /// directory (fd 6).
-fn adopt_run_fds(spec: &SpawnSpec) -> (OwnedFd, Option<OwnedFd>) {
+pub(crate) fn adopt_run_fds(cgroup: bool) -> (OwnedFd, Option<OwnedFd>) {
     // SAFETY: fd 5 is the lifeline the library passed (checked open in
     // main); nothing else owns it.
     let lifeline = unsafe { sys::adopt(LIFELINE_FD) };
     // SAFETY: fd 6 is the cgroup directory the library passed.
-    let cgroup = spec.cgroup.then(|| unsafe { sys::adopt(CGROUP_FD) });
+    let cgroup = cgroup.then(|| unsafe { sys::adopt(CGROUP_FD) });
     (lifeline, cgroup)
 }
 
 /// `BlockSignals`: block the signals we handle; the command unblocks them
 /// before exec.
-fn block_signals() -> Result<SigSet, Fail> {
+pub(crate) fn block_signals() -> Result<SigSet, Fail> {
     let set = handled_signals();
     nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None)
         .map_err(|e| Fail::io(Step::BlockSignals, errno(e)))?;
@@ -247,7 +281,7 @@ fn block_signals() -> Result<SigSet, Fail> {
 /// `DropGroups`: a root caller drops host root's supplementary groups,
 /// which no mapping could hide (setgroups is denied inside), and which the
 /// landlock-only mode's uid-0 command must not keep either.
-fn drop_host_groups() -> Result<(), Fail> {
+pub(crate) fn drop_host_groups() -> Result<(), Fail> {
     if nix::unistd::getuid().is_root() {
         nix::unistd::setgroups(&[]).map_err(|e| Fail::io(Step::DropGroups, errno(e)))?;
     }
@@ -320,8 +354,8 @@ fn release_pid1(
 /// Pid 1 is gone. In landlock-only mode pid 1 sweeps on a normal exit;
 /// when it was killed (timeout, lost caller) its orphans came to us. When
 /// the library is gone, nobody else removes the cgroup.
-fn clean_up(spec: &SpawnSpec, orphaned: bool, cgroup: Option<OwnedFd>) {
-    if spec.mode != Mode::Full {
+pub(crate) fn clean_up(mode: Mode, orphaned: bool, cgroup: Option<OwnedFd>) {
+    if mode != Mode::Full {
         sweep_descendants();
     }
     if let (true, Some(cg)) = (orphaned, cgroup) {
@@ -335,7 +369,7 @@ fn clean_up(spec: &SpawnSpec, orphaned: bool, cgroup: Option<OwnedFd>) {
 /// filter cannot read; `clone`'s can be (and there are) inspected, so a
 /// profile that refuses namespaces refuses them here with `EPERM`, which
 /// comes back under `Clone` with the call named in `detail`.
-fn spawn_pid1(flags: u64, cgroup: Option<&OwnedFd>) -> Result<(sys::Forked, CloneCall), Fail> {
+pub(crate) fn spawn_pid1(flags: u64, cgroup: Option<&OwnedFd>) -> Result<(sys::Forked, CloneCall), Fail> {
     match sys::clone3(flags, cgroup.map(|c| c.as_fd())) {
         Ok(f) => Ok((f, CloneCall::Clone3)),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => sys::clone_legacy(flags)
@@ -372,7 +406,7 @@ fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &OwnedFd) -> Resul
     if spec.mode == Mode::LandlockOnly {
         return chan::send(chan_outer, b'm', &[]).map_err(|e| Fail::io(Step::HandOver, e));
     }
-    write_maps(pid, spec)?;
+    write_maps(pid, &spec.identity)?;
     let userns = std::fs::File::open(format!("/proc/{pid}/ns/user"))
         .map(OwnedFd::from)
         .map_err(|e| Fail::io(Step::OpenUserns, e))?;
@@ -396,7 +430,7 @@ fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &OwnedFd) -> Resul
 /// half a millisecond, which now overlaps with pid 1 building the root.
 /// Afterwards the outer helper only supervises, so leaving the host user
 /// namespace costs it nothing.
-fn parallel_netns(userns: &OwnedFd) -> Result<OwnedFd, Fail> {
+pub(crate) fn parallel_netns(userns: &OwnedFd) -> Result<OwnedFd, Fail> {
     nix::sched::setns(userns, nix::sched::CloneFlags::CLONE_NEWUSER)
         .map_err(|e| Fail::io(Step::NetNamespace, errno(e)))?;
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| Fail::io(Step::NetNamespace, errno(e)))?;
@@ -404,9 +438,8 @@ fn parallel_netns(userns: &OwnedFd) -> Result<OwnedFd, Fail> {
     std::fs::File::open("/proc/thread-self/ns/net").map(OwnedFd::from).map_err(|e| Fail::io(Step::NetNamespace, e))
 }
 
-fn write_maps(pid: libc::pid_t, spec: &SpawnSpec) -> Result<(), Fail> {
+pub(crate) fn write_maps(pid: libc::pid_t, id: &Identity) -> Result<(), Fail> {
     let base = format!("/proc/{pid}");
-    let id = &spec.identity;
     std::fs::write(format!("{base}/uid_map"), format!("{} {} 1\n", id.inside_uid, id.outside_uid))
         .map_err(|e| Fail::io(Step::MapUid, e))?;
     match std::fs::write(format!("{base}/setgroups"), "deny") {
@@ -424,7 +457,12 @@ fn write_maps(pid: libc::pid_t, spec: &SpawnSpec) -> Result<(), Fail> {
 /// lifeline closes, and exit with its status once it is gone.
 /// Returns pid 1's status and whether the lifeline closed first (the library
 /// is gone).
-fn supervise(pid: libc::pid_t, pidfd: BorrowedFd<'_>, lifeline: &OwnedFd, set: &SigSet) -> Result<(i32, bool), Fail> {
+pub(crate) fn supervise(
+    pid: libc::pid_t,
+    pidfd: BorrowedFd<'_>,
+    lifeline: &OwnedFd,
+    set: &SigSet,
+) -> Result<(i32, bool), Fail> {
     let sfd = SignalFd::with_flags(set, SfdFlags::SFD_CLOEXEC).map_err(|e| Fail::io(Step::SignalFd, errno(e)))?;
     let mut lifeline_open = true;
     loop {
@@ -465,7 +503,7 @@ fn supervise(pid: libc::pid_t, pidfd: BorrowedFd<'_>, lifeline: &OwnedFd, set: &
     }
 }
 
-enum Never {}
+pub(crate) enum Never {}
 
 /// Pid 1 of the sandbox, one line per step (see `Step`).
 fn pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: OwnedFd, report_fd: &OwnedFd) -> Result<Never, Fail> {
@@ -473,12 +511,13 @@ fn pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: OwnedFd, report
     if spec.mode == Mode::LandlockOnly {
         return landlock_only_pid1(spec, prep, via, report_fd);
     }
-    switch_ids(spec)?;
-    let sources = mounts::open_sources(spec, premade_trees(spec, trees))?;
+    switch_ids(&spec.identity)?;
+    let all: Vec<usize> = (0..spec.mounts.len()).collect();
+    let sources = mounts::open_sources(&spec.mounts, &all, premade_trees(&spec.mounts, trees))?;
     mounts::build_root(spec, &sources)?;
     drop(sources);
     nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, errno(e)))?;
-    join_network(spec, &chan)?;
+    join_network(spec.network, &chan)?;
     drop(chan);
     become_init()?;
     let child = fork_command(spec, prep, via, report_fd)?;
@@ -489,7 +528,7 @@ fn pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: OwnedFd, report
 /// signal is tied to the right thread; waiting for its first message
 /// afterwards closes the race with a parent that died before the prctl
 /// (EOF, not a message). The message carries the idmapped trees.
-fn await_go_ahead(chan: &OwnedFd) -> Result<Vec<OwnedFd>, Fail> {
+pub(crate) fn await_go_ahead(chan: &OwnedFd) -> Result<Vec<OwnedFd>, Fail> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
     match chan::recv(chan) {
         Ok(Some((b'm', fds))) => Ok(fds),
@@ -500,26 +539,22 @@ fn await_go_ahead(chan: &OwnedFd) -> Result<Vec<OwnedFd>, Fail> {
 /// `SwitchIds`: become the mapped ids. A clone keeps its parent's host ids;
 /// for a root caller those (host root) are unmapped here, so switch to the
 /// inside ids, which map to `nobody`. Capabilities in this namespace stay.
-fn switch_ids(spec: &SpawnSpec) -> Result<(), Fail> {
-    let id = &spec.identity;
+pub(crate) fn switch_ids(id: &Identity) -> Result<(), Fail> {
     let (gid, uid) = (nix::unistd::Gid::from_raw(id.inside_gid), nix::unistd::Uid::from_raw(id.inside_uid));
     nix::unistd::setresgid(gid, gid, gid).map_err(|e| Fail::io(Step::SwitchIds, errno(e)))?;
     nix::unistd::setresuid(uid, uid, uid).map_err(|e| Fail::io(Step::SwitchIds, errno(e)))
 }
 
 /// The idmapped trees arrive in plan order, one per `idmap` bind.
-fn premade_trees(spec: &SpawnSpec, trees: Vec<OwnedFd>) -> Vec<Option<OwnedFd>> {
+pub(crate) fn premade_trees(mounts: &[MountOp], trees: Vec<OwnedFd>) -> Vec<Option<OwnedFd>> {
     let mut trees = trees.into_iter();
-    spec.mounts
-        .iter()
-        .map(|m| if matches!(m, MountOp::Bind { idmap: true, .. }) { trees.next() } else { None })
-        .collect()
+    mounts.iter().map(|m| if matches!(m, MountOp::Bind { idmap: true, .. }) { trees.next() } else { None }).collect()
 }
 
 /// `JoinNetwork`: with `--network none`, join the network namespace the
 /// outer helper made meanwhile.
-fn join_network(spec: &SpawnSpec, chan: &OwnedFd) -> Result<(), Fail> {
-    if spec.network != Network::None {
+pub(crate) fn join_network(network: Network, chan: &OwnedFd) -> Result<(), Fail> {
+    if network != Network::None {
         return Ok(());
     }
     let netns = match chan::recv(chan) {
@@ -530,14 +565,19 @@ fn join_network(spec: &SpawnSpec, chan: &OwnedFd) -> Result<(), Fail> {
 }
 
 /// `NonDumpable`, and the name `ps` shows.
-fn become_init() -> Result<(), Fail> {
+pub(crate) fn become_init() -> Result<(), Fail> {
     nix::sys::prctl::set_dumpable(false).map_err(|e| Fail::io(Step::NonDumpable, errno(e)))?;
     let _ = nix::sys::prctl::set_name(c"portcullis-init");
     Ok(())
 }
 
 /// Fork the command; the child becomes it (or reports why not and exits).
-fn fork_command(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report_fd: &OwnedFd) -> Result<Pid, Fail> {
+pub(crate) fn fork_command(
+    spec: &SpawnSpec,
+    prep: &Prepared,
+    via: CloneCall,
+    report_fd: &OwnedFd,
+) -> Result<Pid, Fail> {
     // SAFETY: pid 1 is single-threaded (a fresh clone of the single-threaded
     // outer helper), so the child may do anything after fork.
     match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, errno(e)))? {
@@ -643,7 +683,7 @@ fn reap_command(child: Pid, parent: Option<Pid>) -> Option<(i32, Record)> {
 }
 
 /// Reap every child; when the command ends, report and return its status.
-fn reap(child: Pid, report_fd: &OwnedFd) -> i32 {
+pub(crate) fn reap(child: Pid, report_fd: &OwnedFd) -> i32 {
     // Without a parent to watch, reap_command returns only with the command.
     let Some((code, record)) = reap_command(child, None) else {
         return EXIT_SETUP;

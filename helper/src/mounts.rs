@@ -58,19 +58,21 @@ fn open_source(src: &[u8]) -> io::Result<OwnedFd> {
     )
 }
 
-/// Open every bind source not prepared already. Runs in the new mount
-/// namespace, before anything is mounted, so the fds refer to the host's
-/// real paths.
-pub fn open_sources(spec: &SpawnSpec, mut premade: Vec<Option<OwnedFd>>) -> Result<Sources, Fail> {
-    let mut out = Vec::with_capacity(spec.mounts.len());
-    for (i, op) in spec.mounts.iter().enumerate() {
-        out.push(match op {
-            MountOp::Bind { src, .. } => match premade.get_mut(i).and_then(Option::take) {
-                Some(tree) => Some(Source::Tree(tree)),
-                None => Some(Source::Path(open_source(src).map_err(|e| Fail::io(Step::OpenSources, e).detail(i))?)),
-            },
-            _ => None,
-        });
+/// Open the bind sources of `mounts` at the indexes `which` not prepared
+/// already. Runs in the new mount namespace before anything is mounted
+/// over the host's paths (the one-shot helper), or with only the slot's
+/// root stacked on `/` (which no absolute lookup enters), so the fds refer
+/// to the host's real paths.
+pub fn open_sources(mounts: &[MountOp], which: &[usize], mut premade: Vec<Option<OwnedFd>>) -> Result<Sources, Fail> {
+    let mut out: Vec<Option<Source>> = Vec::with_capacity(mounts.len());
+    out.resize_with(mounts.len(), || None);
+    for &i in which {
+        if let Some(MountOp::Bind { src, .. }) = mounts.get(i) {
+            out[i] = Some(match premade.get_mut(i).and_then(Option::take) {
+                Some(tree) => Source::Tree(tree),
+                None => Source::Path(open_source(src).map_err(|e| Fail::io(Step::OpenSources, e).detail(i))?),
+            });
+        }
     }
     Ok(Sources(out))
 }
@@ -110,7 +112,7 @@ pub fn idmapped_trees(spec: &SpawnSpec, userns: BorrowedFd<'_>) -> Result<Vec<Op
 }
 
 /// The sandbox's root while it is being built.
-struct Root {
+pub struct Root {
     fd: OwnedFd,
     /// Devices of the tmpfs mounts the helper made (root, /tmp, /dev/shm):
     /// the only places where a missing mount point may be created.
@@ -487,6 +489,25 @@ fn within(point: &[u8], src: &[u8]) -> bool {
 /// Build the whole sandbox root and pivot into it.
 pub fn build_root(spec: &SpawnSpec, sources: &Sources) -> Result<(), Fail> {
     let skip_readonly = cfg!(debug_assertions) && spec.test_switches.skip_readonly;
+    let bound: Vec<&[u8]> = spec
+        .mounts
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::Bind { src, .. } => Some(src.as_slice()),
+            _ => None,
+        })
+        .collect();
+    let points: Vec<&CStr> =
+        ATTACH_POINTS.iter().copied().filter(|p| !bound.iter().any(|src| within(p.to_bytes(), src))).collect();
+    let mut root = begin_root(skip_readonly, &points)?;
+    let all: Vec<usize> = (0..spec.mounts.len()).collect();
+    root.apply_ops(&spec.mounts, &all, sources)?;
+    finish_root(root)
+}
+
+/// `MakePrivate` and `MountRoot`: the root tmpfs, attached at the first of
+/// `points` that works, with its mask template.
+pub fn begin_root(skip_readonly: bool, points: &[&CStr]) -> Result<Root, Fail> {
     // Nothing we mount may propagate back to the host.
     nix::mount::mount(
         None::<&str>,
@@ -496,24 +517,26 @@ pub fn build_root(spec: &SpawnSpec, sources: &Sources) -> Result<(), Fail> {
         None::<&str>,
     )
     .map_err(|e| Fail::io(Step::MakePrivate, errno(e)))?;
+    mount_root(skip_readonly, points).map_err(|e| Fail::io(Step::MountRoot, e))
+}
 
-    let bound: Vec<&[u8]> = spec
-        .mounts
-        .iter()
-        .filter_map(|op| match op {
-            MountOp::Bind { src, .. } => Some(src.as_slice()),
-            _ => None,
-        })
-        .collect();
-    let mut root = mount_root(skip_readonly, &bound).map_err(|e| Fail::io(Step::MountRoot, e))?;
-    for (i, op) in spec.mounts.iter().enumerate() {
-        root.apply(op, sources.0.get(i).and_then(Option::as_ref)).map_err(|e| Fail::io(Step::Mount, e).detail(i))?;
+impl Root {
+    /// `Mount`: the operations of `mounts` at the indexes `which`, in that
+    /// order; a failure names the operation's index in `mounts`.
+    pub fn apply_ops(&mut self, mounts: &[MountOp], which: &[usize], sources: &Sources) -> Result<(), Fail> {
+        for &i in which {
+            let op = mounts.get(i).ok_or_else(|| Fail::errno(Step::Mount, libc::EINVAL).detail(i))?;
+            self.apply(op, sources.0.get(i).and_then(Option::as_ref))
+                .map_err(|e| Fail::io(Step::Mount, e).detail(i))?;
+        }
+        Ok(())
     }
-    let root_fd = root.fd.as_raw_fd();
-    finish_mask_template(&root).map_err(|e| Fail::io(Step::MountRoot, e))?;
+}
 
+/// The mask template removed, `PivotRoot`, `DetachOldRoot`, `RemountRoot`.
+pub fn finish_root(root: Root) -> Result<(), Fail> {
+    finish_mask_template(&root).map_err(|e| Fail::io(Step::MountRoot, e))?;
     nix::unistd::fchdir(root.fd.as_fd()).map_err(|e| Fail::io(Step::PivotRoot, errno(e)))?;
-    let _ = root_fd;
     nix::unistd::pivot_root(".", ".").map_err(|e| Fail::io(Step::PivotRoot, errno(e)))?;
     nix::mount::umount2(".", nix::mount::MntFlags::MNT_DETACH).map_err(|e| Fail::io(Step::DetachOldRoot, errno(e)))?;
     nix::unistd::chdir("/").map_err(|e| Fail::io(Step::DetachOldRoot, errno(e)))?;
@@ -525,13 +548,13 @@ pub fn build_root(spec: &SpawnSpec, sources: &Sources) -> Result<(), Fail> {
 
 const MASK_DIR: &[u8] = b".portcullis-mask";
 
-fn mount_root(skip_readonly: bool, bound: &[&[u8]]) -> io::Result<Root> {
+fn mount_root(skip_readonly: bool, points: &[&CStr]) -> io::Result<Root> {
     let ctx = sys::fsopen(c"tmpfs")?;
     sys::fsconfig_set(ctx.as_fd(), c"mode", c"0755")?;
     sys::fsconfig_set(ctx.as_fd(), c"size", c"1m")?;
     let m = sys::fs_create_mount(ctx.as_fd(), sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV)?;
     let mut attached = Err(io::Error::from_raw_os_error(libc::ENOENT));
-    for p in ATTACH_POINTS.iter().filter(|p| !bound.iter().any(|src| within(p.to_bytes(), src))) {
+    for p in points {
         let at = match nix::fcntl::open(
             *p,
             OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,

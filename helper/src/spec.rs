@@ -351,12 +351,199 @@ impl TestSwitches {
     }
 }
 
+/// What a pre-made sandbox (a pool slot) is built from before any request:
+/// everything of a [`SpawnSpec`] that does not depend on the command. The
+/// helper started with `--slot` reads one of these, builds the sandbox up to
+/// the request's own mounts, and then waits for the [`SpawnSpec`] of the one
+/// command it will ever run; [`SlotSpec::admits`] decides (in the library,
+/// which picks the slot, and again in the helper, which enforces it) whether
+/// that spec yields exactly the sandbox a fresh helper would build.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlotSpec {
+    /// Must equal [`SPEC_VERSION`].
+    pub version: u32,
+    /// Who the command will be.
+    pub identity: Identity,
+    /// Network isolation.
+    pub network: Network,
+    /// The mounts made ahead, in order: the system binds, the private
+    /// `/tmp`, `/proc`, `/dev` (the ops of the plan that no request changes).
+    pub mounts: Vec<MountOp>,
+    /// Whether a cgroup directory fd is passed on [`crate::CGROUP_FD`].
+    pub cgroup: bool,
+    /// As [`SpawnSpec::test_switches`].
+    #[serde(default)]
+    pub test_switches: TestSwitches,
+}
+
+/// Where a slot attaches its root while it is built: on top of `/`, which
+/// shadows no absolute path of the host (a lookup starts below the mount
+/// stacked on the root), so the request's sources, opened after the root
+/// exists, are still the host's.
+pub const SLOT_ATTACH: &[u8] = b"/";
+
+/// Why a spec does not fit a slot (then it is run by a fresh helper).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misfit {
+    /// The version, identity, network, mode, cgroup or test switches differ.
+    Settings,
+    /// The slot's mounts are not all in the spec, in the same order.
+    Mounts,
+    /// A mount of the request would come before a related mount of the
+    /// slot's (one's destination contains the other's), so building the
+    /// slot's first would change the result.
+    Order,
+    /// A bind of the request covers the slot's attach point.
+    Attach,
+}
+
+impl fmt::Display for Misfit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Misfit::Settings => "its settings (identity, network, mode, cgroup) differ from the slot's",
+            Misfit::Mounts => "it lacks a mount the slot made ahead",
+            Misfit::Order => "one of its own mounts must come before one the slot made ahead",
+            Misfit::Attach => "it binds the slot's attach point",
+        })
+    }
+}
+
+/// Whether `a` is `b`, or lies beneath it (paths as the plan writes them).
+fn beneath(a: &[u8], b: &[u8]) -> bool {
+    let b = b.strip_suffix(b"/").unwrap_or(b);
+    a == b || b.is_empty() || (a.starts_with(b) && a.get(b.len()) == Some(&b'/'))
+}
+
+impl SlotSpec {
+    /// The indexes of `spec.mounts` that are the request's own (all but the
+    /// slot's, which the slot has made), when the slot builds exactly the
+    /// sandbox `spec` describes.
+    pub fn admits(&self, spec: &SpawnSpec) -> Result<Vec<usize>, Misfit> {
+        if spec.version != self.version
+            || spec.identity != self.identity
+            || spec.network != self.network
+            || spec.mode != Mode::Full
+            || spec.cgroup != self.cgroup
+            || spec.test_switches != self.test_switches
+        {
+            return Err(Misfit::Settings);
+        }
+        let (mut own, mut made) = (Vec::new(), Vec::new());
+        let mut next = self.mounts.iter().peekable();
+        for (i, op) in spec.mounts.iter().enumerate() {
+            if next.peek() == Some(&op) {
+                next.next();
+                made.push(i);
+            } else {
+                own.push(i);
+            }
+        }
+        if next.peek().is_some() {
+            return Err(Misfit::Mounts);
+        }
+        for &r in &own {
+            let rd = spec.mounts[r].dst();
+            if made.iter().any(|&m| m > r && (beneath(spec.mounts[m].dst(), rd) || beneath(rd, spec.mounts[m].dst()))) {
+                return Err(Misfit::Order);
+            }
+            if let MountOp::Bind { src, .. } = &spec.mounts[r] {
+                if beneath(SLOT_ATTACH, src) {
+                    return Err(Misfit::Attach);
+                }
+            }
+        }
+        Ok(own)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn json<T: Serialize>(v: T) -> String {
         serde_json::to_string(&v).unwrap_or_default()
+    }
+
+    fn bind(src: &str, dst: &str) -> MountOp {
+        MountOp::Bind { src: src.into(), dst: dst.into(), writable: false, idmap: false }
+    }
+
+    fn tmpfs(dst: &str) -> MountOp {
+        MountOp::Tmpfs { dst: dst.into(), mode: 0o1777, size: 1 << 20 }
+    }
+
+    fn spec(mounts: Vec<MountOp>) -> SpawnSpec {
+        SpawnSpec {
+            version: SPEC_VERSION,
+            argv: vec![b"true".to_vec()],
+            env: Vec::new(),
+            cwd: b"/".to_vec(),
+            identity: Identity { inside_uid: 1000, inside_gid: 1000, outside_uid: 1000, outside_gid: 1000 },
+            network: Network::None,
+            mounts,
+            landlock: LandlockSpec {
+                writable: Vec::new(),
+                writable_entries: Vec::new(),
+                required: true,
+                deny_tcp: true,
+                scope: true,
+                readable: Vec::new(),
+                sockets: Vec::new(),
+            },
+            rlimits: Vec::new(),
+            cgroup: false,
+            test_switches: TestSwitches::default(),
+            mode: Mode::Full,
+            observe: false,
+        }
+    }
+
+    fn slot(mounts: Vec<MountOp>) -> SlotSpec {
+        let s = spec(Vec::new());
+        SlotSpec {
+            version: SPEC_VERSION,
+            identity: s.identity,
+            network: s.network,
+            mounts,
+            cgroup: false,
+            test_switches: TestSwitches::default(),
+        }
+    }
+
+    #[test]
+    fn a_slot_admits_a_spec_whose_own_mounts_come_after_related_ones() {
+        let base = slot(vec![bind("/usr", "/usr"), tmpfs("/tmp"), MountOp::Proc { dst: b"/proc".to_vec() }]);
+        let full = spec(vec![
+            bind("/usr", "/usr"),
+            tmpfs("/tmp"),
+            bind("/tmp/ws", "/tmp/ws"),
+            MountOp::Proc { dst: b"/proc".to_vec() },
+            MountOp::Mask { dst: b"/tmp/ws/.env".to_vec() },
+        ]);
+        assert_eq!(base.admits(&full), Ok(vec![2, 4]));
+    }
+
+    #[test]
+    fn a_slot_refuses_what_it_would_build_differently() {
+        let base = slot(vec![bind("/usr", "/usr"), tmpfs("/tmp")]);
+        // A mount of the slot's missing (the host's /tmp instead).
+        assert_eq!(base.admits(&spec(vec![bind("/usr", "/usr"), bind("/tmp", "/tmp")])), Err(Misfit::Mounts));
+        // Out of order.
+        assert_eq!(base.admits(&spec(vec![tmpfs("/tmp"), bind("/usr", "/usr")])), Err(Misfit::Mounts));
+        // An own mount below which the slot's would land first.
+        let ws_over_tmp = spec(vec![bind("/usr", "/usr"), bind("/x", "/tmp"), tmpfs("/tmp")]);
+        assert_eq!(base.admits(&ws_over_tmp), Err(Misfit::Order));
+        // Other settings.
+        let mut other = spec(vec![bind("/usr", "/usr"), tmpfs("/tmp")]);
+        other.network = Network::Host;
+        assert_eq!(base.admits(&other), Err(Misfit::Settings));
+        let mut degraded = spec(vec![bind("/usr", "/usr"), tmpfs("/tmp")]);
+        degraded.mode = Mode::LandlockOnly;
+        assert_eq!(base.admits(&degraded), Err(Misfit::Settings));
+        // A bind of the whole host would carry the slot's root along.
+        let whole = spec(vec![bind("/usr", "/usr"), tmpfs("/tmp"), bind("/", "/host")]);
+        assert_eq!(base.admits(&whole), Err(Misfit::Attach));
     }
 
     #[test]

@@ -481,3 +481,15 @@ pub fn fd_is_open(fd: RawFd) -> bool {
     // SAFETY: F_GETFD on any number is harmless; EBADF means not open.
     unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
 }
+
+/// `dup2(fd, target)`: `target` becomes a copy of `fd` (not close-on-exec;
+/// the command marks every descriptor above 2 close-on-exec before exec).
+pub fn dup_onto(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
+    // SAFETY: dup2 on a descriptor we hold; `target` is a protocol fd number
+    // that nothing else in this process owns.
+    let r = unsafe { libc::dup2(fd.as_raw_fd(), target) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -161,7 +161,19 @@ pub struct WorkspacePolicy {
     /// crash can lose up to that many minus one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_batch: Option<std::num::NonZeroU32>,
+    /// Sandboxes a workspace keeps made ahead, so that a command starts
+    /// without waiting for its namespaces and system mounts (default
+    /// [`DEFAULT_POOL`]; `0`: none, every command makes its own). Each is
+    /// used for one command only. Used by a long-lived workspace
+    /// (`Workspace`, `portcullis serve`), not by `portcullis exec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<u32>,
 }
+
+/// Pre-made sandboxes of a workspace whose policy says nothing (`pool`).
+pub const DEFAULT_POOL: u32 = 2;
+/// The most pre-made sandboxes a policy may ask for.
+pub const MAX_POOL: u32 = 16;
 
 /// Resource limits of each command.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -564,6 +576,14 @@ impl WorkspacePolicy {
         }
         if let Some(m) = self.limits.memory {
             crate::units::check_memory(m).map_err(|why| PolicyError::invalid("limits.memory", why))?;
+        }
+        if let Some(n) = self.pool.filter(|n| *n > MAX_POOL) {
+            return Err(PolicyError::invalid(
+                "pool",
+                format!(
+                    "{n} pre-made sandboxes is more than {MAX_POOL}; each is two idle processes and their namespaces"
+                ),
+            ));
         }
         if let Some(sh) = &self.shell {
             for (list, names) in [("allow", sh.allow.as_deref().unwrap_or_default()), ("deny", &sh.deny)] {

@@ -476,6 +476,7 @@ pub struct RunnerBuilder {
     audit_sync: Option<crate::audit::jsonl::Sync>,
     sandbox: Option<Sandbox>,
     without_sandbox: bool,
+    pool: usize,
 }
 
 impl RunnerBuilder {
@@ -530,6 +531,14 @@ impl RunnerBuilder {
     pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
         self.sandbox = Some(sandbox);
         self.without_sandbox = false;
+        self
+    }
+
+    /// Keep this many sandboxes made ahead ([`Sandbox::with_pool`]) when
+    /// the runner makes its own sandbox (default 0: a runner of one command,
+    /// as `portcullis exec`'s, gains nothing from them).
+    pub fn pool(mut self, size: usize) -> Self {
+        self.pool = size;
         self
     }
 
@@ -598,7 +607,7 @@ impl RunnerBuilder {
         let sandbox = match (self.sandbox, self.without_sandbox) {
             (Some(s), _) => Some(Arc::new(s)),
             (None, true) => None,
-            (None, false) => Some(Arc::new(Sandbox::new()?)),
+            (None, false) => Some(Arc::new(Sandbox::new()?.with_pool(self.pool))),
         };
         // Compiled once: the checker (its jail re-checked before each use)
         // and the access profile (pure: see `sandbox::profile`).

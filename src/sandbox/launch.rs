@@ -91,6 +91,87 @@ impl Drop for Spawn {
 /// process group, default signal dispositions, and stdin from `stdin` (or
 /// `/dev/null`).
 pub fn spawn(helper: &Path, fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> io::Result<Helper> {
+    spawn_detached(helper, None, fds, stdin)?.attach()
+}
+
+/// A helper started but not yet registered with the async runtime (a pool
+/// slot, made ahead on a thread of its own): [`Spawned::attach`] turns it
+/// into a [`Helper`] when a run takes it. Dropped unattached, it is killed
+/// and reaped.
+pub struct Spawned {
+    pid: libc::pid_t,
+    pidfd: Option<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+}
+
+impl Spawned {
+    /// Register the pidfd with the runtime of the caller.
+    pub fn attach(mut self) -> io::Result<Helper> {
+        let pidfd = self.pidfd.take().ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        let (stdout, stderr) = (self.stdout.take(), self.stderr.take());
+        // SAFETY: the AsyncFd owns the OwnedFd, which stays open and unchanged
+        // for as long as the AsyncFd lives.
+        let registered = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) };
+        match registered {
+            Ok(pidfd) => Ok(Helper { pid: self.pid, pidfd, stdout, stderr, reaped: false }),
+            Err(e) => {
+                // SAFETY: kill and reap our own child so it does not linger.
+                unsafe {
+                    libc::kill(self.pid, libc::SIGKILL);
+                    libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+                }
+                Err(io::Error::from(e))
+            }
+        }
+    }
+
+    /// Whether the helper has exited (it is then reaped).
+    pub fn exited(&mut self) -> bool {
+        if self.pidfd.is_none() {
+            return true;
+        }
+        let mut status = 0;
+        // SAFETY: waitpid on our own, not yet reaped child.
+        let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+        if r != 0 {
+            self.pidfd = None;
+            return true;
+        }
+        false
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let Some(pidfd) = self.pidfd.take() else { return };
+        // An unused slot: its lifeline and socket are closed already (the
+        // slot drops them first), on which the helper kills its pid 1 and
+        // exits. Give it a bounded moment, then kill it.
+        for _ in 0..500 {
+            let mut status = 0;
+            // SAFETY: waitpid on our own, not yet reaped child.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+            if r != 0 {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // SAFETY: a plain syscall on our own pidfd; NULL siginfo is allowed.
+        unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
+        // SAFETY: reap our own child, just SIGKILLed.
+        unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
+    }
+}
+
+/// [`spawn`], with `arg` as the helper's only argument, and without
+/// registering it with the runtime.
+pub fn spawn_detached(
+    helper: &Path,
+    arg: Option<&std::ffi::CStr>,
+    fds: &[(RawFd, RawFd)],
+    stdin: Option<RawFd>,
+) -> io::Result<Spawned> {
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let path = CString::new(helper.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -134,7 +215,10 @@ pub fn spawn(helper: &Path, fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> io:
         let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGDEF | libc::POSIX_SPAWN_SETSIGMASK;
         check(libc::posix_spawnattr_setflags(&mut s.attr, flags as libc::c_short))?;
     }
-    let argv = [path.as_ptr(), std::ptr::null()];
+    let argv = match arg {
+        Some(a) => vec![path.as_ptr(), a.as_ptr(), std::ptr::null()],
+        None => vec![path.as_ptr(), std::ptr::null()],
+    };
     let envp = [std::ptr::null::<libc::c_char>()];
     let mut pid: libc::pid_t = 0;
     // SAFETY: argv/envp are NULL-terminated arrays of valid C strings that
@@ -157,11 +241,7 @@ pub fn spawn(helper: &Path, fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> io:
         // SAFETY: a fresh pidfd owned by nobody else.
         unsafe { OwnedFd::from_raw_fd(raw as RawFd) }
     };
-    // SAFETY: the AsyncFd owns the OwnedFd, which stays open and unchanged
-    // for as long as the AsyncFd lives.
-    let pidfd =
-        unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }.map_err(io::Error::from)?;
-    Ok(Helper { pid, pidfd, stdout: Some(out_r), stderr: Some(err_r), reaped: false })
+    Ok(Spawned { pid, pidfd: Some(pidfd), stdout: Some(out_r), stderr: Some(err_r) })
 }
 
 impl Helper {

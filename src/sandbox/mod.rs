@@ -14,6 +14,7 @@ mod lock;
 mod observe;
 mod pending;
 mod plan;
+mod pool;
 mod profile;
 mod result;
 mod roots;
@@ -45,6 +46,7 @@ pub use observe::{RefusedWrites, ReportState, SAMPLE_CAP};
 #[doc(hidden)]
 pub use pending::{leave_record_for_tests, records_dir_for_tests};
 pub use plan::{Plan, DEFAULT_PROTECTED};
+pub use pool::PoolStatus;
 pub use profile::Profile;
 pub use result::{
     status, AppliedLimits, CloneCall, EnforcedBy, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome,
@@ -717,13 +719,16 @@ pub struct RunOptions {
     pub stream_only: bool,
 }
 
-/// Spawns sandboxed commands.
-#[derive(Debug)]
+/// Spawns sandboxed commands. A clone shares the original's pool of
+/// pre-made sandboxes ([`Sandbox::with_pool`]).
+#[derive(Debug, Clone)]
 pub struct Sandbox {
     helper: PathBuf,
     cgroup: Result<CgroupHost, NoCgroup>,
     uid: u32,
     gid: u32,
+    /// Pre-made sandboxes (`sandbox::pool`), when asked for.
+    pool: Option<std::sync::Arc<pool::Pool>>,
 }
 
 /// Where the helper is looked for, in order.
@@ -761,7 +766,32 @@ impl Sandbox {
         if let Ok(host) = &cgroup {
             cgroup::sweep_orphans(&host.parent);
         }
-        Sandbox { helper, cgroup, uid: nix::unistd::getuid().as_raw(), gid: nix::unistd::getgid().as_raw() }
+        Sandbox { helper, cgroup, uid: nix::unistd::getuid().as_raw(), gid: nix::unistd::getgid().as_raw(), pool: None }
+    }
+
+    /// Keep `size` sandboxes made ahead (0: none, the default): a run whose
+    /// plan one admits starts in it, skipping the namespaces, the system
+    /// mounts, `/proc`, `/dev` and the cgroup leaf, which the next slot then
+    /// makes while the command runs. Each slot runs one command and is never
+    /// reused. See `docs/sandbox.md`, "Pre-made sandboxes".
+    pub fn with_pool(mut self, size: usize) -> Sandbox {
+        self.pool = (size > 0).then(|| {
+            std::sync::Arc::new(pool::Pool::new(size, self.helper.clone(), self.cgroup.as_ref().ok().cloned()))
+        });
+        self
+    }
+
+    /// The pool's state, when there is one.
+    pub fn pool_status(&self) -> Option<PoolStatus> {
+        self.pool.as_ref().map(|p| p.status())
+    }
+
+    /// Drop every pre-made sandbox and make no more (the sandbox still runs
+    /// commands, each with a fresh helper).
+    pub fn close_pool(&self) {
+        if let Some(p) = &self.pool {
+            p.close();
+        }
     }
 
     /// The helper in use.
@@ -974,26 +1004,33 @@ impl Sandbox {
             stdin::refuse_named_fifo()?;
         }
         run::check_containment(plan)?;
-        let mut cg = run::make_cgroup(plan, self.cgroup.as_ref().ok())?;
+        let mut slot = self.pool.as_ref().and_then(|p| p.take(plan, &opts.stdin));
+        let mut cg = match slot.as_mut() {
+            Some(s) => s.take_cgroup(),
+            None => run::make_cgroup(plan, self.cgroup.as_ref().ok())?,
+        };
         if let Some(h) = hold.as_mut() {
             h.record(plan, cg.as_ref().map(|c| c.path.as_path()))?;
         }
         let mut observing = observe::Setup::new(&plan.spec);
         let (mut warnings, mut failures) = (Vec::new(), Vec::new());
-        let (mut launched, streams) =
-            match run::spawn_helper(&self.helper, plan, cg.as_ref(), &mut observing, opts.stdin) {
-                Ok(spawned) => spawned,
-                Err(e) => {
-                    // The helper (if it started) is killed and reaped; its
-                    // record is written: empty the cgroup and do the guard as
-                    // after any run, since the command may have started.
-                    run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
-                    if let Some(h) = hold {
-                        h.finish(&mut warnings, &mut failures);
-                    }
-                    return after_run(failures, Err(e));
+        let spawned = match slot {
+            Some(s) => s.launch(plan, &mut observing),
+            None => run::spawn_helper(&self.helper, plan, cg.as_ref(), &mut observing, opts.stdin),
+        };
+        let (mut launched, streams) = match spawned {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                // The helper (if it started) is killed and reaped; its
+                // record is written: empty the cgroup and do the guard as
+                // after any run, since the command may have started.
+                run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
+                if let Some(h) = hold {
+                    h.finish(&mut warnings, &mut failures);
                 }
-            };
+                return after_run(failures, Err(e));
+            }
+        };
         let waited = run::wait(&mut launched, streams, req, &mut opts, deadline, cg.as_ref(), &mut warnings).await;
         run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
         let refused_writes = observing.finish().await;

@@ -312,6 +312,24 @@ fn system_mounts() -> Vec<MountOp> {
     base
 }
 
+/// Whether a pool slot makes `op` ahead (`sandbox::pool`): the system
+/// directories (bound read-only, their links recreated), the private `/tmp`
+/// and `/dev/shm`, `/proc` and the sandbox's `/dev`. Everything else (the
+/// workspace, grants, read roots, carve-outs, masks, the host's `/tmp`)
+/// is the request's own.
+pub(super) fn made_ahead(op: &MountOp) -> bool {
+    let system = |p: &[u8]| SYSTEM_ROOTS.iter().any(|r| r.as_bytes() == p);
+    let dev_node = |p: &[u8]| DEV_NODES.iter().any(|n| [b"/dev/", n.as_bytes()].concat() == p);
+    match op {
+        MountOp::Bind { src, dst, writable: false, idmap: false } => src == dst && system(dst),
+        MountOp::Bind { src, dst, writable: true, idmap: false } => src == dst && dev_node(dst),
+        MountOp::Bind { .. } => false,
+        MountOp::Symlink { dst, .. } => system(dst) || dst.starts_with(b"/dev/"),
+        MountOp::Tmpfs { .. } | MountOp::Proc { .. } | MountOp::Devpts { .. } => true,
+        MountOp::ReadOnly { .. } | MountOp::Mask { .. } | MountOp::Pin { .. } => false,
+    }
+}
+
 /// The write access the request asks for, resolved.
 struct Access {
     /// The whole workspace is writable.

@@ -90,7 +90,7 @@ fn io_err(stage: &'static str) -> impl Fn(io::Error) -> SandboxError {
 /// A pipe whose end `high` (0: read, 1: write) is moved above 10, the
 /// original dropped at once: a stray copy of the report pipe's write end
 /// would hide its EOF.
-fn pipe_above(stage: &'static str, high_is_write: bool) -> Result<(OwnedFd, OwnedFd), SandboxError> {
+pub(super) fn pipe_above(stage: &'static str, high_is_write: bool) -> Result<(OwnedFd, OwnedFd), SandboxError> {
     let (r, w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SandboxError::Io { stage, source: e.into() })?;
     if high_is_write {
@@ -104,14 +104,20 @@ fn pipe_above(stage: &'static str, high_is_write: bool) -> Result<(OwnedFd, Owne
     }
 }
 
-/// Encode the plan's spec (exactly) into a memfd and make the pipes.
-fn helper_fds(plan: &Plan, cg: Option<&Cgroup>) -> Result<HelperFds, SandboxError> {
+/// The plan's spec, exactly, as the helper reads it.
+pub(super) fn encode_spec(plan: &Plan) -> Result<Vec<u8>, SandboxError> {
     let json = serde_json::to_vec(&plan.spec)
         .map_err(|e| SandboxError::Io { stage: "encoding the spec", source: io::Error::other(e) })?;
     #[cfg(debug_assertions)]
     if let Some(out) = std::env::var_os(DEBUG_SPEC_OUT) {
         std::fs::write(&out, &json).map_err(io_err("writing the spec to PORTCULLIS_DEBUG_SPEC_OUT"))?;
     }
+    Ok(json)
+}
+
+/// Encode the plan's spec (exactly) into a memfd and make the pipes.
+fn helper_fds(plan: &Plan, cg: Option<&Cgroup>) -> Result<HelperFds, SandboxError> {
+    let json = encode_spec(plan)?;
     let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
     let spec = sys::dup_above(&memfd, 10).map_err(io_err("writing the spec"))?;
     drop(memfd);
@@ -166,6 +172,17 @@ pub(super) fn spawn_helper(
     observing.spawned();
     let streams = read_streams(&mut launched.child, fds.report_r)?;
     Ok((launched, streams))
+}
+
+/// A helper a pool slot started, now running `plan`'s command: the same
+/// as a fresh spawn from here on (its stdin is `/dev/null`).
+pub(super) fn launched(
+    mut child: launch::Helper,
+    lifeline: OwnedFd,
+    report_r: OwnedFd,
+) -> Result<(Launched, Streams), SandboxError> {
+    let streams = read_streams(&mut child, report_r)?;
+    Ok((Launched { lifeline: Some(lifeline), child, relay: None }, streams))
 }
 
 /// Start relaying or feeding the caller's stdin to the helper.

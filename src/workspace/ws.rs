@@ -259,7 +259,10 @@ impl WorkspaceBuilder {
             policy.workspace = Some(abs);
         }
         policy.validate()?;
-        let runner = self.runner.policy(policy.clone());
+        // A workspace lives for many commands: it keeps sandboxes made ahead
+        // (when it makes its own sandbox; a given one has its own pool).
+        let pool = policy.pool.unwrap_or(crate::policy::DEFAULT_POOL);
+        let runner = self.runner.policy(policy.clone()).pool(pool as usize);
         let (runner, backend): (_, Arc<dyn Backend>) = match self.backend {
             // A backend that runs no process needs no sandbox (and no helper
             // binary, no kernel feature): its commands still pass the
@@ -710,5 +713,9 @@ impl Workspace {
     pub async fn dispose(&self) {
         self.shared.disposed.store(true, Ordering::SeqCst);
         self.shared.jobs.dispose().await;
+        // The sandboxes made ahead go too (and no more are made).
+        if let Ok(sb) = self.view.runner.sandbox() {
+            sb.close_pool();
+        }
     }
 }

@@ -36,6 +36,7 @@ mod policy;
 mod policy_corpus;
 mod policy_diff;
 mod policy_fuzz;
+mod pool;
 mod profile;
 mod readonly;
 mod refused_writes;

@@ -26,9 +26,24 @@ pub fn cli() -> Command {
     Command::new(bin_dir().join("portcullis"))
 }
 
-/// A sandbox using the helper under test.
+/// A sandbox using the helper under test. With `PORTCULLIS_TEST_POOL=N`
+/// every test's sandbox shares one pool of N pre-made sandboxes, so the
+/// whole suite runs through pool slots wherever a slot admits the run.
 pub fn sandbox() -> Sandbox {
-    Sandbox::with_helper(bin_dir().join("portcullis-helper"))
+    static SHARED: std::sync::OnceLock<Option<Sandbox>> = std::sync::OnceLock::new();
+    let shared = SHARED.get_or_init(|| {
+        let n: usize = std::env::var("PORTCULLIS_TEST_POOL").ok()?.parse().ok()?;
+        Some(Sandbox::with_helper(bin_dir().join("portcullis-helper")).with_pool(n))
+    });
+    match shared {
+        // A new sandbox sweeps the leaves of dead callers (tests count on
+        // it): so does this.
+        Some(s) => {
+            drop(Sandbox::with_helper(bin_dir().join("portcullis-helper")));
+            s.clone()
+        }
+        None => Sandbox::with_helper(bin_dir().join("portcullis-helper")),
+    }
 }
 
 /// Whether CI demands every layer (a skip becomes a failure).

@@ -1,0 +1,322 @@
+//! A pre-made sandbox (`portcullis-helper --slot`): the same three processes
+//! and the same steps as a one-shot run, split at the request.
+//!
+//! The library starts the helper with a `SOCK_SEQPACKET` socket on fd 3
+//! instead of the spec's memfd, and the report pipe, the lifeline and the
+//! cgroup as usual. Over the socket come two messages, each a tag byte and
+//! descriptors (`chan`):
+//!
+//! * `s` with a memfd holding a [`SlotSpec`]: everything that does not depend
+//!   on the command. The outer helper compiles the seccomp programs, clones
+//!   pid 1 into its namespaces (and the cgroup), writes its maps, makes its
+//!   network namespace; pid 1 makes the root tmpfs, stacked on `/`, and the
+//!   slot's mounts (the system binds, `/tmp`, `/proc`, `/dev`), sets the host
+//!   name, joins the network and becomes non-dumpable. Then both wait.
+//! * `r` with a memfd holding the [`SpawnSpec`] of the one command the slot
+//!   will run (and, when the observer is on, its socket): the outer helper
+//!   checks that the slot builds exactly that spec's sandbox
+//!   ([`SlotSpec::admits`]; otherwise the run fails with `EINVAL` under
+//!   `ReadSpec`, and nothing runs), makes a root caller's idmapped trees and
+//!   hands everything to pid 1, which opens the request's bind sources,
+//!   makes the request's own mounts (workspace, grants, read roots,
+//!   carve-outs, masks) in the plan's order, pivots, and forks the command
+//!   exactly as a one-shot pid 1 does. From there on nothing differs.
+//!
+//! A slot never runs more than one command: both processes exit with it.
+//! The end of the socket or of the lifeline before a request (the pool was
+//! dropped, or its process died) kills pid 1, whose pid namespace, mounts and
+//! network die with it; a pid 1 that fails while the slot is built reports
+//! the step on the report pipe and exits, and the outer helper with it.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+
+use portcullis_helper::report::{CloneCall, Record, Step};
+use portcullis_helper::spec::{MountOp, Network, SlotSpec, SpawnSpec, SLOT_ATTACH, SPEC_VERSION};
+use portcullis_helper::{OBSERVE_FD, SPEC_FD};
+
+use crate::{chan, mounts, sys, Fail, Never, Programs};
+
+/// Full-mode clone flags (a slot is never landlock-only).
+const FLAGS: u64 =
+    (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
+
+/// The outer helper of a slot.
+pub fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
+    crate::sanitize_fds()?;
+    // SAFETY: fd 3 is the slot's socket the library passed (checked open in
+    // main); nothing else owns it.
+    let sock = unsafe { sys::adopt(SPEC_FD) };
+    let base = read_slot(&sock)?;
+    let programs = crate::compile(portcullis_helper::spec::Mode::Full, base.network, true)?;
+    let (lifeline, cgroup) = crate::adopt_run_fds(base.cgroup);
+    let set = crate::block_signals()?;
+    let (chan_outer, chan_pid1) = chan::pair().map_err(|e| Fail::io(Step::Channel, e))?;
+    crate::drop_host_groups()?;
+    let (pid, pidfd, via) = match crate::spawn_pid1(FLAGS, cgroup.as_ref())? {
+        (sys::Forked::Child, via) => {
+            drop((chan_outer, lifeline, cgroup, sock));
+            run_pid1(&base, programs, via, chan_pid1, report_fd)
+        }
+        (sys::Forked::Parent { pid, pidfd }, via) => (pid, pidfd, via),
+    };
+    drop(chan_pid1);
+    let kill = |f: Fail| {
+        let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+        let _ = waitpid(Pid::from_raw(pid), None);
+        f
+    };
+    let userns = start(pid, via, cgroup.as_ref(), &base, &chan_outer).map_err(kill)?;
+    let Some(request) = await_request(&sock, &chan_outer, pidfd.as_fd(), &lifeline)? else {
+        // The pool is gone (or pid 1 failed and reported why): nothing ran.
+        let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+        let (code, orphaned) = crate::supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
+        crate::clean_up(portcullis_helper::spec::Mode::Full, orphaned, cgroup);
+        return Ok(code);
+    };
+    drop(sock);
+    hand_over(request, &base, userns.as_fd(), &chan_outer).map_err(kill)?;
+    drop(chan_outer);
+    let (code, orphaned) = crate::supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
+    crate::clean_up(portcullis_helper::spec::Mode::Full, orphaned, cgroup);
+    Ok(code)
+}
+
+/// `ReadSpec`: the `s` message and its [`SlotSpec`].
+fn read_slot(sock: &OwnedFd) -> Result<SlotSpec, Fail> {
+    let fd = match chan::recv(sock) {
+        Ok(Some((b's', mut fds))) if fds.len() == 1 => fds.remove(0),
+        Ok(None) => sys::exit_now(crate::EXIT_SETUP),
+        _ => return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)),
+    };
+    let buf = crate::read_all(fd)?;
+    let base: SlotSpec = serde_json::from_slice(&buf).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
+    // The slot's mounts are opened as the mapped ids, never idmapped.
+    let idmapped = base.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. }));
+    if base.version != SPEC_VERSION || idmapped {
+        return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));
+    }
+    if !cfg!(debug_assertions) && base.test_switches.any() {
+        return Err(Fail::errno(Step::ReadSpec, libc::EPERM));
+    }
+    Ok(base)
+}
+
+/// `JoinCgroup` (after the `clone(2)` fallback), the maps, the go-ahead,
+/// the network namespace; returns pid 1's user namespace (for the idmaps).
+fn start(
+    pid: libc::pid_t,
+    via: CloneCall,
+    cgroup: Option<&OwnedFd>,
+    base: &SlotSpec,
+    chan_outer: &OwnedFd,
+) -> Result<OwnedFd, Fail> {
+    if let (CloneCall::Clone, Some(cg)) = (via, cgroup) {
+        sys::join_cgroup(cg.as_fd(), pid).map_err(|e| Fail::io(Step::JoinCgroup, e))?;
+    }
+    crate::write_maps(pid, &base.identity)?;
+    let userns = std::fs::File::open(format!("/proc/{pid}/ns/user"))
+        .map(OwnedFd::from)
+        .map_err(|e| Fail::io(Step::OpenUserns, e))?;
+    chan::send(chan_outer, b'm', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
+    if base.network == Network::None {
+        // Made in a child, so that this process stays in the host's user
+        // namespace: it makes a root caller's idmapped trees at the request.
+        let netns = netns_in_child(&userns)?;
+        chan::send(chan_outer, b'n', &[netns.as_raw_fd()]).map_err(|e| Fail::io(Step::NetNamespace, e))?;
+    }
+    Ok(userns)
+}
+
+/// `NetNamespace` in a short-lived child (it joins pid 1's user namespace,
+/// which this process must not), handed back over a socket pair.
+fn netns_in_child(userns: &OwnedFd) -> Result<OwnedFd, Fail> {
+    let (mine, theirs) = chan::pair().map_err(|e| Fail::io(Step::NetNamespace, e))?;
+    // SAFETY: this process is single-threaded, so the child may do anything.
+    match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::NetNamespace, crate::errno(e)))? {
+        nix::unistd::ForkResult::Child => {
+            drop(mine);
+            let code = match crate::parallel_netns(userns) {
+                Ok(ns) if chan::send(&theirs, b'n', &[ns.as_raw_fd()]).is_ok() => 0,
+                Ok(_) => libc::EPIPE,
+                Err(f) => f.errno,
+            };
+            sys::exit_now(code)
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(theirs);
+            let got = chan::recv(&mine);
+            let status = waitpid(child, None);
+            match (got, status) {
+                (Ok(Some((b'n', mut fds))), _) if fds.len() == 1 => Ok(fds.remove(0)),
+                (_, Ok(nix::sys::wait::WaitStatus::Exited(_, errno))) if errno != 0 => {
+                    Err(Fail::errno(Step::NetNamespace, errno))
+                }
+                _ => Err(Fail::errno(Step::NetNamespace, libc::EPIPE)),
+            }
+        }
+    }
+}
+
+/// The request: its spec, the spec's memfd (for pid 1), and the observer's
+/// socket when one came.
+struct Request {
+    spec: SpawnSpec,
+    memfd: OwnedFd,
+    observe: Option<OwnedFd>,
+}
+
+/// Wait for the `r` message; `None` when the socket or the lifeline closed,
+/// or pid 1 died, first.
+/// Pid 1's `k` (its part is built) is passed on to the library, which hands
+/// out only slots that said so.
+fn await_request(
+    sock: &OwnedFd,
+    chan_outer: &OwnedFd,
+    pidfd: BorrowedFd<'_>,
+    lifeline: &OwnedFd,
+) -> Result<Option<Request>, Fail> {
+    let mut built = false;
+    loop {
+        let mut fds = vec![
+            PollFd::new(sock.as_fd(), PollFlags::POLLIN),
+            PollFd::new(pidfd, PollFlags::POLLIN),
+            PollFd::new(lifeline.as_fd(), PollFlags::POLLIN),
+        ];
+        if !built {
+            fds.push(PollFd::new(chan_outer.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(Fail::io(Step::Supervise, crate::errno(e))),
+        }
+        let ready = |i: usize| fds.get(i).and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
+        let (request, died, gone, said) = (ready(0), ready(1), ready(2), ready(3));
+        drop(fds);
+        if died || gone {
+            return Ok(None);
+        }
+        if said {
+            match chan::recv(chan_outer) {
+                Ok(Some((b'k', _))) => {
+                    built = true;
+                    if chan::send(sock, b'k', &[]).is_err() {
+                        return Ok(None);
+                    }
+                }
+                _ => return Ok(None),
+            }
+        }
+        if request {
+            break;
+        }
+    }
+    let (memfd, observe) = match chan::recv(sock) {
+        Ok(Some((b'r', fds))) if (1..=2).contains(&fds.len()) => {
+            let mut fds = fds.into_iter();
+            (fds.next(), fds.next())
+        }
+        Ok(None) => return Ok(None),
+        _ => return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)),
+    };
+    let Some(memfd) = memfd else { return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)) };
+    let copy = memfd.try_clone().map_err(|e| Fail::io(Step::ReadSpec, e))?;
+    let spec = crate::parse_spec(&crate::read_all(copy)?)?;
+    Ok(Some(Request { spec, memfd, observe }))
+}
+
+/// Check the request against the slot, make a root caller's idmapped trees
+/// through pid 1's user namespace, and send pid 1 the spec, the observer's
+/// socket and the trees.
+fn hand_over(req: Request, base: &SlotSpec, userns: BorrowedFd<'_>, chan_outer: &OwnedFd) -> Result<(), Fail> {
+    base.admits(&req.spec).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
+    let trees = if req.spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })) {
+        mounts::idmapped_trees(&req.spec, userns)?
+    } else {
+        Vec::new()
+    };
+    // Without a socket (the library's observer could not start) the command
+    // installs no observer, as in a one-shot run without fd 7.
+    if let Some(o) = req.observe.as_ref().filter(|_| req.spec.observe) {
+        chan::send(chan_outer, b'o', &[o.as_raw_fd()]).map_err(|e| Fail::io(Step::HandOver, e))?;
+    }
+    let mut raw = vec![req.memfd.as_raw_fd()];
+    raw.extend(trees.iter().flatten().map(|t| t.as_raw_fd()));
+    chan::send(chan_outer, b'r', &raw).map_err(|e| Fail::io(Step::HandOver, e))
+}
+
+/// Pid 1 of a slot; never returns.
+fn run_pid1(base: &SlotSpec, programs: Programs, via: CloneCall, chan: OwnedFd, report_fd: &OwnedFd) -> ! {
+    let f = match pid1(base, programs, via, chan, report_fd) {
+        Ok(never) => match never {},
+        Err(f) => f,
+    };
+    crate::report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
+    sys::exit_now(f.exit_code())
+}
+
+/// Pid 1: the slot's part, the wait, the request's part, the command.
+fn pid1(
+    base: &SlotSpec,
+    programs: Programs,
+    via: CloneCall,
+    chan: OwnedFd,
+    report_fd: &OwnedFd,
+) -> Result<Never, Fail> {
+    crate::await_go_ahead(&chan)?;
+    crate::switch_ids(&base.identity)?;
+    let all: Vec<usize> = (0..base.mounts.len()).collect();
+    let sources = mounts::open_sources(&base.mounts, &all, Vec::new())?;
+    let skip_readonly = cfg!(debug_assertions) && base.test_switches.skip_readonly;
+    let attach = std::ffi::CString::new(SLOT_ATTACH).map_err(|_| Fail::errno(Step::MountRoot, libc::EINVAL))?;
+    let mut root = mounts::begin_root(skip_readonly, &[attach.as_c_str()])?;
+    root.apply_ops(&base.mounts, &all, &sources)?;
+    drop(sources);
+    nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, crate::errno(e)))?;
+    crate::join_network(base.network, &chan)?;
+    crate::become_init()?;
+    chan::send(&chan, b'k', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
+
+    // The request.
+    let (memfd, trees, observe) = await_spec(&chan)?;
+    drop(chan);
+    let spec = crate::parse_spec(&crate::read_all(memfd)?)?;
+    let own = base.admits(&spec).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
+    let mut prep = crate::prepare_with(&spec, programs)?;
+    if observe.is_none() {
+        prep.observer = None;
+    }
+    let sources = mounts::open_sources(&spec.mounts, &own, crate::premade_trees(&spec.mounts, trees))?;
+    root.apply_ops(&spec.mounts, &own, &sources)?;
+    drop(sources);
+    mounts::finish_root(root)?;
+    if let Some(o) = observe {
+        // The command sends the observer's listener over fd 7, as in a
+        // one-shot run (where the library placed the socket there).
+        sys::dup_onto(o.as_fd(), OBSERVE_FD).map_err(|e| Fail::io(Step::HandOver, e))?;
+    }
+    let child = crate::fork_command(&spec, &prep, via, report_fd)?;
+    sys::exit_now(crate::reap(child, report_fd))
+}
+
+/// The request as pid 1 gets it: the spec's memfd, the idmapped trees and
+/// the observer's socket. End-of-file: the slot was given up; exit quietly.
+fn await_spec(chan: &OwnedFd) -> Result<(OwnedFd, Vec<OwnedFd>, Option<OwnedFd>), Fail> {
+    let mut observe = None;
+    loop {
+        match chan::recv(chan) {
+            Ok(Some((b'o', mut fds))) if fds.len() == 1 && observe.is_none() => observe = Some(fds.remove(0)),
+            Ok(Some((b'r', fds))) if !fds.is_empty() => {
+                let mut fds = fds.into_iter();
+                let Some(memfd) = fds.next() else { return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)) };
+                return Ok((memfd, fds.collect(), observe));
+            }
+            Ok(None) | Err(_) => sys::exit_now(crate::EXIT_SETUP),
+            Ok(Some(_)) => return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)),
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! Pre-made sandboxes: a [`Sandbox`](super::Sandbox) made with a pool keeps
+//! up to `size` helpers started with `--slot` (`helper/src/slot.rs`), each
+//! with its namespaces, its cgroup leaf and the plan's system mounts
+//! (`/usr`, `/etc`, `/tmp`, `/proc`, `/dev`) made ahead. A run whose plan a
+//! slot admits ([`SlotSpec::admits`]: the same identity, network, cgroup
+//! limits and system mounts, and none of the run's own mounts before a
+//! related one of the slot's) takes a slot and sends it its spec; the slot
+//! makes the run's own mounts (workspace, grants, read roots, carve-outs,
+//! masks) and runs the command exactly as a fresh helper would. Every slot
+//! is used once: nothing of one run is ever seen by another.
+//!
+//! What the slot makes ahead is whatever the last run's plan had in common
+//! with every run (its "base"): the first run of a sandbox, and the first
+//! after the base changed (another `/tmp` size, a run with the host's
+//! network), is run by a fresh helper while the pool refills for the new
+//! base. A slot is made on a thread of its own right after one is taken,
+//! so it costs no time on the next run's critical path (the CPU it takes
+//! is the same as a fresh run's setup). A slot that fails while it is built
+//! is thrown away; three in a row turn the pool off (runs go on with fresh
+//! helpers), and [`Pool::status`] says why.
+//!
+//! An idle slot is two sleeping processes (the outer helper and its pid 1,
+//! both the static helper binary) with their namespaces, a 1 MiB root tmpfs
+//! holding only mount points, and an empty cgroup leaf. Dropping the pool
+//! closes every slot's socket and lifeline: the helper kills its pid 1 (and
+//! with it the namespaces and mounts), exits, and its cgroup is removed.
+//! When the process holding the pool dies, the same happens through the
+//! lifeline and pid 1's parent-death signal.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
+use portcullis_helper::spec::{Mode, SlotSpec, SPEC_VERSION};
+
+use super::cgroup::{Cgroup, CgroupHost, CgroupPlan};
+use super::{launch, run, sys, Plan, SandboxError, Stdin};
+
+/// Failed slots in a row that turn the pool off.
+const MAX_FAILURES: u32 = 3;
+
+/// What the slots of a pool are made for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Key {
+    base: SlotSpec,
+    cgroup: Option<CgroupPlan>,
+}
+
+/// One pre-made sandbox. Fields drop in order: the socket and the lifeline
+/// close first, then the helper is waited for, then its cgroup removed.
+pub(super) struct Slot {
+    sock: OwnedFd,
+    lifeline: OwnedFd,
+    report_r: OwnedFd,
+    child: launch::Spawned,
+    cgroup: Option<Cgroup>,
+    key: Key,
+    ready: bool,
+}
+
+/// The state of a pool, as [`Pool::status`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PoolStatus {
+    /// How many slots it keeps.
+    pub size: usize,
+    /// Slots made and waiting.
+    pub ready: usize,
+    /// Runs that took a slot so far.
+    pub taken: u64,
+    /// Runs that found none fitting (or ready), and ran a fresh helper.
+    pub missed: u64,
+    /// Why the pool is off, when it is.
+    pub off: Option<String>,
+}
+
+#[derive(Default)]
+struct State {
+    key: Option<Key>,
+    slots: VecDeque<Slot>,
+    making: usize,
+    failures: u32,
+    off: Option<String>,
+    taken: u64,
+    missed: u64,
+    closed: bool,
+}
+
+/// A pool of pre-made sandboxes (see the module's documentation).
+pub struct Pool {
+    size: usize,
+    helper: PathBuf,
+    cgroup: Option<CgroupHost>,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("size", &self.size).field("helper", &self.helper).finish_non_exhaustive()
+    }
+}
+
+/// The part of `plan` a slot can make ahead: the system binds, `/tmp`,
+/// `/proc`, `/dev`. `None` for what no slot runs (the landlock-only mode).
+fn base_of(plan: &Plan) -> Option<SlotSpec> {
+    let spec = &plan.spec;
+    if spec.mode != Mode::Full {
+        return None;
+    }
+    let mounts = spec.mounts.iter().filter(|op| super::plan::made_ahead(op)).cloned().collect();
+    Some(SlotSpec {
+        version: SPEC_VERSION,
+        identity: spec.identity,
+        network: spec.network,
+        mounts,
+        cgroup: spec.cgroup,
+        test_switches: spec.test_switches,
+    })
+}
+
+impl Pool {
+    /// A pool of `size` slots of `helper`, with leaves under `cgroup`.
+    pub(super) fn new(size: usize, helper: PathBuf, cgroup: Option<CgroupHost>) -> Pool {
+        Pool { size, helper, cgroup, state: Mutex::new(State::default()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while the lock was held leaves plain counters and slots:
+        // still consistent enough to hand out or drop.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pool's state.
+    pub fn status(&self) -> PoolStatus {
+        let mut st = self.lock();
+        let ready = st.slots.iter_mut().map(|s| matches!(s.poll_ready(), Readiness::Ready)).filter(|r| *r).count();
+        PoolStatus { size: self.size, ready, taken: st.taken, missed: st.missed, off: st.off.clone() }
+    }
+
+    /// A ready slot for `plan`, if one fits; refills the pool either way
+    /// (for this plan's base).
+    pub(super) fn take(self: &Arc<Self>, plan: &Plan, stdin: &Stdin) -> Option<Slot> {
+        let key = base_of(plan).map(|base| Key { base, cgroup: plan.containment.cgroup.clone() });
+        let (slot, discard) = {
+            let mut st = self.lock();
+            if st.off.is_some() || st.closed || self.size == 0 {
+                return None;
+            }
+            let Some(key) = key else {
+                st.missed += 1;
+                return None;
+            };
+            let mut discard = Vec::new();
+            if st.key.as_ref() != Some(&key) {
+                discard.extend(st.slots.drain(..));
+                st.key = Some(key.clone());
+            }
+            let fits = matches!(stdin, Stdin::Null) && key.base.admits(&plan.spec).is_ok();
+            let mut slot = None;
+            if fits {
+                let mut i = 0;
+                while i < st.slots.len() {
+                    match st.slots[i].poll_ready() {
+                        Readiness::Ready if slot.is_none() => slot = st.slots.remove(i),
+                        Readiness::Ready | Readiness::Building => i += 1,
+                        Readiness::Failed(why) => {
+                            st.failures += 1;
+                            if st.failures >= MAX_FAILURES {
+                                st.off = Some(why);
+                            }
+                            discard.extend(st.slots.remove(i));
+                        }
+                    }
+                }
+            }
+            if slot.is_some() {
+                st.taken += 1;
+            } else {
+                st.missed += 1;
+            }
+            (slot, discard)
+        };
+        drop(discard);
+        self.refill();
+        slot
+    }
+
+    /// Start making slots until `size` are made or being made.
+    fn refill(self: &Arc<Self>) {
+        loop {
+            let key = {
+                let mut st = self.lock();
+                if st.off.is_some() || st.closed || st.slots.len() + st.making >= self.size {
+                    return;
+                }
+                let Some(key) = st.key.clone() else { return };
+                st.making += 1;
+                key
+            };
+            let pool = Arc::clone(self);
+            let made = std::thread::Builder::new().name("portcullis-pool".into()).spawn(move || {
+                let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref());
+                let mut st = pool.lock();
+                st.making -= 1;
+                match slot {
+                    Ok(s) if !st.closed && st.key.as_ref() == Some(&s.key) => st.slots.push_back(s),
+                    Ok(s) => {
+                        drop(st);
+                        drop(s);
+                    }
+                    Err(e) => {
+                        st.failures += 1;
+                        if st.failures >= MAX_FAILURES {
+                            st.off = Some(format!("making a pre-made sandbox failed: {e}"));
+                        }
+                    }
+                }
+            });
+            if made.is_err() {
+                let mut st = self.lock();
+                st.making -= 1;
+                st.off = Some("no thread could be started to make pre-made sandboxes".into());
+                return;
+            }
+        }
+    }
+
+    /// Drop every slot and make no more (`Workspace::dispose`).
+    pub(super) fn close(&self) {
+        let slots: Vec<Slot> = {
+            let mut st = self.lock();
+            st.closed = true;
+            st.slots.drain(..).collect()
+        };
+        drop(slots);
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+enum Readiness {
+    Ready,
+    Building,
+    Failed(String),
+}
+
+impl Slot {
+    /// Whether the slot said its part is built (`k` on its socket), is still
+    /// building, or died.
+    fn poll_ready(&mut self) -> Readiness {
+        if self.ready {
+            return match self.child.exited() {
+                true => Readiness::Failed("a pre-made sandbox's helper exited while it waited".into()),
+                false => Readiness::Ready,
+            };
+        }
+        let mut buf = [0u8; 1];
+        match nix::sys::socket::recv(self.sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+            Ok(1) if buf[0] == b'k' => {
+                self.ready = true;
+                Readiness::Ready
+            }
+            Err(nix::Error::EAGAIN) => Readiness::Building,
+            _ => Readiness::Failed(self.failure()),
+        }
+    }
+
+    /// What the helper reported when it failed.
+    fn failure(&self) -> String {
+        let mut rec = [0u8; portcullis_helper::report::RECORD_LEN];
+        let _ = sys::set_nonblocking(&self.report_r);
+        match nix::unistd::read(&self.report_r, &mut rec) {
+            Ok(n) if n == rec.len() => match portcullis_helper::report::Record::decode(&rec) {
+                Some(portcullis_helper::report::Record::Error { step, errno, .. }) => {
+                    let step = step.map(|s| s.describe()).unwrap_or("an unknown step");
+                    format!("a pre-made sandbox failed while {step}: {}", io::Error::from_raw_os_error(errno))
+                }
+                _ => "a pre-made sandbox's helper exited while it was built".into(),
+            },
+            _ => "a pre-made sandbox's helper exited while it was built".into(),
+        }
+    }
+
+    /// Hand the slot `plan`'s spec (and the observer's socket): its command
+    /// starts. Returns what a fresh spawn returns.
+    pub(super) fn launch(
+        self,
+        plan: &Plan,
+        observing: &mut super::observe::Setup,
+    ) -> Result<(run::Launched, run::Streams), SandboxError> {
+        let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
+        let json = run::encode_spec(plan)?;
+        let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
+        let mut fds: Vec<RawFd> = vec![memfd.as_raw_fd()];
+        if let Some(o) = observing.helper_end() {
+            fds.push(o);
+        }
+        send(&self.sock, b'r', &fds).map_err(io_err("handing the spec to a pre-made sandbox"))?;
+        drop(memfd);
+        observing.spawned();
+        let Slot { sock, lifeline, report_r, child, .. } = self;
+        drop(sock);
+        let child = child.attach().map_err(io_err("waiting for a pre-made sandbox"))?;
+        run::launched(child, lifeline, report_r)
+    }
+
+    /// The slot's cgroup leaf, for the run that took it (which kills and
+    /// removes it as it does a fresh one).
+    pub(super) fn take_cgroup(&mut self) -> Option<Cgroup> {
+        self.cgroup.take()
+    }
+}
+
+fn send(sock: &OwnedFd, tag: u8, fds: &[RawFd]) -> io::Result<()> {
+    let buf = [tag];
+    let iov = [IoSlice::new(&buf)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None).map_err(io::Error::from)?;
+    Ok(())
+}
+
+/// Start one slot for `key`: its cgroup leaf, its pipes and socket, the
+/// helper with `--slot`, and the slot's spec sent ahead.
+fn make_slot(helper: &Path, key: &Key, host: Option<&CgroupHost>) -> Result<Slot, SandboxError> {
+    let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
+    let cgroup = match (&key.cgroup, host) {
+        (Some(want), Some(host)) => Some(host.create(want).map_err(|e| SandboxError::Cgroup {
+            stage: e.stage,
+            path: e.path,
+            source: e.source,
+        })?),
+        (Some(want), None) => {
+            return Err(SandboxError::Cgroup {
+                stage: "create the per-command cgroup under",
+                path: want.parent.clone(),
+                source: io::Error::from_raw_os_error(libc::ENOENT),
+            })
+        }
+        (None, _) => None,
+    };
+    let (sock, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+        .map_err(|e| SandboxError::Io { stage: "making a pre-made sandbox's socket", source: e.into() })?;
+    let theirs = {
+        let t = sys::dup_above(&theirs, 10).map_err(io_err("making a pre-made sandbox's socket"))?;
+        drop(theirs);
+        t
+    };
+    let (report_r, report_w) = run::pipe_above("creating the report pipe", true)?;
+    let (life_r, lifeline) = run::pipe_above("creating the lifeline", false)?;
+    let json = serde_json::to_vec(&key.base)
+        .map_err(|e| SandboxError::Io { stage: "encoding the slot's spec", source: io::Error::other(e) })?;
+    let memfd = sys::memfd_with(c"portcullis-slot", &json).map_err(io_err("writing the slot's spec"))?;
+    send(&sock, b's', &[memfd.as_raw_fd()]).map_err(io_err("sending the slot's spec"))?;
+    drop(memfd);
+    let cg_fd = match &cgroup {
+        Some(c) => Some(sys::dup_above(&c.dir, 10).map_err(io_err("passing the cgroup"))?),
+        None => None,
+    };
+    let mut pass = vec![
+        (theirs.as_raw_fd(), portcullis_helper::SPEC_FD),
+        (report_w.as_raw_fd(), portcullis_helper::REPORT_FD),
+        (life_r.as_raw_fd(), portcullis_helper::LIFELINE_FD),
+    ];
+    if let Some(c) = &cg_fd {
+        pass.push((c.as_raw_fd(), portcullis_helper::CGROUP_FD));
+    }
+    let child = launch::spawn_detached(helper, Some(c"--slot"), &pass, None)
+        .map_err(|source| SandboxError::Spawn { helper: helper.to_path_buf(), source })?;
+    drop((theirs, report_w, life_r, cg_fd));
+    Ok(Slot { sock, lifeline, report_r, child, cgroup, key: key.clone(), ready: false })
+}

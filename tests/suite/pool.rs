@@ -1,0 +1,281 @@
+//! Pre-made sandboxes (issue 12): a `Sandbox` with a pool runs a command
+//! whose plan a slot admits in a slot made ahead, with every property of a
+//! fresh sandbox; a slot runs once; a dropped pool leaves nothing.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use portcullis::sandbox::{ExecRequest, Outcome, RunOptions, Sandbox};
+use serde_json::json;
+
+use super::mcp_server::Serve;
+use super::util::*;
+
+fn pooled(size: usize) -> Sandbox {
+    sandbox().with_pool(size)
+}
+
+/// Wait until the pool has `n` slots ready (slots are made on threads of
+/// their own), at most 10 s.
+fn await_ready(sb: &Sandbox, n: usize) {
+    for _ in 0..1000 {
+        if sb.pool_status().is_some_and(|s| s.ready >= n) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the pool never had {n} slots ready: {:?}", sb.pool_status());
+}
+
+#[test]
+fn r0800_pooled_runs_are_sandboxed_like_fresh_ones() {
+    let test = "r0800";
+    let ws = Ws::new();
+    let sb = pooled(2);
+    let rt = rt();
+    // The first run finds an empty pool (it learns the base from it).
+    let first = rt.block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()));
+    assert!(first.is_ok_and(|r| r.outcome == Outcome::Exited { code: 0 }), "{test}: first run");
+    await_ready(&sb, 2);
+    let status = sb.pool_status();
+    for i in 0..6 {
+        let r = rt
+            .block_on(sb.run(&ws.req(&["/bin/sh", "-c", "echo hi; echo x > probe; echo $?"]), RunOptions::default()))
+            .unwrap_or_else(|e| panic!("{test}: run {i}: {}", portcullis::error_chain(&e)));
+        assert_eq!(stdout(&r), "hi\n2\n", "{test}: run {i}: {r:?}");
+        assert!(stderr(&r).contains("Read-only file system"), "{test}: run {i}: {}", stderr(&r));
+        await_ready(&sb, 2);
+    }
+    let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    let before = status.map(|s| s.taken).unwrap_or(0);
+    assert_eq!(after.taken - before, 6, "{test}: every run took a slot: {after:?}");
+    assert!(!ws.join("probe").exists(), "{test}: the write landed");
+    assert!(after.off.is_none(), "{test}: {after:?}");
+    // The refused write was observed in the slot as in a fresh sandbox.
+    let r = rt
+        .block_on(sb.run(&ws.req(&["/bin/sh", "-c", "echo x > probe2"]), RunOptions::default()))
+        .unwrap_or_else(|e| panic!("{test}: {}", portcullis::error_chain(&e)));
+    assert_eq!(observed(&r).count, 1, "{test}: {:?}", r.refused_writes);
+    // CONTROL: a write grant works through a slot (the grant is the
+    // request's own mount), and the file lands on the host.
+    let mut req = ws.req(&["/bin/sh", "-c", "echo y > target/out"]);
+    req.write = vec!["target".into()];
+    await_ready(&sb, 2);
+    let taken = sb.pool_status().map(|s| s.taken).unwrap_or(0);
+    let r = rt.block_on(sb.run(&req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {e}"));
+    assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: {}", stderr(&r));
+    assert_eq!(ws.read("target/out"), "y\n", "{test}");
+    assert_eq!(sb.pool_status().map(|s| s.taken), Some(taken + 1), "{test}: the writable run took a slot");
+}
+
+/// The namespaces a command sees, from inside: `ns:inode` per kind.
+const NS: &str = "for n in user mnt pid ipc uts net cgroup; do printf '%s ' $(readlink /proc/self/ns/$n); done; \
+                  echo; ls /tmp; echo x > /tmp/left-by-an-earlier-run; ps -e -o pid= -o comm= 2>/dev/null | wc -l";
+
+#[test]
+fn r0801_every_slot_is_fresh_and_used_once() {
+    let test = "r0801";
+    let ws = Ws::new();
+    let sb = pooled(3);
+    let rt = rt();
+    let _ = rt.block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()));
+    let host: String = ["user", "mnt", "pid", "ipc", "uts", "net"]
+        .iter()
+        .map(|n| std::fs::read_link(format!("/proc/self/ns/{n}")).map(|l| l.display().to_string()).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join(" ");
+    // Namespace inode numbers are recycled once a namespace is freed, so a
+    // run is compared with the one before it: the slot it took was made
+    // (its namespaces allocated) while that run's were still alive.
+    let mut previous: Vec<String> = Vec::new();
+    for i in 0..6 {
+        await_ready(&sb, 3);
+        let r = rt
+            .block_on(sb.run(&ws.req(&["/bin/sh", "-c", NS]), RunOptions::default()))
+            .unwrap_or_else(|e| panic!("{test}: run {i}: {}", portcullis::error_chain(&e)));
+        let out = stdout(&r);
+        let mut lines = out.lines();
+        let ns: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+        assert_eq!(ns.len(), 7, "{test}: run {i}: {out}");
+        for n in &ns[..6] {
+            // Never the host's, never the previous run's.
+            assert!(!host.contains(n), "{test}: run {i}: {n} is the host's");
+            assert!(!previous.iter().any(|p| p == n), "{test}: run {i}: {n} was the previous run's: {out}");
+        }
+        previous = ns.iter().map(|n| n.to_string()).collect();
+        // The private /tmp is empty: nothing of an earlier run is there.
+        let rest: Vec<&str> = lines.collect();
+        // pid 1, sh, ps and wc: nothing else runs in the slot.
+        assert_eq!(rest, vec!["4"], "{test}: run {i}: /tmp held {rest:?} (or ps saw more)");
+    }
+    assert_eq!(sb.pool_status().map(|s| s.taken), Some(6), "{test}: {:?}", sb.pool_status());
+}
+
+/// The pids of `root`'s descendants (from /proc, outside).
+fn descendants(root: u32) -> BTreeSet<u32> {
+    let mut parent = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if let Some(pp) = ppid {
+            parent.push((pid, pp));
+        }
+    }
+    let mut out = BTreeSet::from([root]);
+    loop {
+        let before = out.len();
+        for (pid, pp) in &parent {
+            if out.contains(pp) {
+                out.insert(*pid);
+            }
+        }
+        if out.len() == before {
+            break;
+        }
+    }
+    out.remove(&root);
+    out
+}
+
+fn alive(pids: &BTreeSet<u32>) -> Vec<u32> {
+    let mut left: Vec<u32> =
+        pids.iter().copied().filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()).collect();
+    for _ in 0..100 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        left.retain(|p| std::path::Path::new(&format!("/proc/{p}")).exists());
+    }
+    left
+}
+
+/// The slots a server keeps: its helper children started with `--slot`,
+/// with their pid 1s.
+fn slots_of(server: u32) -> BTreeSet<u32> {
+    for _ in 0..500 {
+        let d = descendants(server);
+        let slots = d
+            .iter()
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.windows(7).any(|w| w == b"\0--slot"))
+            })
+            .count();
+        if slots >= 2 && d.len() >= 4 {
+            return d;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the server {server} never had two pre-made sandboxes: {:?}", descendants(server));
+}
+
+#[test]
+fn r0802_slots_die_with_the_workspace_and_with_its_process() {
+    let test = "r0802";
+    let ws = Ws::new();
+    for kill in [false, true] {
+        let mut s = Serve::start(&ws, &[]);
+        s.call(1, "run_shell", json!({"command": "true"}));
+        assert_eq!(s.structured(1)["exit_code"], 0, "{test}");
+        let server = s.child.id();
+        // CONTROL: the pool is there, from outside: two slots (each an outer
+        // helper and its pid 1) waiting.
+        let slots = slots_of(server);
+        if kill {
+            // The server gets no say: the lifeline and pid 1's parent-death
+            // signal end every slot.
+            let _ = s.child.kill();
+            let _ = s.child.wait();
+        } else {
+            s.close();
+            let st = s.exit_within(Duration::from_secs(10)).unwrap_or_else(|| panic!("{test}: no exit at EOF"));
+            assert!(st.success(), "{test}: {st}");
+        }
+        assert_eq!(alive(&slots), Vec::<u32>::new(), "{test}: kill={kill}: slot processes left: {slots:?}");
+    }
+}
+
+#[test]
+fn r0803_a_run_no_slot_admits_runs_fresh_and_the_pool_follows() {
+    let test = "r0803";
+    let ws = Ws::new();
+    let sb = pooled(2);
+    let rt = rt();
+    let run = |req: &ExecRequest, opts: RunOptions| {
+        rt.block_on(sb.run(req, opts)).unwrap_or_else(|e| panic!("{test}: {}", portcullis::error_chain(&e)))
+    };
+    let _ = run(&ws.req(&["/bin/true"]), RunOptions::default());
+    await_ready(&sb, 2);
+    let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    // The host's network: another base. It runs fresh (a miss) and works.
+    let mut host = ws.req(&["/bin/sh", "-c", "readlink /proc/self/ns/net"]);
+    host.network = portcullis::Network::Host;
+    let r = run(&host, RunOptions::default());
+    let host_net = std::fs::read_link("/proc/self/ns/net").map(|l| l.display().to_string()).unwrap_or_default();
+    assert_eq!(stdout(&r).trim(), host_net, "{test}: the host network run did not get the host's network");
+    let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    assert_eq!((after.taken, after.missed), (before.taken, before.missed + 1), "{test}: {after:?}");
+    // The pool now makes slots for the host network, and the next such run
+    // takes one.
+    await_ready(&sb, 2);
+    let r = run(&host, RunOptions::default());
+    assert_eq!(stdout(&r).trim(), host_net, "{test}");
+    assert_eq!(sb.pool_status().map(|s| s.taken), Some(after.taken + 1), "{test}");
+    // A run with stdin copied never takes a slot (its stdin is /dev/null).
+    let mut copy = ws.req(&["/bin/true"]);
+    copy.network = portcullis::Network::Host;
+    let opts = RunOptions { stdin: portcullis::sandbox::Stdin::Copy, ..RunOptions::default() };
+    let taken = sb.pool_status().map(|s| s.taken);
+    let r = run(&copy, opts);
+    assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}");
+    assert_eq!(sb.pool_status().map(|s| s.taken), taken, "{test}: a stdin-copying run took a slot");
+}
+
+#[test]
+fn r0804_a_pool_whose_slots_fail_turns_itself_off_and_runs_go_on() {
+    let test = "r0804";
+    let ws = Ws::new();
+    // A helper that refuses to make slots but runs commands.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{test}: {e}"));
+    let wrapper = dir.path().join("portcullis-helper");
+    let real = bin_dir().join("portcullis-helper");
+    std::fs::write(&wrapper, format!("#!/bin/sh\n[ \"$1\" = --slot ] && exit 125\nexec {} \"$@\"\n", real.display()))
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let mut perm = std::fs::metadata(&wrapper).map(|m| m.permissions()).unwrap_or_else(|e| panic!("{test}: {e}"));
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&wrapper, perm).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let sb = Sandbox::with_helper(wrapper).with_pool(2);
+    let rt = rt();
+    let mut off = None;
+    for i in 0..20 {
+        let r = rt.block_on(sb.run(&ws.req(&["/bin/sh", "-c", "echo ok"]), RunOptions::default()));
+        let r = r.unwrap_or_else(|e| panic!("{test}: run {i}: {}", portcullis::error_chain(&e)));
+        assert_eq!(stdout(&r), "ok\n", "{test}: run {i}");
+        off = sb.pool_status().and_then(|s| s.off);
+        if off.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let off = off.unwrap_or_else(|| panic!("{test}: the pool never turned off: {:?}", sb.pool_status()));
+    assert!(off.contains("pre-made sandbox"), "{test}: {off}");
+    assert_eq!(sb.pool_status().map(|s| s.taken), Some(0), "{test}");
+}
+
+#[test]
+fn r0805_a_timed_out_command_in_a_slot_dies_with_its_tree() {
+    let test = "r0805";
+    let ws = Ws::new();
+    let sb = pooled(1);
+    let rt = rt();
+    let _ = rt.block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()));
+    await_ready(&sb, 1);
+    let m = "31.4159";
+    let mut req = ws.req(&["/bin/sh", "-c", &format!("setsid sleep {m} & sleep {m}")]);
+    req.timeout = Some(Duration::from_millis(300));
+    let r = rt.block_on(sb.run(&req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {e}"));
+    assert_eq!(r.outcome, Outcome::TimedOut, "{test}");
+    assert_eq!(sb.pool_status().map(|s| s.taken), Some(1), "{test}: the run did not take the slot");
+    assert_eq!(survivors(&format!("sleep {m}")), Vec::<String>::new(), "{test}: the tree survived");
+}
