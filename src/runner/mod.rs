@@ -534,9 +534,9 @@ impl RunnerBuilder {
         self
     }
 
-    /// Keep this many sandboxes made ahead ([`Sandbox::with_pool`]) when
-    /// the runner makes its own sandbox (default 0: a runner of one command,
-    /// as `portcullis exec`'s, gains nothing from them).
+    /// Keep this many sandboxes made ahead ([`Sandbox::with_pool`]) unless
+    /// the sandbox given has a pool of its own (default 0: a runner of one
+    /// command, as `portcullis exec`'s, gains nothing from them).
     pub fn pool(mut self, size: usize) -> Self {
         self.pool = size;
         self
@@ -605,7 +605,10 @@ impl RunnerBuilder {
             (None, None) => (None, None),
         };
         let sandbox = match (self.sandbox, self.without_sandbox) {
-            (Some(s), _) => Some(Arc::new(s)),
+            // A given sandbox keeps its own pool; one without gets this
+            // runner's (a workspace's policy decides it).
+            (Some(s), _) if s.pool_status().is_some() => Some(Arc::new(s)),
+            (Some(s), _) => Some(Arc::new(s.with_pool(self.pool))),
             (None, true) => None,
             (None, false) => Some(Arc::new(Sandbox::new()?.with_pool(self.pool))),
         };

@@ -235,7 +235,8 @@ impl WorkspaceBuilder {
         self
     }
 
-    /// Use this sandbox (default: [`Sandbox::new`]).
+    /// Use this sandbox (default: [`Sandbox::new`]). Unless it has a pool
+    /// of its own ([`Sandbox::with_pool`]), it gets the policy's (`pool`).
     pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
         self.runner = self.runner.sandbox(sandbox);
         self
@@ -260,7 +261,7 @@ impl WorkspaceBuilder {
         }
         policy.validate()?;
         // A workspace lives for many commands: it keeps sandboxes made ahead
-        // (when it makes its own sandbox; a given one has its own pool).
+        // (unless the sandbox given has a pool of its own).
         let pool = policy.pool.unwrap_or(crate::policy::DEFAULT_POOL);
         let runner = self.runner.policy(policy.clone()).pool(pool as usize);
         let (runner, backend): (_, Arc<dyn Backend>) = match self.backend {
@@ -707,9 +708,16 @@ impl Workspace {
         Ok(Workspace { view: Arc::new(view), shared: Arc::clone(&self.shared) })
     }
 
+    /// The pre-made sandboxes' state (`pool` in the policy), when the
+    /// workspace keeps any.
+    pub fn pool_status(&self) -> Option<crate::sandbox::PoolStatus> {
+        self.view.runner.sandbox().ok().and_then(|s| s.pool_status())
+    }
+
     /// Kill every background job (waiting until each tree is gone) and
-    /// refuse new work from now on, in every projection. Dropping the last
-    /// handle of a workspace kills its jobs too (without waiting).
+    /// refuse new work from now on, in every projection, and end the
+    /// pre-made sandboxes. Dropping the last handle of a workspace kills its
+    /// jobs too (without waiting), and its pre-made sandboxes.
     pub async fn dispose(&self) {
         self.shared.disposed.store(true, Ordering::SeqCst);
         self.shared.jobs.dispose().await;

@@ -29,7 +29,9 @@ use portcullis::workspace::jobs::{JobStatus, Started};
 use portcullis::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
-use super::util::{bin_dir, host_procs_containing, rt, sandbox, survivors, workspace_with, Ws};
+use super::util::{
+    bin_dir, descendants, host_procs_containing, rt, sandbox, slot_helpers, survivors, workspace_with, Ws,
+};
 
 const CHILD: &str = "PORTCULLIS_CHAOS_CHILD";
 const IN_FLIGHT: usize = 8;
@@ -714,6 +716,19 @@ fn chaos() {
         // sleeper tree, a daemon and a storm (while max_jobs lets them in).
         running_jobs_seen(&w, &m).await;
         println!("chaos: {} marked processes before dispose", host_procs_containing(&m).len());
+        // CONTROL for the slot check below: the workspace's pre-made
+        // sandboxes are there, from outside (they are being made again
+        // after each command, so wait for one).
+        let me = std::process::id();
+        let waited = std::time::Instant::now();
+        while slot_helpers(&descendants(me)).is_empty() && waited.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let slots = slot_helpers(&descendants(me));
+        assert!(!slots.is_empty(), "control: no pre-made sandbox before dispose");
+        if let Some(p) = w.pool_status() {
+            println!("chaos: {} commands took a pre-made sandbox, {} found none ready or fitting", p.taken, p.missed);
+        }
         let t = Instant::now();
         w.dispose().await;
         println!("chaos: dispose took {:?}", t.elapsed());
@@ -741,6 +756,23 @@ fn chaos() {
     // descriptor.
     let left = survivors(&m);
     assert!(left.is_empty(), "seed {seed}: processes left behind after dispose: {left:?}");
+    // No pool slot: no process of ours at all (the slots' helpers and their
+    // pid 1s are children of this process and of those helpers).
+    let mut ours = descendants(std::process::id());
+    for _ in 0..100 {
+        if ours.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        ours = descendants(std::process::id());
+    }
+    let cmdlines: Vec<String> = ours
+        .iter()
+        .map(|p| {
+            String::from_utf8_lossy(&std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default()).replace('\0', " ")
+        })
+        .collect();
+    assert!(ours.is_empty(), "seed {seed}: processes of ours left after dispose (pool slots?): {cmdlines:?}");
     let leaves = leaves_left();
     assert!(leaves.is_empty(), "seed {seed}: cgroup leaves left behind: {leaves:?}");
     let mounts_after = mounts();

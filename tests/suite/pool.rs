@@ -111,33 +111,6 @@ fn r0801_every_slot_is_fresh_and_used_once() {
     assert_eq!(sb.pool_status().map(|s| s.taken), Some(6), "{test}: {:?}", sb.pool_status());
 }
 
-/// The pids of `root`'s descendants (from /proc, outside).
-fn descendants(root: u32) -> BTreeSet<u32> {
-    let mut parent = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let ppid = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if let Some(pp) = ppid {
-            parent.push((pid, pp));
-        }
-    }
-    let mut out = BTreeSet::from([root]);
-    loop {
-        let before = out.len();
-        for (pid, pp) in &parent {
-            if out.contains(pp) {
-                out.insert(*pid);
-            }
-        }
-        if out.len() == before {
-            break;
-        }
-    }
-    out.remove(&root);
-    out
-}
-
 fn alive(pids: &BTreeSet<u32>) -> Vec<u32> {
     let mut left: Vec<u32> =
         pids.iter().copied().filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()).collect();

@@ -528,3 +528,38 @@ pub fn workspace_with(
         .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
     (w, audit)
 }
+
+/// The pids of `root`'s descendants (from /proc, outside).
+pub fn descendants(root: u32) -> std::collections::BTreeSet<u32> {
+    let mut parent = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if let Some(pp) = ppid {
+            parent.push((pid, pp));
+        }
+    }
+    let mut out = std::collections::BTreeSet::from([root]);
+    loop {
+        let before = out.len();
+        for (pid, pp) in &parent {
+            if out.contains(pp) {
+                out.insert(*pid);
+            }
+        }
+        if out.len() == before {
+            break;
+        }
+    }
+    out.remove(&root);
+    out
+}
+
+/// The pre-made sandboxes among `pids`: helpers started with `--slot`.
+pub fn slot_helpers(pids: &std::collections::BTreeSet<u32>) -> Vec<u32> {
+    pids.iter()
+        .copied()
+        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.windows(7).any(|w| w == b"\0--slot")))
+        .collect()
+}
