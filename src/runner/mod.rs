@@ -659,6 +659,23 @@ impl Runner {
         RunnerBuilder::default()
     }
 
+    /// Have the sandbox's pool (if any) make slots for this runner's
+    /// commands now: a read-only command under the policy is planned
+    /// (nothing runs) and the slots are made for what it has in common with
+    /// every command. Best effort: a plan that fails here fails the first
+    /// command too, which says why.
+    pub fn prime_pool(&self) {
+        let (Some(sb), Some(policy)) = (&self.sandbox, &self.policy) else { return };
+        let Ok(ws) = policy.workspace_root() else { return };
+        let mut req = ExecRequest::new(ws.to_path_buf(), ["/bin/true"]);
+        req.read = policy.allow_paths.clone();
+        req.network = policy.network;
+        req.limits = crate::sandbox::Limits { pids: policy.limits.pids, memory: policy.limits.memory };
+        req.degraded = policy.degraded;
+        req.report_refused_writes = policy.report_refused_writes.unwrap_or(true);
+        let _ = sb.prime_pool(&req);
+    }
+
     /// The sandbox every command runs in ([`RunError::NoSandbox`] for a
     /// runner built [`RunnerBuilder::without_sandbox`]).
     pub fn sandbox(&self) -> Result<&Sandbox, RunError> {

@@ -781,6 +781,16 @@ impl Sandbox {
         self
     }
 
+    /// Start making the pool's slots for runs like `req` (which is only
+    /// planned), instead of waiting for the first run to show what they
+    /// share. Does nothing without a pool, or once it has made slots.
+    pub fn prime_pool(&self, req: &ExecRequest) -> Result<(), SandboxError> {
+        if let Some(p) = &self.pool {
+            p.prime(&self.plan_opt(None, req)?);
+        }
+        Ok(())
+    }
+
     /// The pool's state, when there is one.
     pub fn pool_status(&self) -> Option<PoolStatus> {
         self.pool.as_ref().map(|p| p.status())

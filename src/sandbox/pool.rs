@@ -187,6 +187,20 @@ impl Pool {
         slot
     }
 
+    /// Make slots for `plan`'s base now, before any run (a workspace
+    /// primes its pool when it is built, so its first command finds one).
+    pub(super) fn prime(self: &Arc<Self>, plan: &Plan) {
+        let Some(base) = base_of(plan) else { return };
+        {
+            let mut st = self.lock();
+            if st.key.is_some() {
+                return;
+            }
+            st.key = Some(Key { base, cgroup: plan.containment.cgroup.clone() });
+        }
+        self.refill();
+    }
+
     /// Start making slots until `size` are made or being made.
     fn refill(self: &Arc<Self>) {
         loop {

@@ -272,6 +272,9 @@ impl WorkspaceBuilder {
             Some(BackendChoice::Given(b)) => (runner.build()?, b),
             None => (runner.build()?, Arc::new(Local::new(&policy)?)),
         };
+        if backend.sandboxed() {
+            runner.prime_pool();
+        }
         let view = View {
             runner: Arc::new(runner),
             read: policy.read.clone(),

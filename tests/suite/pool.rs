@@ -252,3 +252,36 @@ fn r0805_a_timed_out_command_in_a_slot_dies_with_its_tree() {
     assert_eq!(sb.pool_status().map(|s| s.taken), Some(1), "{test}: the run did not take the slot");
     assert_eq!(survivors(&format!("sleep {m}")), Vec::<String>::new(), "{test}: the tree survived");
 }
+
+#[test]
+fn r0806_a_workspace_makes_its_slots_before_its_first_command() {
+    let test = "r0806";
+    let ws = Ws::new();
+    let text = "[shell]\ninterpreter = \"sh\"\nallow = [\"echo\"]\n";
+    let mut policy = portcullis::policy::WorkspacePolicy::from_toml(text).unwrap_or_else(|e| panic!("{test}: {e}"));
+    policy.workspace = Some(ws.path().to_path_buf());
+    let (w, _) = workspace_with(policy.clone());
+    let ready = |w: &portcullis::workspace::Workspace| {
+        for _ in 0..1000 {
+            if w.pool_status().is_some_and(|s| s.ready == 2) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    };
+    assert!(ready(&w), "{test}: no slot before the first command: {:?}", w.pool_status());
+    let rt = rt();
+    rt.block_on(async {
+        match w.exec("echo first", portcullis::runner::ExecOptions::default()).await {
+            Ok(portcullis::runner::Exec::Ran(r)) => assert_eq!(r.result.stdout, b"first\n", "{test}"),
+            other => panic!("{test}: {other:?}"),
+        }
+    });
+    assert_eq!(w.pool_status().map(|s| (s.taken, s.missed)), Some((1, 0)), "{test}: the first command missed");
+    rt.block_on(w.dispose());
+    // `pool = 0`: none.
+    policy.pool = Some(0);
+    let (w, _) = workspace_with(policy);
+    assert_eq!(w.pool_status(), None, "{test}: pool = 0 made a pool");
+}
