@@ -13,11 +13,11 @@
 //!   slot's mounts (the system binds, `/tmp`, `/proc`, `/dev`), sets the host
 //!   name, joins the network and becomes non-dumpable. Then both wait.
 //! * `r` with a memfd holding the [`SpawnSpec`] of the one command the slot
-//!   will run (and, when the observer is on, its socket): the outer helper
-//!   checks that the slot builds exactly that spec's sandbox
-//!   ([`SlotSpec::admits`]; otherwise the run fails with `EINVAL` under
-//!   `ReadSpec`, and nothing runs), makes a root caller's idmapped trees and
-//!   hands everything to pid 1, which opens the request's bind sources,
+//!   will run (and, when the observer is on, its socket): pid 1 checks that
+//!   the slot builds exactly that spec's sandbox ([`SlotSpec::admits`];
+//!   otherwise the run fails with `EINVAL` under `ReadSpec`, and nothing
+//!   runs); for a root caller the outer helper checks it first and makes the
+//!   idmapped trees. Pid 1 then opens the request's bind sources,
 //!   makes the request's own mounts (workspace, grants, read roots,
 //!   carve-outs, masks) in the plan's order, pivots, and forks the command
 //!   exactly as a one-shot pid 1 does. From there on nothing differs.
@@ -164,7 +164,8 @@ fn netns_in_child(userns: &OwnedFd) -> Result<OwnedFd, Fail> {
 /// The request: its spec, the spec's memfd (for pid 1), and the observer's
 /// socket when one came.
 struct Request {
-    spec: SpawnSpec,
+    /// Read here only for a root caller (see `await_request`).
+    spec: Option<SpawnSpec>,
     memfd: OwnedFd,
     observe: Option<OwnedFd>,
 }
@@ -224,8 +225,15 @@ fn await_request(
         _ => return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)),
     };
     let Some(memfd) = memfd else { return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)) };
-    let copy = memfd.try_clone().map_err(|e| Fail::io(Step::ReadSpec, e))?;
-    let spec = crate::parse_spec(&crate::read_all(copy)?)?;
+    // Only a root caller's spec can ask for idmapped trees, which this
+    // process makes: otherwise pid 1 alone reads (and checks) the spec.
+    let spec = match nix::unistd::getuid().is_root() {
+        true => {
+            let copy = memfd.try_clone().map_err(|e| Fail::io(Step::ReadSpec, e))?;
+            Some(crate::parse_spec(&crate::read_all(copy)?)?)
+        }
+        false => None,
+    };
     Ok(Some(Request { spec, memfd, observe }))
 }
 
@@ -233,15 +241,21 @@ fn await_request(
 /// through pid 1's user namespace, and send pid 1 the spec, the observer's
 /// socket and the trees.
 fn hand_over(req: Request, base: &SlotSpec, userns: BorrowedFd<'_>, chan_outer: &OwnedFd) -> Result<(), Fail> {
-    base.admits(&req.spec).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
-    let trees = if req.spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })) {
-        mounts::idmapped_trees(&req.spec, userns)?
-    } else {
-        Vec::new()
+    let trees = match &req.spec {
+        Some(spec) => {
+            base.admits(spec).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
+            if spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })) {
+                mounts::idmapped_trees(spec, userns)?
+            } else {
+                Vec::new()
+            }
+        }
+        None => Vec::new(),
     };
     // Without a socket (the library's observer could not start) the command
-    // installs no observer, as in a one-shot run without fd 7.
-    if let Some(o) = req.observe.as_ref().filter(|_| req.spec.observe) {
+    // installs no observer, as in a one-shot run without fd 7 (pid 1 checks
+    // the spec asks for one).
+    if let Some(o) = &req.observe {
         chan::send(chan_outer, b'o', &[o.as_raw_fd()]).map_err(|e| Fail::io(Step::HandOver, e))?;
     }
     let mut raw = vec![req.memfd.as_raw_fd()];
@@ -287,9 +301,10 @@ fn pid1(
     let spec = crate::parse_spec(&crate::read_all(memfd)?)?;
     let own = base.admits(&spec).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
     let mut prep = crate::prepare_with(&spec, programs)?;
-    if observe.is_none() {
+    if observe.is_none() || !spec.observe {
         prep.observer = None;
     }
+    let observe = observe.filter(|_| spec.observe);
     let sources = mounts::open_sources(&spec.mounts, &own, crate::premade_trees(&spec.mounts, trees))?;
     root.apply_ops(&spec.mounts, &own, &sources)?;
     drop(sources);

@@ -1028,6 +1028,10 @@ impl Sandbox {
             Some(s) => s.launch(plan, &mut observing),
             None => run::spawn_helper(&self.helper, plan, cg.as_ref(), &mut observing, opts.stdin),
         };
+        // The next slot is made while this command runs.
+        if let Some(p) = &self.pool {
+            p.refill();
+        }
         let (mut launched, streams) = match spawned {
             Ok(spawned) => spawned,
             Err(e) => {

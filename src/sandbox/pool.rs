@@ -139,8 +139,9 @@ impl Pool {
         PoolStatus { size: self.size, ready, taken: st.taken, missed: st.missed, off: st.off.clone() }
     }
 
-    /// A ready slot for `plan`, if one fits; refills the pool either way
-    /// (for this plan's base).
+    /// A ready slot for `plan`, if one fits (the pool now follows this
+    /// plan's base). The caller calls [`Pool::refill`] once its run started,
+    /// so that making the next slot does not delay this one.
     pub(super) fn take(self: &Arc<Self>, plan: &Plan, stdin: &Stdin) -> Option<Slot> {
         let key = base_of(plan).map(|base| Key { base, cgroup: plan.containment.cgroup.clone() });
         let (slot, discard) = {
@@ -183,7 +184,6 @@ impl Pool {
             (slot, discard)
         };
         drop(discard);
-        self.refill();
         slot
     }
 
@@ -202,7 +202,7 @@ impl Pool {
     }
 
     /// Start making slots until `size` are made or being made.
-    fn refill(self: &Arc<Self>) {
+    pub(super) fn refill(self: &Arc<Self>) {
         loop {
             let key = {
                 let mut st = self.lock();

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use portcullis::sandbox::{ExecRequest, Outcome, RunOptions, Sandbox};
+use portcullis_helper::spec::MountOp;
 use serde_json::json;
 
 use super::mcp_server::Serve;
@@ -284,4 +285,117 @@ fn r0806_a_workspace_makes_its_slots_before_its_first_command() {
     policy.pool = Some(0);
     let (w, _) = workspace_with(policy);
     assert_eq!(w.pool_status(), None, "{test}: pool = 0 made a pool");
+}
+
+/// Drive `portcullis-helper --slot` by hand: the slot spec, the `k`, then
+/// `spec`; returns the command's stdout and the report's records.
+fn slot_by_hand(
+    slot: &portcullis_helper::spec::SlotSpec,
+    spec: &portcullis_helper::spec::SpawnSpec,
+) -> (String, Vec<u8>) {
+    use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
+    use std::io::{IoSlice, Read};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+        .unwrap_or_else(|e| panic!("socketpair: {e}"));
+    let (report_r, report_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap_or_else(|e| panic!("{e}"));
+    let (life_r, life_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap_or_else(|e| panic!("{e}"));
+    let send = |tag: u8, json: Vec<u8>| {
+        // SAFETY: memfd_create with a static name.
+        let raw = unsafe { libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(raw >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+        // SAFETY: a fresh fd, owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut file = std::fs::File::from(fd);
+        std::io::Write::write_all(&mut file, &json).unwrap_or_else(|e| panic!("memfd: {e}"));
+        let fd = OwnedFd::from(file);
+        let fds = [fd.as_raw_fd()];
+        sendmsg::<()>(
+            ours.as_raw_fd(),
+            &[IoSlice::new(&[tag])],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("sendmsg: {e}"));
+    };
+    send(b's', serde_json::to_vec(slot).unwrap_or_default());
+    let (a, b, c) = (theirs.as_raw_fd(), report_w.as_raw_fd(), life_r.as_raw_fd());
+    let mut cmd = std::process::Command::new(bin_dir().join("portcullis-helper"));
+    cmd.arg("--slot").env_clear().stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped());
+    // SAFETY: only dup2 between fork and exec (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(move || {
+            for (src, dst) in [(a, 3), (b, 4), (c, 5)] {
+                if libc::dup2(src, dst) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("helper: {e}"));
+    drop((theirs, report_w, life_r));
+    let mut k = [0u8; 1];
+    let got = nix::sys::socket::recv(ours.as_raw_fd(), &mut k, MsgFlags::empty()).unwrap_or(0);
+    assert_eq!((got, k[0]), (1, b'k'), "the slot never said it was built");
+    send(b'r', serde_json::to_vec(spec).unwrap_or_default());
+    let mut out = String::new();
+    let _ = child.stdout.take().map(|mut o| o.read_to_string(&mut out));
+    let _ = child.wait();
+    drop(life_w);
+    let mut records = Vec::new();
+    // SAFETY: report_r is ours, owned here.
+    let _ = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(report_r)) })
+        .read_to_end(&mut records);
+    (out, records)
+}
+
+#[test]
+fn r0807_the_helper_itself_refuses_a_spec_its_slot_does_not_fit() {
+    let test = "r0807";
+    let ws = Ws::new();
+    let sb = sandbox();
+    let plan = |network| {
+        let mut req = ws.req(&["/bin/sh", "-c", "echo ran"]);
+        req.network = network;
+        req.report_refused_writes = false;
+        sb.plan(&req).unwrap_or_else(|e| panic!("{test}: plan: {e}")).spec
+    };
+    let spec = plan(portcullis::Network::None);
+    // A slot making only the fresh filesystems ahead (a valid base).
+    let slot = portcullis_helper::spec::SlotSpec {
+        version: spec.version,
+        identity: spec.identity,
+        network: spec.network,
+        mounts: spec
+            .mounts
+            .iter()
+            .filter(|m| matches!(m, MountOp::Tmpfs { .. } | MountOp::Proc { .. } | MountOp::Devpts { .. }))
+            .cloned()
+            .collect(),
+        cgroup: false,
+        test_switches: spec.test_switches,
+    };
+    let mut spec = spec;
+    spec.cgroup = false;
+    // CONTROL: the spec it fits runs.
+    let (out, _) = slot_by_hand(&slot, &spec);
+    assert_eq!(out, "ran\n", "{test}: control");
+    // The host's network: another slot's spec. Nothing runs; the report
+    // says the spec was refused.
+    let mut other = plan(portcullis::Network::Host);
+    other.cgroup = false;
+    assert!(slot.admits(&other).is_err(), "{test}: the library's check would admit it");
+    let (out, records) = slot_by_hand(&slot, &other);
+    assert_eq!(out, "", "{test}: the misfit ran");
+    let first: [u8; 16] =
+        records.get(..16).and_then(|r| r.try_into().ok()).unwrap_or_else(|| panic!("{test}: no record: {records:?}"));
+    match portcullis_helper::report::Record::decode(&first) {
+        Some(portcullis_helper::report::Record::Error { step, errno, .. }) => {
+            assert_eq!((step, errno), (Ok(portcullis_helper::report::Step::ReadSpec), libc::EINVAL), "{test}");
+        }
+        other => panic!("{test}: {other:?}"),
+    }
 }
