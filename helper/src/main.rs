@@ -411,7 +411,8 @@ fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &OwnedFd) -> Resul
         .map(OwnedFd::from)
         .map_err(|e| Fail::io(Step::OpenUserns, e))?;
     let trees = if spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })) {
-        mounts::idmapped_trees(spec, userns.as_fd())?
+        let skip_readonly = cfg!(debug_assertions) && spec.test_switches.skip_readonly;
+        mounts::idmapped_trees(&spec.mounts, skip_readonly, userns.as_fd())?
     } else {
         Vec::new()
     };

@@ -81,9 +81,13 @@ pub fn open_sources(mounts: &[MountOp], which: &[usize], mut premade: Vec<Option
 /// through `userns`, whose map sends host root to the command's host id.
 /// Must run in the caller's mount namespace, with host root's
 /// CAP_SYS_ADMIN (only the filesystem's owner namespace may idmap).
-pub fn idmapped_trees(spec: &SpawnSpec, userns: BorrowedFd<'_>) -> Result<Vec<Option<OwnedFd>>, Fail> {
-    let mut out = Vec::with_capacity(spec.mounts.len());
-    for (i, op) in spec.mounts.iter().enumerate() {
+pub fn idmapped_trees(
+    mounts: &[MountOp],
+    skip_readonly: bool,
+    userns: BorrowedFd<'_>,
+) -> Result<Vec<Option<OwnedFd>>, Fail> {
+    let mut out = Vec::with_capacity(mounts.len());
+    for (i, op) in mounts.iter().enumerate() {
         out.push(match op {
             MountOp::Bind { src, writable, idmap: true, .. } => {
                 let tree = (|| {
@@ -94,7 +98,6 @@ pub fn idmapped_trees(spec: &SpawnSpec, userns: BorrowedFd<'_>) -> Result<Vec<Op
                         sys::OPEN_TREE_CLONE | sys::OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as u32 | sys::AT_RECURSIVE,
                     )?;
                     let mut set = sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV;
-                    let skip_readonly = cfg!(debug_assertions) && spec.test_switches.skip_readonly;
                     if !*writable && !skip_readonly {
                         set |= sys::MOUNT_ATTR_RDONLY;
                     }

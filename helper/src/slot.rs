@@ -16,8 +16,8 @@
 //!   will run (and, when the observer is on, its socket): pid 1 checks that
 //!   the slot builds exactly that spec's sandbox ([`SlotSpec::admits`];
 //!   otherwise the run fails with `EINVAL` under `ReadSpec`, and nothing
-//!   runs); for a root caller the outer helper checks it first and makes the
-//!   idmapped trees. Pid 1 then opens the request's bind sources,
+//!   runs); for a root caller the outer helper reads its mounts first and
+//!   makes the idmapped trees. Pid 1 then opens the request's bind sources,
 //!   makes the request's own mounts (workspace, grants, read roots,
 //!   carve-outs, masks) in the plan's order, pivots, and forks the command
 //!   exactly as a one-shot pid 1 does. From there on nothing differs.
@@ -35,7 +35,7 @@ use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 use portcullis_helper::report::{CloneCall, Record, Step};
-use portcullis_helper::spec::{MountOp, Network, SlotSpec, SpawnSpec, SLOT_ATTACH, SPEC_VERSION};
+use portcullis_helper::spec::{MountOp, Network, SlotSpec, SLOT_ATTACH, SPEC_VERSION};
 use portcullis_helper::{OBSERVE_FD, SPEC_FD};
 
 use crate::{chan, mounts, sys, Fail, Never, Programs};
@@ -78,7 +78,7 @@ pub fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
         return Ok(code);
     };
     drop(sock);
-    hand_over(request, &base, userns.as_fd(), &chan_outer).map_err(kill)?;
+    hand_over(request, userns.as_fd(), &chan_outer).map_err(kill)?;
     drop(chan_outer);
     let (code, orphaned) = crate::supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
     crate::clean_up(portcullis_helper::spec::Mode::Full, orphaned, cgroup);
@@ -161,11 +161,20 @@ fn netns_in_child(userns: &OwnedFd) -> Result<OwnedFd, Fail> {
     }
 }
 
-/// The request: its spec, the spec's memfd (for pid 1), and the observer's
-/// socket when one came.
+/// What the outer helper reads of a root caller's spec: the mounts, for
+/// the idmapped trees (pid 1 reads and checks the whole spec).
+#[derive(serde::Deserialize)]
+struct Mounts {
+    mounts: Vec<MountOp>,
+    #[serde(default)]
+    test_switches: portcullis_helper::spec::TestSwitches,
+}
+
+/// The request: its mounts, the spec's memfd (for pid 1), and the
+/// observer's socket when one came.
 struct Request {
     /// Read here only for a root caller (see `await_request`).
-    spec: Option<SpawnSpec>,
+    spec: Option<Mounts>,
     memfd: OwnedFd,
     observe: Option<OwnedFd>,
 }
@@ -230,27 +239,24 @@ fn await_request(
     let spec = match nix::unistd::getuid().is_root() {
         true => {
             let copy = memfd.try_clone().map_err(|e| Fail::io(Step::ReadSpec, e))?;
-            Some(crate::parse_spec(&crate::read_all(copy)?)?)
+            let buf = crate::read_all(copy)?;
+            Some(serde_json::from_slice::<Mounts>(&buf).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?)
         }
         false => None,
     };
     Ok(Some(Request { spec, memfd, observe }))
 }
 
-/// Check the request against the slot, make a root caller's idmapped trees
-/// through pid 1's user namespace, and send pid 1 the spec, the observer's
-/// socket and the trees.
-fn hand_over(req: Request, base: &SlotSpec, userns: BorrowedFd<'_>, chan_outer: &OwnedFd) -> Result<(), Fail> {
+/// Make a root caller's idmapped trees through pid 1's user namespace, and
+/// send pid 1 the spec, the observer's socket and the trees (pid 1 checks
+/// the spec against the slot before it uses any of them).
+fn hand_over(req: Request, userns: BorrowedFd<'_>, chan_outer: &OwnedFd) -> Result<(), Fail> {
     let trees = match &req.spec {
-        Some(spec) => {
-            base.admits(spec).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
-            if spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })) {
-                mounts::idmapped_trees(spec, userns)?
-            } else {
-                Vec::new()
-            }
+        Some(m) if m.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })) => {
+            let skip_readonly = cfg!(debug_assertions) && m.test_switches.skip_readonly;
+            mounts::idmapped_trees(&m.mounts, skip_readonly, userns)?
         }
-        None => Vec::new(),
+        _ => Vec::new(),
     };
     // Without a socket (the library's observer could not start) the command
     // installs no observer, as in a one-shot run without fd 7 (pid 1 checks
