@@ -29,8 +29,8 @@ fn await_ready(sb: &Sandbox, n: usize) {
 }
 
 #[test]
-fn r0800_pooled_runs_are_sandboxed_like_fresh_ones() {
-    let test = "r0800";
+fn r0820_pooled_runs_are_sandboxed_like_fresh_ones() {
+    let test = "r0820";
     let ws = Ws::new();
     let sb = pooled(2);
     let rt = rt();
@@ -74,8 +74,8 @@ const NS: &str = "for n in user mnt pid ipc uts net cgroup; do printf '%s ' $(re
                   echo; ls /tmp; echo x > /tmp/left-by-an-earlier-run; ps -e -o pid= -o comm= 2>/dev/null | wc -l";
 
 #[test]
-fn r0801_every_slot_is_fresh_and_used_once() {
-    let test = "r0801";
+fn r0821_every_slot_is_fresh_and_used_once() {
+    let test = "r0821";
     let ws = Ws::new();
     let sb = pooled(3);
     let rt = rt();
@@ -145,8 +145,8 @@ fn slots_of(server: u32) -> BTreeSet<u32> {
 }
 
 #[test]
-fn r0802_slots_die_with_the_workspace_and_with_its_process() {
-    let test = "r0802";
+fn r0822_slots_die_with_the_workspace_and_with_its_process() {
+    let test = "r0822";
     let ws = Ws::new();
     for kill in [false, true] {
         let mut s = Serve::start(&ws, &[]);
@@ -171,8 +171,8 @@ fn r0802_slots_die_with_the_workspace_and_with_its_process() {
 }
 
 #[test]
-fn r0803_a_run_no_slot_admits_runs_fresh_and_the_pool_follows() {
-    let test = "r0803";
+fn r0823_a_run_no_slot_admits_runs_fresh_and_the_pool_follows() {
+    let test = "r0823";
     let ws = Ws::new();
     let sb = pooled(2);
     let rt = rt();
@@ -207,8 +207,8 @@ fn r0803_a_run_no_slot_admits_runs_fresh_and_the_pool_follows() {
 }
 
 #[test]
-fn r0804_a_pool_whose_slots_fail_turns_itself_off_and_runs_go_on() {
-    let test = "r0804";
+fn r0824_a_pool_whose_slots_fail_turns_itself_off_and_runs_go_on() {
+    let test = "r0824";
     let ws = Ws::new();
     // A helper that refuses to make slots but runs commands.
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{test}: {e}"));
@@ -238,8 +238,8 @@ fn r0804_a_pool_whose_slots_fail_turns_itself_off_and_runs_go_on() {
 }
 
 #[test]
-fn r0805_a_timed_out_command_in_a_slot_dies_with_its_tree() {
-    let test = "r0805";
+fn r0825_a_timed_out_command_in_a_slot_dies_with_its_tree() {
+    let test = "r0825";
     let ws = Ws::new();
     let sb = pooled(1);
     let rt = rt();
@@ -255,8 +255,8 @@ fn r0805_a_timed_out_command_in_a_slot_dies_with_its_tree() {
 }
 
 #[test]
-fn r0806_a_workspace_makes_its_slots_before_its_first_command() {
-    let test = "r0806";
+fn r0826_a_workspace_makes_its_slots_before_its_first_command() {
+    let test = "r0826";
     let ws = Ws::new();
     let text = "[shell]\ninterpreter = \"sh\"\nallow = [\"echo\"]\n";
     let mut policy = portcullis::policy::WorkspacePolicy::from_toml(text).unwrap_or_else(|e| panic!("{test}: {e}"));
@@ -353,8 +353,8 @@ fn slot_by_hand(
 }
 
 #[test]
-fn r0807_the_helper_itself_refuses_a_spec_its_slot_does_not_fit() {
-    let test = "r0807";
+fn r0827_the_helper_itself_refuses_a_spec_its_slot_does_not_fit() {
+    let test = "r0827";
     let ws = Ws::new();
     let sb = sandbox();
     let plan = |network| {
