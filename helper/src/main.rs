@@ -32,6 +32,7 @@ mod chan;
 mod command;
 mod mounts;
 mod notify;
+mod shared_net;
 mod sys;
 
 use std::ffi::CString;
@@ -45,12 +46,12 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use portcullis_helper::report::{CloneCall, Record, Step, CLONE_DETAIL_CLONE, CLONE_DETAIL_CLONE3, NO_DETAIL};
-use portcullis_helper::spec::{Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
+use portcullis_helper::spec::{Mode, MountOp, Netns, Network, SpawnSpec, SPEC_VERSION};
 use portcullis_helper::CGROUP_FD;
-use portcullis_helper::{filter, observe, LIFELINE_FD, OBSERVE_FD, REPORT_FD, SPEC_FD};
+use portcullis_helper::{filter, observe, LAST_FD, LIFELINE_FD, REPORT_FD, SPEC_FD};
 
 /// Exit code when the wrapper itself fails (GNU convention, as `env`/`timeout`).
-const EXIT_SETUP: i32 = 125;
+pub(crate) const EXIT_SETUP: i32 = 125;
 
 /// A failed step: what the helper sends back.
 #[derive(Debug)]
@@ -61,17 +62,17 @@ pub struct Fail {
 }
 
 impl Fail {
-    fn io(step: Step, e: io::Error) -> Fail {
+    pub(crate) fn io(step: Step, e: io::Error) -> Fail {
         Fail { step, errno: e.raw_os_error().unwrap_or(libc::EIO), detail: NO_DETAIL }
     }
-    fn errno(step: Step, errno: i32) -> Fail {
+    pub(crate) fn errno(step: Step, errno: i32) -> Fail {
         Fail { step, errno, detail: NO_DETAIL }
     }
     fn detail(mut self, i: usize) -> Fail {
         self.detail = u32::try_from(i).unwrap_or(NO_DETAIL);
         self
     }
-    fn clone_detail(mut self, d: u32) -> Fail {
+    pub(crate) fn clone_detail(mut self, d: u32) -> Fail {
         self.detail = d;
         self
     }
@@ -124,6 +125,9 @@ fn handled_signals() -> SigSet {
 }
 
 fn main() {
+    if std::env::args_os().nth(1).is_some_and(|a| a == portcullis_helper::network::MAKE_NETWORK_ARG) {
+        shared_net::make_network_main();
+    }
     // Refuse to run without the protocol fds (someone started the helper by
     // hand): adopting a closed fd as owned would be unsound.
     for fd in [SPEC_FD, REPORT_FD, LIFELINE_FD] {
@@ -146,7 +150,7 @@ fn main() {
     sys::exit_now(code)
 }
 
-fn errno(e: nix::Error) -> io::Error {
+pub(crate) fn errno(e: nix::Error) -> io::Error {
     io::Error::from_raw_os_error(e as i32)
 }
 
@@ -156,7 +160,11 @@ fn read_spec() -> Result<SpawnSpec, Fail> {
     let mut buf = Vec::new();
     std::fs::File::from(fd).read_to_end(&mut buf).map_err(|e| Fail::io(Step::ReadSpec, e))?;
     let spec: SpawnSpec = serde_json::from_slice(&buf).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
-    if spec.version != SPEC_VERSION || spec.argv.is_empty() {
+    let shared = matches!(spec.netns, Netns::Shared { .. });
+    if spec.version != SPEC_VERSION
+        || spec.argv.is_empty()
+        || (shared && (spec.network != Network::None || spec.mode != Mode::Full))
+    {
         return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));
     }
     if !cfg!(debug_assertions) && spec.test_switches.any() {
@@ -200,6 +208,7 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
     let set = block_signals()?;
     let (chan_outer, chan_pid1) = chan::pair().map_err(|e| Fail::io(Step::Channel, e))?;
     drop_host_groups()?;
+    shared_net::join(&spec)?;
     let flags = clone_flags(&spec)?;
     let (pid, pidfd, via) = match spawn_pid1(flags, cgroup.as_ref())? {
         (sys::Forked::Child, via) => {
@@ -220,7 +229,7 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
 /// closed, and the protocol fds become close-on-exec so the command never
 /// sees them.
 fn sanitize_fds() -> Result<(), Fail> {
-    sys::close_range_from(OBSERVE_FD as u32 + 1, 0).map_err(|e| Fail::io(Step::Sanitize, e))?;
+    sys::close_range_from(LAST_FD as u32 + 1, 0).map_err(|e| Fail::io(Step::Sanitize, e))?;
     sys::close_range_from(SPEC_FD as u32, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::Sanitize, e))
 }
 
@@ -384,7 +393,7 @@ fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &OwnedFd) -> Resul
     let raw: Vec<i32> = trees.iter().flatten().map(|t| t.as_raw_fd()).collect();
     chan::send(chan_outer, b'm', &raw).map_err(|e| Fail::io(Step::HandOver, e))?;
     drop(trees);
-    if spec.network == Network::None {
+    if spec.network == Network::None && spec.netns == Netns::Private {
         let netns = parallel_netns(&userns)?;
         chan::send(chan_outer, b'n', &[netns.as_raw_fd()]).map_err(|e| Fail::io(Step::NetNamespace, e))?;
     }
@@ -517,9 +526,9 @@ fn premade_trees(spec: &SpawnSpec, trees: Vec<OwnedFd>) -> Vec<Option<OwnedFd>> 
 }
 
 /// `JoinNetwork`: with `--network none`, join the network namespace the
-/// outer helper made meanwhile.
+/// outer helper made meanwhile (a shared one was joined before the clone).
 fn join_network(spec: &SpawnSpec, chan: &OwnedFd) -> Result<(), Fail> {
-    if spec.network != Network::None {
+    if spec.network != Network::None || spec.netns != Netns::Private {
         return Ok(());
     }
     let netns = match chan::recv(chan) {

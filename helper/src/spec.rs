@@ -54,6 +54,31 @@ pub struct SpawnSpec {
     /// listener over on [`crate::OBSERVE_FD`].
     #[serde(default)]
     pub observe: bool,
+    /// Which network namespace the run gets with [`Network::None`]: a
+    /// private one, or the one made ahead for the workspace.
+    #[serde(default)]
+    pub netns: Netns,
+}
+
+/// With [`Network::None`] in the full mode: the network namespace the run
+/// gets. The one place that says "this run joins that namespace".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Netns {
+    /// A fresh namespace of its own with only loopback, made by the outer
+    /// helper (`parallel_netns`). Also what `Network::Host` and the
+    /// landlock-only mode carry: they make none.
+    #[default]
+    Private,
+    /// The namespace made ahead (`portcullis-helper --make-network`),
+    /// passed on [`crate::NETNS_FD`]; with `userns`, the user namespace
+    /// that owns it too, on [`crate::USERNS_FD`] (an unprivileged caller's;
+    /// a root caller's namespace is owned by the initial one). The outer
+    /// helper joins them before the clone, and pid 1 inherits the network.
+    Shared {
+        /// Whether the owning user namespace is passed and joined first.
+        userns: bool,
+    },
 }
 
 /// The isolation mode. Spelled `full` and `landlock-only` (in the spec, a

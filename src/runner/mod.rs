@@ -476,6 +476,7 @@ pub struct RunnerBuilder {
     audit_sync: Option<crate::audit::jsonl::Sync>,
     sandbox: Option<Sandbox>,
     without_sandbox: bool,
+    shared_network: bool,
 }
 
 impl RunnerBuilder {
@@ -530,6 +531,14 @@ impl RunnerBuilder {
     pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
         self.sandbox = Some(sandbox);
         self.without_sandbox = false;
+        self
+    }
+
+    /// Run every `network = "none"` command of this runner (and of its
+    /// scopes) in one network namespace with only loopback
+    /// ([`Sandbox::with_shared_network`]); a `Workspace` asks for this.
+    pub fn shared_network(mut self) -> Self {
+        self.shared_network = true;
         self
     }
 
@@ -595,10 +604,11 @@ impl RunnerBuilder {
             }
             (None, None) => (None, None),
         };
+        let shared = |s: Sandbox| if self.shared_network && !s.shares_network() { s.with_shared_network() } else { s };
         let sandbox = match (self.sandbox, self.without_sandbox) {
-            (Some(s), _) => Some(Arc::new(s)),
+            (Some(s), _) => Some(Arc::new(shared(s))),
             (None, true) => None,
-            (None, false) => Some(Arc::new(Sandbox::new()?)),
+            (None, false) => Some(Arc::new(shared(Sandbox::new()?))),
         };
         // Compiled once: the checker (its jail re-checked before each use)
         // and the access profile (pure: see `sandbox::profile`).

@@ -11,6 +11,7 @@ mod hint;
 mod launch;
 mod links;
 mod lock;
+mod network;
 mod observe;
 mod pending;
 mod plan;
@@ -47,8 +48,8 @@ pub use pending::{leave_record_for_tests, records_dir_for_tests};
 pub use plan::{Plan, DEFAULT_PROTECTED};
 pub use profile::Profile;
 pub use result::{
-    status, AppliedLimits, CloneCall, EnforcedBy, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome,
-    Warning,
+    status, AppliedLimits, CloneCall, EnforcedBy, Enforcement, ExecResult, KillMechanism, LandlockStatus,
+    NetworkNamespace, Outcome, Warning,
 };
 pub use split::{Split, SPLIT_LIMIT};
 
@@ -328,6 +329,23 @@ pub enum SandboxError {
     /// AppArmor). One line: the call, the errno, the cause, what to do.
     #[error("the full sandbox cannot run: {0}")]
     NamespacesBlocked(Blocked),
+    /// The network the workspace's commands share (`network = "none"`)
+    /// could not be made.
+    #[error(
+        "cannot make the network the workspace's commands share (network = \"none\": one namespace with only \
+         loopback): {stage} failed; `portcullis doctor` checks what the sandbox needs here"
+    )]
+    Network {
+        /// The step that failed.
+        stage: &'static str,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The workspace's shared network was released ([`Sandbox::release_network`],
+    /// done by `Workspace::dispose`): no command of it may run any more.
+    #[error("the workspace's network was released (the workspace is disposed); build a new workspace to run commands")]
+    NetworkReleased,
     /// A setup step inside the helper failed.
     #[error("sandbox setup failed while {}{}", .step.map_or("in an unknown step", Step::describe), .path.as_ref().map(|p| format!(" ({})", p.display())).unwrap_or_default())]
     Setup {
@@ -724,6 +742,9 @@ pub struct Sandbox {
     cgroup: Result<CgroupHost, NoCgroup>,
     uid: u32,
     gid: u32,
+    /// The network every `network = "none"` run of the full mode joins
+    /// ([`Sandbox::with_shared_network`]); `None`: each makes its own.
+    network: Option<network::SharedNetwork>,
 }
 
 /// Where the helper is looked for, in order.
@@ -761,7 +782,38 @@ impl Sandbox {
         if let Ok(host) = &cgroup {
             cgroup::sweep_orphans(&host.parent);
         }
-        Sandbox { helper, cgroup, uid: nix::unistd::getuid().as_raw(), gid: nix::unistd::getgid().as_raw() }
+        Sandbox {
+            helper,
+            cgroup,
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+            network: None,
+        }
+    }
+
+    /// Run every `network = "none"` command of the full mode in one network
+    /// namespace with only loopback, made on the first such run and kept
+    /// until [`Sandbox::release_network`] or the sandbox is dropped: the
+    /// commands reach each other over loopback (a dev server started in one
+    /// is reachable by the next); nothing else reaches them or is reached.
+    /// A `Workspace` does this; without it every run gets a private one.
+    pub fn with_shared_network(mut self) -> Sandbox {
+        self.network = Some(network::SharedNetwork::new());
+        self
+    }
+
+    /// Whether runs share one network ([`Sandbox::with_shared_network`]).
+    pub fn shares_network(&self) -> bool {
+        self.network.is_some()
+    }
+
+    /// Close the shared network's descriptors: it is gone once the runs
+    /// going on end, and later runs that would join it fail
+    /// ([`SandboxError::NetworkReleased`]).
+    pub fn release_network(&self) {
+        if let Some(n) = &self.network {
+            n.release();
+        }
     }
 
     /// The helper in use.
@@ -783,7 +835,22 @@ impl Sandbox {
     fn plan_opt(&self, profile: Option<&Profile>, req: &ExecRequest) -> Result<Plan, SandboxError> {
         not_full_as_degraded(req)?;
         let contained = containment::decide(&self.cgroup, req, self.uid)?;
-        plan::build(req, self.uid, self.gid, contained, profile)
+        let mut plan = plan::build(req, self.uid, self.gid, contained, profile)?;
+        network::choose(&mut plan.spec, self.network.is_some(), self.uid);
+        Ok(plan)
+    }
+
+    /// The shared network `plan` joins, made now if this is its first run.
+    async fn network_for(&self, plan: &Plan) -> Result<Option<std::sync::Arc<network::Namespaces>>, SandboxError> {
+        match (&plan.spec.netns, &self.network) {
+            (portcullis_helper::spec::Netns::Private, _) => Ok(None),
+            (_, Some(n)) => n.get(&self.helper, self.uid).await.map(Some),
+            (_, None) => Err(SandboxError::invalid(
+                "plan",
+                "the plan joins a shared network, but this sandbox has none (Sandbox::with_shared_network); plan \
+                 with the sandbox that runs it",
+            )),
+        }
     }
 
     /// Plan and run. A run that writes is planned once, under the
@@ -909,7 +976,10 @@ impl Sandbox {
         cancel: Option<&CancellationToken>,
     ) -> Result<Held, SandboxError> {
         let mut held = Held { host_network: None, workspace: None };
-        if req.network == Network::Host && sys::landlock_abi() < 6 {
+        // A shared network shares its abstract sockets among the
+        // workspace's runs as the host's does.
+        let shares_sockets = req.network == Network::Host || (self.network.is_some() && req.network == Network::None);
+        if shares_sockets && sys::landlock_abi() < 6 {
             let kind = if writes { lock::Kind::Exclusive } else { lock::Kind::Shared };
             held.host_network =
                 Some(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, cancel).await?);
@@ -974,6 +1044,7 @@ impl Sandbox {
             stdin::refuse_named_fifo()?;
         }
         run::check_containment(plan)?;
+        let net = self.network_for(plan).await?;
         let mut cg = run::make_cgroup(plan, self.cgroup.as_ref().ok())?;
         if let Some(h) = hold.as_mut() {
             h.record(plan, cg.as_ref().map(|c| c.path.as_path()))?;
@@ -981,7 +1052,7 @@ impl Sandbox {
         let mut observing = observe::Setup::new(&plan.spec);
         let (mut warnings, mut failures) = (Vec::new(), Vec::new());
         let (mut launched, streams) =
-            match run::spawn_helper(&self.helper, plan, cg.as_ref(), &mut observing, opts.stdin) {
+            match run::spawn_helper(&self.helper, plan, cg.as_ref(), net.as_deref(), &mut observing, opts.stdin) {
                 Ok(spawned) => spawned,
                 Err(e) => {
                     // The helper (if it started) is killed and reaped; its
@@ -1119,6 +1190,18 @@ fn setup_error(plan: &Plan, step: Result<Step, u16>, errno: i32, detail: u32) ->
         }
     }
     match (step, errno) {
+        (Some(Step::NetNamespace), _)
+            if matches!(detail, portcullis_helper::report::NET_DETAIL_JOIN_USERNS | portcullis_helper::report::NET_DETAIL_JOIN_NETNS) =>
+        {
+            SandboxError::Network {
+                stage: if detail == portcullis_helper::report::NET_DETAIL_JOIN_USERNS {
+                    "joining its user namespace (setns) before the clone"
+                } else {
+                    "joining it (setns) before the clone"
+                },
+                source,
+            }
+        }
         (Some(Step::Exec), _) => {
             let program = plan.spec.argv.first().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default();
             let hint = if errno == libc::ENOENT { hint::not_found(plan, &program) } else { String::new() };

@@ -259,7 +259,8 @@ impl WorkspaceBuilder {
             policy.workspace = Some(abs);
         }
         policy.validate()?;
-        let runner = self.runner.policy(policy.clone());
+        // The workspace's commands share one network (network = "none").
+        let runner = self.runner.policy(policy.clone()).shared_network();
         let (runner, backend): (_, Arc<dyn Backend>) = match self.backend {
             // A backend that runs no process needs no sandbox (and no helper
             // binary, no kernel feature): its commands still pass the
@@ -710,5 +711,9 @@ impl Workspace {
     pub async fn dispose(&self) {
         self.shared.disposed.store(true, Ordering::SeqCst);
         self.shared.jobs.dispose().await;
+        // Every job is gone: closing the shared network's descriptors ends it.
+        if let Ok(s) = self.view.runner.sandbox() {
+            s.release_network();
+        }
     }
 }
