@@ -13,6 +13,9 @@ use portcullis::sandbox::NetworkNamespace;
 use portcullis::workspace::jobs::Started;
 use portcullis::workspace::Workspace;
 
+use serde_json::json;
+
+use super::mcp_server::Serve;
 use super::util::{cli, rt, workspace_with, Ws};
 
 /// Serves `hello` on 127.0.0.1:argv[1]; prints `ready` (and, given a path
@@ -155,11 +158,17 @@ fn r0800_a_background_server_is_reachable_by_later_commands_of_the_workspace() {
     scripts(&ws);
     let w = workspace(&ws, "");
     let port = free_port();
+    let private = super::util::run_ok(&ws.req(&["true"]));
     rt().block_on(async {
         serve(&w, port).await;
         let r = exec(&w, &format!("python3 client.py {port}")).await;
         assert_eq!(String::from_utf8_lossy(&r.result.stdout).trim(), "OK hello", "{:?}", r.result);
         assert_eq!(r.result.enforcement.network_namespace, NetworkNamespace::Shared);
+        // Joined from the workspace's user namespace, the run is contained
+        // as a private one is (the cgroup's clone3, the same kill).
+        assert_eq!(r.result.enforcement.kill_mechanism, private.enforcement.kill_mechanism);
+        assert_eq!(r.result.enforcement.clone, private.enforcement.clone);
+        assert_eq!(r.result.enforcement.limits, private.enforcement.limits);
         // Every command is in the same namespace, and it is not the host's.
         let (a, b) = (netns_of(&w).await, netns_of(&w).await);
         assert_eq!(a, b);
@@ -326,4 +335,87 @@ fn r0807_explain_names_the_network() {
     let userns = !super::util::is_root();
     assert_eq!(plan.spec.netns, portcullis_helper::spec::Netns::Shared { userns });
     assert!(!plan.spec.landlock.deny_tcp, "Landlock would refuse the loopback the commands share");
+}
+
+/// `portcullis serve` with a policy allowing the scripts, in `ws`.
+fn serve_cmd(ws: &Ws, extra: &str) -> std::process::Command {
+    let policy = ws.path().with_extension("policy.toml");
+    let text = format!(
+        "{extra}\n[shell]\ninterpreter = \"sh\"\nallow = [\"python3\", \"readlink\", \"sh\", \"true\"]\n[shell.background]\n"
+    );
+    std::fs::write(&policy, text).unwrap_or_else(|e| panic!("policy: {e}"));
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(&policy);
+    cmd
+}
+
+fn shell(s: &mut Serve, id: i64, line: &str) -> serde_json::Value {
+    s.call(id, "run_shell", json!({ "command": line }));
+    s.structured(id)
+}
+
+fn said(v: &serde_json::Value) -> String {
+    v["stdout"].as_str().unwrap_or_default().trim().to_string()
+}
+
+/// The holder of the namespace is `portcullis serve`: SIGKILLed, nothing
+/// is left that holds the network (its jobs die with their lifelines).
+#[test]
+fn r0808_the_network_goes_when_the_serving_process_is_killed() {
+    let ws = Ws::new();
+    scripts(&ws);
+    let port = free_port();
+    let mut s = Serve::spawn(serve_cmd(&ws, ""));
+    s.call(1, "run_shell", json!({ "command": format!("python3 server.py {port}"), "background": true }));
+    assert_eq!(s.structured(1)["outcome"], "started");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut id = 2;
+    loop {
+        let r = shell(&mut s, id, &format!("python3 client.py {port}"));
+        if said(&r) == "OK hello" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server job is not reachable: {r}");
+        std::thread::sleep(Duration::from_millis(50));
+        id += 1;
+    }
+    let link = said(&shell(&mut s, 100, "readlink /proc/self/ns/net"));
+    assert!(link.starts_with("net:["), "{link}");
+    let pid = s.child.id().to_string();
+    let held = holders(&link);
+    assert!(held.iter().any(|h| h.starts_with(&format!("{pid} (fd"))), "serve does not hold it: {held:?}");
+    assert!(held.iter().any(|h| h.ends_with("(in it)")), "the server job is not in it: {held:?}");
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+    let left = gone(&link, Duration::from_secs(10));
+    assert!(left.is_empty(), "still held after serve was SIGKILLed: {left:?}");
+}
+
+/// Under a container's seccomp profile the workspace's network cannot be
+/// made, and the full sandbox not either: one line says so, as for a run's
+/// own namespaces; the landlock-only mode (no namespaces) runs.
+#[test]
+fn r0809_under_a_container_profile_it_degrades_visibly() {
+    use super::container::{landlock_only_available, under, Profile};
+    let ws = Ws::new();
+    scripts(&ws);
+    let mut s = Serve::spawn(under(Profile::Container, serve_cmd(&ws, "")));
+    s.call(1, "run_shell", json!({ "command": "true" }));
+    let r = s.result(1);
+    let text = r.to_string();
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(text.contains("the full sandbox cannot run: user namespaces are blocked here"), "{r}");
+    assert!(text.contains("for the workspace's network") && text.contains("--degraded landlock-only"), "{r}");
+    drop(s);
+    // Control: without the profile the same server runs the command.
+    let mut s = Serve::spawn(serve_cmd(&ws, ""));
+    let r = shell(&mut s, 1, "readlink /proc/self/ns/net");
+    assert!(said(&r).starts_with("net:["), "{r}");
+    drop(s);
+    if landlock_only_available("r0809") {
+        let mut s = Serve::spawn(under(Profile::Container, serve_cmd(&ws, "degraded = \"landlock-only\"")));
+        let r = shell(&mut s, 1, "true");
+        assert_eq!(r["outcome"], "exited", "{r}");
+        assert_eq!(r["sandbox"], "landlock-only", "{r}");
+    }
 }
