@@ -834,7 +834,8 @@ impl Sandbox {
     /// Plan, with a compiled profile or without.
     fn plan_opt(&self, profile: Option<&Profile>, req: &ExecRequest) -> Result<Plan, SandboxError> {
         not_full_as_degraded(req)?;
-        let contained = containment::decide(&self.cgroup, req, self.uid)?;
+        let shared = network::joins(self.network.is_some(), req.network, req.degraded.unwrap_or(Mode::Full));
+        let contained = containment::decide_with(&self.cgroup, req, self.uid, shared)?;
         let mut plan = plan::build(req, self.uid, self.gid, contained, profile)?;
         network::choose(&mut plan.spec, self.network.is_some(), self.uid);
         Ok(plan)

@@ -60,11 +60,13 @@ impl Namespaces {
 /// Decide the network namespace of a run: with `shared` (the sandbox has a
 /// shared network), a `network = "none"` run of the full mode joins it.
 pub(super) fn choose(spec: &mut SpawnSpec, shared: bool, uid: u32) {
-    spec.netns = if shared && spec.network == Network::None && spec.mode == Mode::Full {
-        Namespaces::spec(uid)
-    } else {
-        Netns::Private
-    };
+    spec.netns = if joins(shared, spec.network, spec.mode) { Namespaces::spec(uid) } else { Netns::Private };
+}
+
+/// Whether a run with `network` in `mode` joins the shared network (when
+/// the sandbox has one: `shared`).
+pub(super) fn joins(shared: bool, network: Network, mode: Mode) -> bool {
+    shared && network == Network::None && mode == Mode::Full
 }
 
 enum State {

@@ -419,3 +419,30 @@ fn r0809_under_a_container_profile_it_degrades_visibly() {
         assert_eq!(r["sandbox"], "landlock-only", "{r}");
     }
 }
+
+/// Forks sleeping children until a fork fails: prints how many succeeded.
+const FORKS: &str = "import os, time\nn = 0\nfor i in range(20):\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n    if pid == 0:\n        time.sleep(2)\n        os._exit(0)\n    n += 1\nprint('forked', n, flush=True)\n";
+
+/// `limits.pids` counts the command's processes alike in the shared and
+/// the private network (whichever mechanism enforces it: with
+/// `RLIMIT_NPROC`, the outer helper of a shared run is counted in the
+/// workspace's user namespace, not the sandbox's).
+#[test]
+fn r0810_the_pids_limit_counts_the_same_in_the_shared_network() {
+    let ws = Ws::new();
+    ws.write("forks.py", FORKS);
+    let w = workspace(&ws, "[limits]\npids = 4");
+    // The workspace runs its lines with `sh -c`, whose shell counts too.
+    let mut req = ws.req(&["sh", "-c", "python3 forks.py"]);
+    req.limits.pids = Some(4);
+    let private = super::util::run_ok(&req);
+    let want = super::util::stdout(&private).trim().to_string();
+    assert!(want == "forked 2" || want == "forked 3", "private: {private:?}");
+    rt().block_on(async {
+        let r = exec(&w, "python3 forks.py").await;
+        assert_eq!(r.result.enforcement.network_namespace, NetworkNamespace::Shared);
+        assert_eq!(r.result.enforcement.limits.pids, private.enforcement.limits.pids);
+        assert_eq!(String::from_utf8_lossy(&r.result.stdout).trim(), want, "{:?}", r.result);
+        w.dispose().await;
+    });
+}
