@@ -446,3 +446,19 @@ fn r0810_the_pids_limit_counts_the_same_in_the_shared_network() {
         w.dispose().await;
     });
 }
+
+/// Commands that start together on a fresh workspace make one network
+/// between them, not one each.
+#[test]
+fn r0811_concurrent_first_commands_make_one_network() {
+    let ws = Ws::new();
+    let w = workspace(&ws, "");
+    rt().block_on(async {
+        let (a, b, c) = tokio::join!(netns_of(&w), netns_of(&w), netns_of(&w));
+        assert_eq!(a, b);
+        assert_eq!(b, c);
+        w.dispose().await;
+        let left = gone(&a, Duration::from_secs(10));
+        assert!(left.is_empty(), "still held after dispose: {left:?}");
+    });
+}
