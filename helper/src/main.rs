@@ -1,17 +1,20 @@
 //! `portcullis-helper`: builds one sandbox and runs one command in it.
 //!
-//! The library starts this binary with an empty environment and up to five fds:
+//! The library starts this binary with an empty environment and up to seven fds:
 //! the spec on fd 3 (a memfd), the report pipe on fd 4, the lifeline on fd 5,
-//! when a per-command cgroup exists, its directory on fd 6 and, when the
-//! refused-write observer is on, its hand-over socket on fd 7. Three
-//! processes take part:
+//! when a per-command cgroup exists, its directory on fd 6, when the
+//! refused-write observer is on, its hand-over socket on fd 7 and, for a run
+//! that joins a workspace's network, that network's user namespace on fd 8
+//! (unprivileged callers) and network namespace on fd 9 (`shared_net`;
+//! started as `portcullis-helper --make-network` it makes such a network
+//! instead). Three processes take part:
 //!
 //! * the **outer helper** (this process, in the caller's namespaces) reads and
 //!   checks the spec, compiles the seccomp filter, then `clone3`s (or, where
 //!   a container's seccomp profile answers `clone3` with `ENOSYS`, `clone`s
 //!   with the same flags and moves the child into the cgroup itself)
-//! * **pid 1** of the sandbox — in new user, mount, pid, ipc, uts (and net)
-//!   namespaces, born inside the cgroup — and writes its uid/gid maps. Pid 1
+//! * **pid 1** of the sandbox — in new user, mount, pid, ipc, uts (and net,
+//!   or the workspace's) namespaces, born inside the cgroup — and writes its uid/gid maps. Pid 1
 //!   builds the root, pivots into it, becomes non-dumpable and forks
 //! * the **command**, which drops every privilege and execs.
 //!

@@ -76,25 +76,24 @@ fn open_ns(kind: &str) -> Result<OwnedFd, Failed> {
         .map_err(fail(MakeStep::OpenNamespaces))
 }
 
-/// With `Netns::Shared`, join the workspace's user
-/// namespace (when passed) and then its network namespace, before the
-/// clone, so that pid 1 is born in that network (and, unprivileged, its
+/// With `Netns::Shared`, join the workspace's user namespace (when
+/// passed) and then its network namespace, before the clone, so that pid 1 is born in that network (and, unprivileged, its
 /// user namespace a child of the workspace's, which maps the same ids).
 /// Root stays in the initial user namespace: it owns the network, and the
 /// idmapped mounts need host root. The fds are closed here.
 pub fn join(spec: &SpawnSpec) -> Result<(), Fail> {
     let Netns::Shared { userns } = spec.netns else { return Ok(()) };
-    let adopt = |fd: i32| {
+    let adopt = |fd: i32, detail: u32| {
         if !sys::fd_is_open(fd) {
-            return Err(Fail::errno(Step::NetNamespace, libc::EBADF).clone_detail(NET_DETAIL_JOIN_NETNS));
+            return Err(Fail::errno(Step::NetNamespace, libc::EBADF).clone_detail(detail));
         }
         // SAFETY: the spec says the library passed this fd; nothing else in
         // this process owns it.
         Ok(unsafe { sys::adopt(fd) })
     };
-    let net = adopt(NETNS_FD)?;
+    let net = adopt(NETNS_FD, NET_DETAIL_JOIN_NETNS)?;
     if userns {
-        let user = adopt(USERNS_FD)?;
+        let user = adopt(USERNS_FD, NET_DETAIL_JOIN_USERNS)?;
         nix::sched::setns(&user, CloneFlags::CLONE_NEWUSER)
             .map_err(|e| Fail::io(Step::NetNamespace, errno(e)).clone_detail(NET_DETAIL_JOIN_USERNS))?;
     }

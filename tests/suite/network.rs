@@ -462,3 +462,23 @@ fn r0811_concurrent_first_commands_make_one_network() {
         assert!(left.is_empty(), "still held after dispose: {left:?}");
     });
 }
+
+/// A plan that joins a shared network, run on a sandbox that has none, is
+/// refused before anything starts, saying what to do.
+#[test]
+fn r0812_a_shared_plan_on_a_sandbox_without_one_is_refused() {
+    let ws = Ws::new();
+    let req = ws.req(&["true"]);
+    let plan = super::util::sandbox()
+        .with_shared_network()
+        .plan(&req)
+        .unwrap_or_else(|e| panic!("plan: {}", portcullis::error_chain(&e)));
+    let private = super::util::sandbox();
+    let r = rt().block_on(private.run_plan(&plan, &req, portcullis::sandbox::RunOptions::default()));
+    let msg = r.as_ref().err().map(|e| portcullis::error_chain(e)).unwrap_or_default();
+    assert!(msg.contains("joins a shared network") && msg.contains("plan with the sandbox that runs it"), "{r:?}");
+    // Control: the same plan runs on a sandbox with a shared network.
+    let shared = super::util::sandbox().with_shared_network();
+    let ok = rt().block_on(shared.run_plan(&plan, &req, portcullis::sandbox::RunOptions::default()));
+    assert!(ok.is_ok_and(|r| r.enforcement.network_namespace == NetworkNamespace::Shared));
+}
