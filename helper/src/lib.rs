@@ -12,6 +12,7 @@
 //! a multithreaded process.
 
 pub mod filter;
+pub mod network;
 pub mod observe;
 pub mod report;
 pub mod spec;
@@ -29,3 +30,10 @@ pub const CGROUP_FD: i32 = 6;
 /// refused-write observer: the command sends the observer's seccomp
 /// listener over it (or why it could not install one) just before exec.
 pub const OBSERVE_FD: i32 = 7;
+/// The workspace's user namespace (unprivileged callers), when the spec
+/// says the run joins a network made ahead ([`spec::Netns::Shared`]).
+pub const USERNS_FD: i32 = 8;
+/// The workspace's network namespace, likewise.
+pub const NETNS_FD: i32 = 9;
+/// The highest protocol fd: the helper closes every fd above it.
+pub const LAST_FD: i32 = NETNS_FD;

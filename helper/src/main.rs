@@ -1,17 +1,20 @@
 //! `portcullis-helper`: builds one sandbox and runs one command in it.
 //!
-//! The library starts this binary with an empty environment and up to five fds:
+//! The library starts this binary with an empty environment and up to seven fds:
 //! the spec on fd 3 (a memfd), the report pipe on fd 4, the lifeline on fd 5,
-//! when a per-command cgroup exists, its directory on fd 6 and, when the
-//! refused-write observer is on, its hand-over socket on fd 7. Three
-//! processes take part:
+//! when a per-command cgroup exists, its directory on fd 6, when the
+//! refused-write observer is on, its hand-over socket on fd 7 and, for a run
+//! that joins a workspace's network, that network's user namespace on fd 8
+//! (unprivileged callers) and network namespace on fd 9 (`shared_net`;
+//! started as `portcullis-helper --make-network` it makes such a network
+//! instead). Three processes take part:
 //!
 //! * the **outer helper** (this process, in the caller's namespaces) reads and
 //!   checks the spec, compiles the seccomp filter, then `clone3`s (or, where
 //!   a container's seccomp profile answers `clone3` with `ENOSYS`, `clone`s
 //!   with the same flags and moves the child into the cgroup itself)
-//! * **pid 1** of the sandbox — in new user, mount, pid, ipc, uts (and net)
-//!   namespaces, born inside the cgroup — and writes its uid/gid maps. Pid 1
+//! * **pid 1** of the sandbox — in new user, mount, pid, ipc, uts (and net,
+//!   or the workspace's) namespaces, born inside the cgroup — and writes its uid/gid maps. Pid 1
 //!   builds the root, pivots into it, becomes non-dumpable and forks
 //! * the **command**, which drops every privilege and execs.
 //!
@@ -32,6 +35,7 @@ mod chan;
 mod command;
 mod mounts;
 mod notify;
+mod shared_net;
 mod slot;
 mod sys;
 
@@ -46,9 +50,9 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use portcullis_helper::report::{CloneCall, Record, Step, CLONE_DETAIL_CLONE, CLONE_DETAIL_CLONE3, NO_DETAIL};
-use portcullis_helper::spec::{Identity, Mode, MountOp, Network, SpawnSpec, SPEC_VERSION};
+use portcullis_helper::spec::{Identity, Mode, MountOp, Netns, Network, SpawnSpec, SPEC_VERSION};
 use portcullis_helper::CGROUP_FD;
-use portcullis_helper::{filter, observe, LIFELINE_FD, OBSERVE_FD, REPORT_FD, SPEC_FD};
+use portcullis_helper::{filter, observe, LAST_FD, LIFELINE_FD, REPORT_FD, SPEC_FD};
 
 /// Exit code when the wrapper itself fails (GNU convention, as `env`/`timeout`).
 pub(crate) const EXIT_SETUP: i32 = 125;
@@ -72,7 +76,7 @@ impl Fail {
         self.detail = u32::try_from(i).unwrap_or(NO_DETAIL);
         self
     }
-    fn clone_detail(mut self, d: u32) -> Fail {
+    pub(crate) fn clone_detail(mut self, d: u32) -> Fail {
         self.detail = d;
         self
     }
@@ -131,6 +135,9 @@ fn handled_signals() -> SigSet {
 }
 
 fn main() {
+    if std::env::args_os().nth(1).is_some_and(|a| a == portcullis_helper::network::MAKE_NETWORK_ARG) {
+        shared_net::make_network_main();
+    }
     // Refuse to run without the protocol fds (someone started the helper by
     // hand): adopting a closed fd as owned would be unsound.
     for fd in [SPEC_FD, REPORT_FD, LIFELINE_FD] {
@@ -177,7 +184,11 @@ pub(crate) fn read_all(fd: OwnedFd) -> Result<Vec<u8>, Fail> {
 /// `ReadSpec`: decode and check a spec.
 pub(crate) fn parse_spec(buf: &[u8]) -> Result<SpawnSpec, Fail> {
     let spec: SpawnSpec = serde_json::from_slice(buf).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
-    if spec.version != SPEC_VERSION || spec.argv.is_empty() {
+    let shared = matches!(spec.netns, Netns::Shared { .. });
+    if spec.version != SPEC_VERSION
+        || spec.argv.is_empty()
+        || (shared && (spec.network != Network::None || spec.mode != Mode::Full))
+    {
         return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));
     }
     if !cfg!(debug_assertions) && spec.test_switches.any() {
@@ -234,6 +245,7 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
     let set = block_signals()?;
     let (chan_outer, chan_pid1) = chan::pair().map_err(|e| Fail::io(Step::Channel, e))?;
     drop_host_groups()?;
+    shared_net::join(spec.netns)?;
     let flags = clone_flags(&spec)?;
     let (pid, pidfd, via) = match spawn_pid1(flags, cgroup.as_ref())? {
         (sys::Forked::Child, via) => {
@@ -254,7 +266,7 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
 /// closed, and the protocol fds become close-on-exec so the command never
 /// sees them.
 pub(crate) fn sanitize_fds() -> Result<(), Fail> {
-    sys::close_range_from(OBSERVE_FD as u32 + 1, 0).map_err(|e| Fail::io(Step::Sanitize, e))?;
+    sys::close_range_from(LAST_FD as u32 + 1, 0).map_err(|e| Fail::io(Step::Sanitize, e))?;
     sys::close_range_from(SPEC_FD as u32, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::Sanitize, e))
 }
 
@@ -419,7 +431,7 @@ fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &OwnedFd) -> Resul
     let raw: Vec<i32> = trees.iter().flatten().map(|t| t.as_raw_fd()).collect();
     chan::send(chan_outer, b'm', &raw).map_err(|e| Fail::io(Step::HandOver, e))?;
     drop(trees);
-    if spec.network == Network::None {
+    if spec.network == Network::None && spec.netns == Netns::Private {
         let netns = parallel_netns(&userns)?;
         chan::send(chan_outer, b'n', &[netns.as_raw_fd()]).map_err(|e| Fail::io(Step::NetNamespace, e))?;
     }
@@ -518,7 +530,7 @@ fn pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: OwnedFd, report
     mounts::build_root(spec, &sources)?;
     drop(sources);
     nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, errno(e)))?;
-    join_network(spec.network, &chan)?;
+    join_network(spec.network, spec.netns, &chan)?;
     drop(chan);
     become_init()?;
     let child = fork_command(spec, prep, via, report_fd)?;
@@ -553,9 +565,9 @@ pub(crate) fn premade_trees(mounts: &[MountOp], trees: Vec<OwnedFd>) -> Vec<Opti
 }
 
 /// `JoinNetwork`: with `--network none`, join the network namespace the
-/// outer helper made meanwhile.
-pub(crate) fn join_network(network: Network, chan: &OwnedFd) -> Result<(), Fail> {
-    if network != Network::None {
+/// outer helper made meanwhile (a shared one was joined before the clone).
+pub(crate) fn join_network(network: Network, netns: Netns, chan: &OwnedFd) -> Result<(), Fail> {
+    if network != Network::None || netns != Netns::Private {
         return Ok(());
     }
     let netns = match chan::recv(chan) {

@@ -97,7 +97,10 @@ steps! {
     HandOver = 17, "handing the idmapped mounts to pid 1";
     /// The outer helper joins pid 1's user namespace and makes the network
     /// namespace with loopback up, in parallel with pid 1 building the root,
-    /// and sends it to pid 1 (`n`).
+    /// and sends it to pid 1 (`n`). With a network made ahead for the
+    /// workspace (`Netns::Shared`) nothing is made: the outer helper joined
+    /// it before the clone, and a failure there is reported under this step
+    /// with `detail` [`NET_DETAIL_JOIN_USERNS`] or [`NET_DETAIL_JOIN_NETNS`].
     NetNamespace = 18, "making the network namespace";
     /// Make the signalfd the outer helper supervises pid 1 with.
     SignalFd = 19, "making the signalfd";
@@ -173,6 +176,13 @@ pub const CLONE_DETAIL_CLONE3: u32 = 0;
 /// `detail` for [`Step::Clone`]: `clone3` answered `ENOSYS`, then the
 /// `clone(2)` fallback failed with the record's errno.
 pub const CLONE_DETAIL_CLONE: u32 = 1;
+
+/// `detail` for [`Step::NetNamespace`]: joining the workspace's user
+/// namespace (before the clone) failed.
+pub const NET_DETAIL_JOIN_USERNS: u32 = 2;
+/// `detail` for [`Step::NetNamespace`]: joining the workspace's network
+/// namespace (before the clone) failed.
+pub const NET_DETAIL_JOIN_NETNS: u32 = 3;
 
 /// What a record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

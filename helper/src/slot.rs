@@ -35,7 +35,7 @@ use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 use portcullis_helper::report::{CloneCall, Record, Step};
-use portcullis_helper::spec::{MountOp, Network, SlotSpec, SLOT_ATTACH, SPEC_VERSION};
+use portcullis_helper::spec::{MountOp, Netns, Network, SlotSpec, SLOT_ATTACH, SPEC_VERSION};
 use portcullis_helper::{OBSERVE_FD, SPEC_FD};
 
 use crate::{chan, mounts, sys, Fail, Never, Programs};
@@ -56,6 +56,9 @@ pub fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
     let set = crate::block_signals()?;
     let (chan_outer, chan_pid1) = chan::pair().map_err(|e| Fail::io(Step::Channel, e))?;
     crate::drop_host_groups()?;
+    // The workspace's network, when the slot shares it: joined before the
+    // clone, so pid 1 is born in it.
+    crate::shared_net::join(base.netns)?;
     let (pid, pidfd, via) = match crate::spawn_pid1(FLAGS, cgroup.as_ref())? {
         (sys::Forked::Child, via) => {
             drop((chan_outer, lifeline, cgroup, sock));
@@ -96,7 +99,8 @@ fn read_slot(sock: &OwnedFd) -> Result<SlotSpec, Fail> {
     let base: SlotSpec = serde_json::from_slice(&buf).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
     // The slot's mounts are opened as the mapped ids, never idmapped.
     let idmapped = base.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. }));
-    if base.version != SPEC_VERSION || idmapped {
+    let shared = matches!(base.netns, Netns::Shared { .. });
+    if base.version != SPEC_VERSION || idmapped || (shared && base.network != Network::None) {
         return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));
     }
     if !cfg!(debug_assertions) && base.test_switches.any() {
@@ -122,7 +126,7 @@ fn start(
         .map(OwnedFd::from)
         .map_err(|e| Fail::io(Step::OpenUserns, e))?;
     chan::send(chan_outer, b'm', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
-    if base.network == Network::None {
+    if base.network == Network::None && base.netns == Netns::Private {
         // Made in a child, so that this process stays in the host's user
         // namespace: it makes a root caller's idmapped trees at the request.
         let netns = netns_in_child(&userns)?;
@@ -297,7 +301,7 @@ fn pid1(
     root.apply_ops(&base.mounts, &all, &sources)?;
     drop(sources);
     nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, crate::errno(e)))?;
-    crate::join_network(base.network, &chan)?;
+    crate::join_network(base.network, base.netns, &chan)?;
     crate::become_init()?;
     chan::send(&chan, b'k', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
 

@@ -54,6 +54,31 @@ pub struct SpawnSpec {
     /// listener over on [`crate::OBSERVE_FD`].
     #[serde(default)]
     pub observe: bool,
+    /// Which network namespace the run gets with [`Network::None`]: a
+    /// private one, or the one made ahead for the workspace.
+    #[serde(default)]
+    pub netns: Netns,
+}
+
+/// With [`Network::None`] in the full mode: the network namespace the run
+/// gets. The one place that says "this run joins that namespace".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Netns {
+    /// A fresh namespace of its own with only loopback, made by the outer
+    /// helper (`parallel_netns`). Also what `Network::Host` and the
+    /// landlock-only mode carry: they make none.
+    #[default]
+    Private,
+    /// The namespace made ahead (`portcullis-helper --make-network`),
+    /// passed on [`crate::NETNS_FD`]; with `userns`, the user namespace
+    /// that owns it too, on [`crate::USERNS_FD`] (an unprivileged caller's;
+    /// a root caller's namespace is owned by the initial one). The outer
+    /// helper joins them before the clone, and pid 1 inherits the network.
+    Shared {
+        /// Whether the owning user namespace is passed and joined first.
+        userns: bool,
+    },
 }
 
 /// The isolation mode. Spelled `full` and `landlock-only` (in the spec, a
@@ -367,6 +392,11 @@ pub struct SlotSpec {
     pub identity: Identity,
     /// Network isolation.
     pub network: Network,
+    /// With [`Network::None`]: a private namespace made for the slot, or
+    /// the workspace's, joined before the clone (its fds passed as for a
+    /// run, [`crate::NETNS_FD`], [`crate::USERNS_FD`]).
+    #[serde(default)]
+    pub netns: Netns,
     /// The mounts made ahead, in order: the system binds, the private
     /// `/tmp`, `/proc`, `/dev` (the ops of the plan that no request changes).
     pub mounts: Vec<MountOp>,
@@ -423,6 +453,7 @@ impl SlotSpec {
         if spec.version != self.version
             || spec.identity != self.identity
             || spec.network != self.network
+            || spec.netns != self.netns
             || spec.mode != Mode::Full
             || spec.cgroup != self.cgroup
             || spec.test_switches != self.test_switches
@@ -496,6 +527,7 @@ mod tests {
             test_switches: TestSwitches::default(),
             mode: Mode::Full,
             observe: false,
+            netns: Netns::Private,
         }
     }
 
@@ -505,6 +537,7 @@ mod tests {
             version: SPEC_VERSION,
             identity: s.identity,
             network: s.network,
+            netns: Netns::Private,
             mounts,
             cgroup: false,
             test_switches: TestSwitches::default(),

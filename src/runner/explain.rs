@@ -140,15 +140,21 @@ pub fn explain(plan: &crate::sandbox::Plan, ready: &Ready) -> String {
     if plan.spec.mode == Mode::Full {
         s += &format!(
             "namespaces: user mount pid ipc uts{}\n",
-            if plan.spec.network == Network::None { " net" } else { "" }
+            match (plan.spec.network, plan.spec.netns) {
+                (Network::None, portcullis_helper::spec::Netns::Private) => " net",
+                (Network::None, _) => " (net: the workspace's)",
+                _ => "",
+            }
         );
     } else {
         s += "namespaces: none\n";
     }
     let full = plan.spec.mode == Mode::Full;
+    let shared = crate::sandbox::NetworkNamespace::of(&plan.spec) == crate::sandbox::NetworkNamespace::Shared;
     s += &format!(
         "network: {}\n",
         match (plan.spec.network, full) {
+            (Network::None, true) if shared => "none (shared with the workspace's commands: loopback only)",
             (Network::None, true) => "none (a private namespace with loopback only)",
             (Network::None, false) => "none (IPv4, IPv6 and unix sockets refused by seccomp)",
             (Network::Host, true) => "host",
@@ -181,6 +187,8 @@ pub fn explain(plan: &crate::sandbox::Plan, ready: &Ready) -> String {
     let abi = crate::sys::landlock_abi();
     let scope = if abi >= 6 { ", scope signal+abstract-unix" } else { ", no scoping (needs ABI 6)" };
     let tcp = match (plan.spec.network, abi >= 4) {
+        // The full mode's namespace holds only loopback: tcp there is allowed.
+        (Network::None, _) if full => "",
         (Network::None, true) => ", tcp bind/connect denied",
         (Network::None, false) => ", no tcp rules (needs ABI 4)",
         (Network::Host, _) => "",

@@ -477,6 +477,7 @@ pub struct RunnerBuilder {
     sandbox: Option<Sandbox>,
     without_sandbox: bool,
     pool: usize,
+    shared_network: bool,
 }
 
 impl RunnerBuilder {
@@ -542,6 +543,14 @@ impl RunnerBuilder {
         self
     }
 
+    /// Run every `network = "none"` command of this runner (and of its
+    /// scopes) in one network namespace with only loopback
+    /// ([`Sandbox::with_shared_network`]); a `Workspace` asks for this.
+    pub fn shared_network(mut self) -> Self {
+        self.shared_network = true;
+        self
+    }
+
     /// Build the runner with no sandbox, for a backend that carries
     /// commands out itself without running a process (the mock backend of
     /// [`crate::workspace`]): the checker, the gate and the audit work as
@@ -604,13 +613,14 @@ impl RunnerBuilder {
             }
             (None, None) => (None, None),
         };
+        let shared = |s: Sandbox| if self.shared_network && !s.shares_network() { s.with_shared_network() } else { s };
         let sandbox = match (self.sandbox, self.without_sandbox) {
             // A given sandbox keeps its own pool; one without gets this
             // runner's (a workspace's policy decides it).
-            (Some(s), _) if s.pool_status().is_some() => Some(Arc::new(s)),
-            (Some(s), _) => Some(Arc::new(s.with_pool(self.pool))),
+            (Some(s), _) if s.pool_status().is_some() => Some(Arc::new(shared(s))),
+            (Some(s), _) => Some(Arc::new(shared(s).with_pool(self.pool))),
             (None, true) => None,
-            (None, false) => Some(Arc::new(Sandbox::new()?.with_pool(self.pool))),
+            (None, false) => Some(Arc::new(shared(Sandbox::new()?).with_pool(self.pool))),
         };
         // Compiled once: the checker (its jail re-checked before each use)
         // and the access profile (pure: see `sandbox::profile`).

@@ -9,6 +9,7 @@
 
 use std::fs;
 
+use portcullis_helper::network::MakeStep;
 use portcullis_helper::report::{Step, CLONE_DETAIL_CLONE, CLONE_DETAIL_CLONE3};
 
 /// The namespace flags pid 1 is made with, as they are named in the message.
@@ -88,6 +89,29 @@ pub fn diagnose(step: Step, errno: i32, detail: u32) -> Option<Blocked> {
         }
         _ => None,
     }
+}
+
+/// A failure of `portcullis-helper --make-network` (the workspace's
+/// network, `sandbox::network`) as a [`Blocked`], when it means that the
+/// namespaces cannot be made here: the same one line a run's own clone
+/// would give.
+pub fn diagnose_network(step: Option<MakeStep>, errno: i32) -> Option<Blocked> {
+    let call = match step? {
+        MakeStep::UserNamespace if matches!(errno, libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS) => {
+            "unshare(CLONE_NEWUSER) for the workspace's network"
+        }
+        MakeStep::NetNamespace if matches!(errno, libc::EPERM | libc::EINVAL | libc::ENOSPC) => {
+            "unshare(CLONE_NEWNET) for the workspace's network"
+        }
+        MakeStep::MapUid | MakeStep::MapGid | MakeStep::DenySetgroups
+            if matches!(errno, libc::EPERM | libc::EACCES) =>
+        {
+            "writing the id maps of the workspace's user namespace"
+        }
+        _ => return None,
+    };
+    let (cause, remedy) = Host::read().explain(false);
+    Some(Blocked { call: call.to_string(), errno, cause, remedy })
 }
 
 /// What this host says about user namespaces.

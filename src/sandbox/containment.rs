@@ -31,11 +31,24 @@ pub struct Containment {
 
 /// The containment of `req` on this host, and the rlimits its spec sets
 /// (`RLIMIT_CORE 0` always; `RLIMIT_NPROC`/`RLIMIT_AS` where the cgroup
-/// cannot enforce `--pids`/`--memory`). `uid` is the caller's.
+/// cannot enforce `--pids`/`--memory`). `uid` is the caller's. (The
+/// sandbox plans with [`decide_with`].)
+#[cfg(test)]
 pub(crate) fn decide(
     host: &Result<CgroupHost, NoCgroup>,
     req: &ExecRequest,
     uid: u32,
+) -> Result<(Containment, Vec<Rlimit>), SandboxError> {
+    decide_with(host, req, uid, false)
+}
+
+/// [`decide`], for a run that joins the workspace's shared network
+/// (`shared_network`, see `sandbox::network`) or not.
+pub(crate) fn decide_with(
+    host: &Result<CgroupHost, NoCgroup>,
+    req: &ExecRequest,
+    uid: u32,
+    shared_network: bool,
 ) -> Result<(Containment, Vec<Rlimit>), SandboxError> {
     // `--pids N` counts the command's processes: the sandbox's init (pid 1,
     // born in the leaf) is added on top.
@@ -61,8 +74,10 @@ pub(crate) fn decide(
             // Counted per uid of the sandbox's user namespace: pid 1 runs as
             // the command's uid, and so does an unprivileged caller's outer
             // helper once it has joined that namespace to make the network
-            // namespace. Neither is the command's.
-            let own = 1 + u64::from(uid != 0 && req.network == Network::None);
+            // namespace. Neither is the command's. A run joining the
+            // workspace's network leaves its outer helper in the
+            // workspace's user namespace, counted there instead.
+            let own = 1 + u64::from(uid != 0 && req.network == Network::None && !shared_network);
             rlimits.push(Rlimit { resource: RlimitKind::Nproc, value: n.saturating_add(own) });
             LimitMechanism::RlimitNproc
         });

@@ -91,7 +91,13 @@ impl Drop for Spawn {
 /// process group, default signal dispositions, and stdin from `stdin` (or
 /// `/dev/null`).
 pub fn spawn(helper: &Path, fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> io::Result<Helper> {
-    spawn_detached(helper, None, fds, stdin)?.attach()
+    spawn_args(helper, &[], fds, stdin)
+}
+
+/// [`spawn`], with these arguments after argv[0] (a mode of the helper,
+/// such as `--make-network`).
+pub fn spawn_args(helper: &Path, args: &[&str], fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> io::Result<Helper> {
+    spawn_detached(helper, args, fds, stdin)?.attach()
 }
 
 /// A helper started but not yet registered with the async runtime (a pool
@@ -164,14 +170,17 @@ impl Drop for Spawned {
     }
 }
 
-/// [`spawn`], with `arg` as the helper's only argument, and without
-/// registering it with the runtime.
+/// [`spawn_args`], without registering the helper with the runtime.
 pub fn spawn_detached(
     helper: &Path,
-    arg: Option<&std::ffi::CStr>,
+    args: &[&str],
     fds: &[(RawFd, RawFd)],
     stdin: Option<RawFd>,
 ) -> io::Result<Spawned> {
+    let args = args
+        .iter()
+        .map(|a| CString::new(*a).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL)))
+        .collect::<io::Result<Vec<_>>>()?;
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let path = CString::new(helper.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -196,8 +205,9 @@ pub fn spawn_detached(
         }
         // A protocol fd not passed is closed, so the helper never mistakes
         // a descriptor this process inherited without O_CLOEXEC for it (the
-        // observer's socket on fd 7 is optional; glibc ignores EBADF here).
-        for fd in portcullis_helper::SPEC_FD..=portcullis_helper::OBSERVE_FD {
+        // observer's socket on fd 7 and the network's on 8 and 9 are
+        // optional; glibc ignores EBADF here).
+        for fd in portcullis_helper::SPEC_FD..=portcullis_helper::LAST_FD {
             if !fds.iter().any(|(_, dst)| *dst == fd) {
                 check(libc::posix_spawn_file_actions_addclose(&mut s.actions, fd))?;
             }
@@ -215,10 +225,8 @@ pub fn spawn_detached(
         let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGDEF | libc::POSIX_SPAWN_SETSIGMASK;
         check(libc::posix_spawnattr_setflags(&mut s.attr, flags as libc::c_short))?;
     }
-    let argv = match arg {
-        Some(a) => vec![path.as_ptr(), a.as_ptr(), std::ptr::null()],
-        None => vec![path.as_ptr(), std::ptr::null()],
-    };
+    let argv: Vec<*const libc::c_char> =
+        [path.as_ptr()].into_iter().chain(args.iter().map(|a| a.as_ptr())).chain([std::ptr::null()]).collect();
     let envp = [std::ptr::null::<libc::c_char>()];
     let mut pid: libc::pid_t = 0;
     // SAFETY: argv/envp are NULL-terminated arrays of valid C strings that

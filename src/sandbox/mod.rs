@@ -11,6 +11,7 @@ mod hint;
 mod launch;
 mod links;
 mod lock;
+mod network;
 mod observe;
 mod pending;
 mod plan;
@@ -49,8 +50,8 @@ pub use plan::{Plan, DEFAULT_PROTECTED};
 pub use pool::PoolStatus;
 pub use profile::Profile;
 pub use result::{
-    status, AppliedLimits, CloneCall, EnforcedBy, Enforcement, ExecResult, KillMechanism, LandlockStatus, Outcome,
-    Warning,
+    status, AppliedLimits, CloneCall, EnforcedBy, Enforcement, ExecResult, KillMechanism, LandlockStatus,
+    NetworkNamespace, Outcome, Warning,
 };
 pub use split::{Split, SPLIT_LIMIT};
 
@@ -330,6 +331,23 @@ pub enum SandboxError {
     /// AppArmor). One line: the call, the errno, the cause, what to do.
     #[error("the full sandbox cannot run: {0}")]
     NamespacesBlocked(Blocked),
+    /// The network the workspace's commands share (`network = "none"`)
+    /// could not be made.
+    #[error(
+        "cannot make the network the workspace's commands share (network = \"none\": one namespace with only \
+         loopback): {stage} failed; `portcullis doctor` checks what the sandbox needs here"
+    )]
+    Network {
+        /// The step that failed.
+        stage: &'static str,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The workspace's shared network was released ([`Sandbox::release_network`],
+    /// done by `Workspace::dispose`): no command of it may run any more.
+    #[error("the workspace's network was released (the workspace is disposed); build a new workspace to run commands")]
+    NetworkReleased,
     /// A setup step inside the helper failed.
     #[error("sandbox setup failed while {}{}", .step.map_or("in an unknown step", Step::describe), .path.as_ref().map(|p| format!(" ({})", p.display())).unwrap_or_default())]
     Setup {
@@ -729,6 +747,9 @@ pub struct Sandbox {
     gid: u32,
     /// Pre-made sandboxes (`sandbox::pool`), when asked for.
     pool: Option<std::sync::Arc<pool::Pool>>,
+    /// The network every `network = "none"` run of the full mode joins
+    /// ([`Sandbox::with_shared_network`]); `None`: each makes its own.
+    network: Option<std::sync::Arc<network::SharedNetwork>>,
 }
 
 /// Where the helper is looked for, in order.
@@ -766,7 +787,39 @@ impl Sandbox {
         if let Ok(host) = &cgroup {
             cgroup::sweep_orphans(&host.parent);
         }
-        Sandbox { helper, cgroup, uid: nix::unistd::getuid().as_raw(), gid: nix::unistd::getgid().as_raw(), pool: None }
+        Sandbox {
+            helper,
+            cgroup,
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+            network: None,
+            pool: None,
+        }
+    }
+
+    /// Run every `network = "none"` command of the full mode in one network
+    /// namespace with only loopback, made on the first such run and kept
+    /// until [`Sandbox::release_network`] or the sandbox is dropped: the
+    /// commands reach each other over loopback (a dev server started in one
+    /// is reachable by the next); nothing else reaches them or is reached.
+    /// A `Workspace` does this; without it every run gets a private one.
+    pub fn with_shared_network(mut self) -> Sandbox {
+        self.network = Some(std::sync::Arc::new(network::SharedNetwork::new()));
+        self
+    }
+
+    /// Whether runs share one network ([`Sandbox::with_shared_network`]).
+    pub fn shares_network(&self) -> bool {
+        self.network.is_some()
+    }
+
+    /// Close the shared network's descriptors: it is gone once the runs
+    /// going on end, and later runs that would join it fail
+    /// ([`SandboxError::NetworkReleased`]).
+    pub fn release_network(&self) {
+        if let Some(n) = &self.network {
+            n.release();
+        }
     }
 
     /// Keep `size` sandboxes made ahead (0: none, the default): a run whose
@@ -785,8 +838,24 @@ impl Sandbox {
     /// planned), instead of waiting for the first run to show what they
     /// share. Does nothing without a pool, or once it has made slots.
     pub fn prime_pool(&self, req: &ExecRequest) -> Result<(), SandboxError> {
-        if let Some(p) = &self.pool {
-            p.prime(&self.plan_opt(None, req)?);
+        let Some(p) = &self.pool else { return Ok(()) };
+        let plan = self.plan_opt(None, req)?;
+        match (&plan.spec.netns, &self.network) {
+            (portcullis_helper::spec::Netns::Private, _) => p.prime(&plan, None),
+            (_, Some(n)) => {
+                // The shared network is made first (once, by a helper of its
+                // own), on a thread of its own: building a workspace does not
+                // wait for it.
+                let (p, n, helper, uid) =
+                    (std::sync::Arc::clone(p), std::sync::Arc::clone(n), self.helper.clone(), self.uid);
+                let _ = std::thread::Builder::new().name("portcullis-pool".into()).spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+                    if let Ok(net) = rt.map_err(drop).and_then(|rt| rt.block_on(n.get(&helper, uid)).map_err(drop)) {
+                        p.prime(&plan, Some(&net));
+                    }
+                });
+            }
+            (_, None) => {}
         }
         Ok(())
     }
@@ -822,8 +891,24 @@ impl Sandbox {
     /// Plan, with a compiled profile or without.
     fn plan_opt(&self, profile: Option<&Profile>, req: &ExecRequest) -> Result<Plan, SandboxError> {
         not_full_as_degraded(req)?;
-        let contained = containment::decide(&self.cgroup, req, self.uid)?;
-        plan::build(req, self.uid, self.gid, contained, profile)
+        let shared = network::joins(self.network.is_some(), req.network, req.degraded.unwrap_or(Mode::Full));
+        let contained = containment::decide_with(&self.cgroup, req, self.uid, shared)?;
+        let mut plan = plan::build(req, self.uid, self.gid, contained, profile)?;
+        network::choose(&mut plan.spec, self.network.is_some(), self.uid);
+        Ok(plan)
+    }
+
+    /// The shared network `plan` joins, made now if this is its first run.
+    async fn network_for(&self, plan: &Plan) -> Result<Option<std::sync::Arc<network::Namespaces>>, SandboxError> {
+        match (&plan.spec.netns, &self.network) {
+            (portcullis_helper::spec::Netns::Private, _) => Ok(None),
+            (_, Some(n)) => n.get(&self.helper, self.uid).await.map(Some),
+            (_, None) => Err(SandboxError::invalid(
+                "plan",
+                "the plan joins a shared network, but this sandbox has none (Sandbox::with_shared_network); plan \
+                 with the sandbox that runs it",
+            )),
+        }
     }
 
     /// Plan and run. A run that writes is planned once, under the
@@ -949,7 +1034,10 @@ impl Sandbox {
         cancel: Option<&CancellationToken>,
     ) -> Result<Held, SandboxError> {
         let mut held = Held { host_network: None, workspace: None };
-        if req.network == Network::Host && sys::landlock_abi() < 6 {
+        // A shared network shares its abstract sockets among the
+        // workspace's runs as the host's does.
+        let shares_sockets = req.network == Network::Host || (self.network.is_some() && req.network == Network::None);
+        if shares_sockets && sys::landlock_abi() < 6 {
             let kind = if writes { lock::Kind::Exclusive } else { lock::Kind::Shared };
             held.host_network =
                 Some(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, cancel).await?);
@@ -1014,7 +1102,8 @@ impl Sandbox {
             stdin::refuse_named_fifo()?;
         }
         run::check_containment(plan)?;
-        let mut slot = self.pool.as_ref().and_then(|p| p.take(plan, &opts.stdin));
+        let net = self.network_for(plan).await?;
+        let mut slot = self.pool.as_ref().and_then(|p| p.take(plan, &opts.stdin, net.as_ref()));
         let mut cg = match slot.as_mut() {
             Some(s) => s.take_cgroup(),
             None => run::make_cgroup(plan, self.cgroup.as_ref().ok())?,
@@ -1026,7 +1115,7 @@ impl Sandbox {
         let (mut warnings, mut failures) = (Vec::new(), Vec::new());
         let spawned = match slot {
             Some(s) => s.launch(plan, &mut observing),
-            None => run::spawn_helper(&self.helper, plan, cg.as_ref(), &mut observing, opts.stdin),
+            None => run::spawn_helper(&self.helper, plan, cg.as_ref(), net.as_deref(), &mut observing, opts.stdin),
         };
         // The next slot is made while this command runs.
         if let Some(p) = &self.pool {
@@ -1170,6 +1259,18 @@ fn setup_error(plan: &Plan, step: Result<Step, u16>, errno: i32, detail: u32) ->
         }
     }
     match (step, errno) {
+        (Some(Step::NetNamespace), _)
+            if matches!(detail, portcullis_helper::report::NET_DETAIL_JOIN_USERNS | portcullis_helper::report::NET_DETAIL_JOIN_NETNS) =>
+        {
+            SandboxError::Network {
+                stage: if detail == portcullis_helper::report::NET_DETAIL_JOIN_USERNS {
+                    "joining its user namespace (setns) before the clone"
+                } else {
+                    "joining it (setns) before the clone"
+                },
+                source,
+            }
+        }
         (Some(Step::Exec), _) => {
             let program = plan.spec.argv.first().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default();
             let hint = if errno == libc::ENOENT { hint::not_found(plan, &program) } else { String::new() };

@@ -1031,7 +1031,11 @@ fn spawn_spec(
             writable: ll.writable.iter().map(|p| bytes(p)).collect(),
             writable_entries: ll.split_entries.iter().map(|p| bytes(p)).collect(),
             required: true,
-            deny_tcp: req.network == Network::None,
+            // Only where no network namespace keeps the host's loopback
+            // away (the landlock-only mode, where seccomp refuses the
+            // sockets too): in the full mode the namespace has nothing but
+            // loopback, and the workspace's commands reach each other there.
+            deny_tcp: req.network == Network::None && degraded,
             scope: true,
             readable: ll.readable.iter().map(|p| bytes(p)).collect(),
             sockets: ll.sockets.iter().map(|p| bytes(p)).collect(),
@@ -1041,6 +1045,8 @@ fn spawn_spec(
         test_switches: req.test_switches,
         mode: req.degraded.unwrap_or(Mode::Full),
         observe: req.report_refused_writes,
+        // Decided by the sandbox (`network::choose`).
+        netns: Default::default(),
     };
     Ok((spec, seccomp_sha256))
 }

@@ -37,6 +37,7 @@ use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFl
 use portcullis_helper::spec::{Mode, SlotSpec, SPEC_VERSION};
 
 use super::cgroup::{Cgroup, CgroupHost, CgroupPlan};
+use super::network::Namespaces;
 use super::{launch, run, sys, Plan, SandboxError, Stdin};
 
 /// Failed slots in a row that turn the pool off.
@@ -58,7 +59,18 @@ pub(super) struct Slot {
     child: launch::Spawned,
     cgroup: Option<Cgroup>,
     key: Key,
+    /// The workspace's network the slot joined, when it joined one: a slot
+    /// is only ever handed to a run of that network.
+    net: Option<Arc<Namespaces>>,
     ready: bool,
+}
+
+fn same_net(a: Option<&Arc<Namespaces>>, b: Option<&Arc<Namespaces>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
 }
 
 /// The state of a pool, as [`Pool::status`] reports it.
@@ -79,6 +91,8 @@ pub struct PoolStatus {
 #[derive(Default)]
 struct State {
     key: Option<Key>,
+    /// The workspace's network the slots join (for a spec that shares it).
+    net: Option<Arc<Namespaces>>,
     slots: VecDeque<Slot>,
     making: usize,
     failures: u32,
@@ -114,6 +128,7 @@ fn base_of(plan: &Plan) -> Option<SlotSpec> {
         version: SPEC_VERSION,
         identity: spec.identity,
         network: spec.network,
+        netns: spec.netns,
         mounts,
         cgroup: spec.cgroup,
         test_switches: spec.test_switches,
@@ -142,7 +157,7 @@ impl Pool {
     /// A ready slot for `plan`, if one fits (the pool now follows this
     /// plan's base). The caller calls [`Pool::refill`] once its run started,
     /// so that making the next slot does not delay this one.
-    pub(super) fn take(self: &Arc<Self>, plan: &Plan, stdin: &Stdin) -> Option<Slot> {
+    pub(super) fn take(self: &Arc<Self>, plan: &Plan, stdin: &Stdin, net: Option<&Arc<Namespaces>>) -> Option<Slot> {
         let key = base_of(plan).map(|base| Key { base, cgroup: plan.containment.cgroup.clone() });
         let (slot, discard) = {
             let mut st = self.lock();
@@ -154,9 +169,10 @@ impl Pool {
                 return None;
             };
             let mut discard = Vec::new();
-            if st.key.as_ref() != Some(&key) {
+            if st.key.as_ref() != Some(&key) || !same_net(st.net.as_ref(), net) {
                 discard.extend(st.slots.drain(..));
                 st.key = Some(key.clone());
+                st.net = net.cloned();
             }
             let fits = matches!(stdin, Stdin::Null) && key.base.admits(&plan.spec).is_ok();
             let mut slot = None;
@@ -164,7 +180,9 @@ impl Pool {
                 let mut i = 0;
                 while i < st.slots.len() {
                     match st.slots[i].poll_ready() {
-                        Readiness::Ready if slot.is_none() => slot = st.slots.remove(i),
+                        Readiness::Ready if slot.is_none() && same_net(st.slots[i].net.as_ref(), net) => {
+                            slot = st.slots.remove(i)
+                        }
                         Readiness::Ready | Readiness::Building => i += 1,
                         Readiness::Failed(why) => {
                             st.failures += 1;
@@ -189,7 +207,7 @@ impl Pool {
 
     /// Make slots for `plan`'s base now, before any run (a workspace
     /// primes its pool when it is built, so its first command finds one).
-    pub(super) fn prime(self: &Arc<Self>, plan: &Plan) {
+    pub(super) fn prime(self: &Arc<Self>, plan: &Plan, net: Option<&Arc<Namespaces>>) {
         let Some(base) = base_of(plan) else { return };
         {
             let mut st = self.lock();
@@ -197,6 +215,7 @@ impl Pool {
                 return;
             }
             st.key = Some(Key { base, cgroup: plan.containment.cgroup.clone() });
+            st.net = net.cloned();
         }
         self.refill();
     }
@@ -211,15 +230,22 @@ impl Pool {
                 }
                 let Some(key) = st.key.clone() else { return };
                 st.making += 1;
-                key
+                (key, st.net.clone())
             };
+            let (key, net) = key;
             let pool = Arc::clone(self);
             let made = std::thread::Builder::new().name("portcullis-pool".into()).spawn(move || {
-                let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref());
+                let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net);
                 let mut st = pool.lock();
                 st.making -= 1;
                 match slot {
-                    Ok(s) if !st.closed && st.key.as_ref() == Some(&s.key) => st.slots.push_back(s),
+                    Ok(s)
+                        if !st.closed
+                            && st.key.as_ref() == Some(&s.key)
+                            && same_net(st.net.as_ref(), s.net.as_ref()) =>
+                    {
+                        st.slots.push_back(s)
+                    }
                     Ok(s) => {
                         drop(st);
                         drop(s);
@@ -243,12 +269,15 @@ impl Pool {
 
     /// Drop every slot and make no more (`Workspace::dispose`).
     pub(super) fn close(&self) {
-        let slots: Vec<Slot> = {
+        let (slots, net) = {
             let mut st = self.lock();
             st.closed = true;
-            st.slots.drain(..).collect()
+            (st.slots.drain(..).collect::<Vec<Slot>>(), st.net.take())
         };
+        // The slots first (their helpers hold the workspace's network too),
+        // then the pool's own hold on it.
         drop(slots);
+        drop(net);
     }
 }
 
@@ -341,7 +370,12 @@ fn send(sock: &OwnedFd, tag: u8, fds: &[RawFd]) -> io::Result<()> {
 
 /// Start one slot for `key`: its cgroup leaf, its pipes and socket, the
 /// helper with `--slot`, and the slot's spec sent ahead.
-fn make_slot(helper: &Path, key: &Key, host: Option<&CgroupHost>) -> Result<Slot, SandboxError> {
+fn make_slot(
+    helper: &Path,
+    key: &Key,
+    host: Option<&CgroupHost>,
+    net: Option<Arc<Namespaces>>,
+) -> Result<Slot, SandboxError> {
     let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
     let cgroup = match (&key.cgroup, host) {
         (Some(want), Some(host)) => Some(host.create(want).map_err(|e| SandboxError::Cgroup {
@@ -384,8 +418,17 @@ fn make_slot(helper: &Path, key: &Key, host: Option<&CgroupHost>) -> Result<Slot
     if let Some(c) = &cg_fd {
         pass.push((c.as_raw_fd(), portcullis_helper::CGROUP_FD));
     }
-    let child = launch::spawn_detached(helper, Some(c"--slot"), &pass, None)
+    // The workspace's network, which the slot joins before its clone.
+    let net_fds = match (&key.base.netns, net.as_deref()) {
+        (portcullis_helper::spec::Netns::Private, _) => Vec::new(),
+        (_, Some(n)) => n.pass().map_err(io_err("passing the workspace's network"))?,
+        (_, None) => {
+            return Err(SandboxError::invalid("pool", "a slot that joins the workspace's network, without it"))
+        }
+    };
+    pass.extend(net_fds.iter().map(|(fd, target)| (fd.as_raw_fd(), *target)));
+    let child = launch::spawn_detached(helper, &["--slot"], &pass, None)
         .map_err(|source| SandboxError::Spawn { helper: helper.to_path_buf(), source })?;
-    drop((theirs, report_w, life_r, cg_fd));
-    Ok(Slot { sock, lifeline, report_r, child, cgroup, key: key.clone(), ready: false })
+    drop((theirs, report_w, life_r, cg_fd, net_fds));
+    Ok(Slot { sock, lifeline, report_r, child, cgroup, key: key.clone(), net, ready: false })
 }

@@ -175,6 +175,37 @@ pub struct Enforcement {
     pub clone: CloneCall,
     /// Network isolation.
     pub network: Network,
+    /// The network namespace the command ran in (with `network = "none"`
+    /// in the full mode: its own, or the one the workspace's commands
+    /// share).
+    pub network_namespace: NetworkNamespace,
+}
+
+/// Which network namespace a command ran in (see
+/// [`Enforcement::network_namespace`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetworkNamespace {
+    /// None of its own: the host's (`network = "host"`, the landlock-only
+    /// mode, a mock's result).
+    #[default]
+    Host,
+    /// A fresh one with only loopback, for this command alone.
+    Private,
+    /// The one the workspace's commands share, with only loopback.
+    Shared,
+}
+
+impl NetworkNamespace {
+    /// The namespace a spec gives its run.
+    pub fn of(spec: &portcullis_helper::spec::SpawnSpec) -> NetworkNamespace {
+        use portcullis_helper::spec::Netns;
+        match (spec.mode, spec.network, spec.netns) {
+            (Mode::Full, Network::None, Netns::Shared { .. }) => NetworkNamespace::Shared,
+            (Mode::Full, Network::None, Netns::Private) => NetworkNamespace::Private,
+            _ => NetworkNamespace::Host,
+        }
+    }
 }
 
 /// What carried a command out (see [`Enforcement::backend`]).
@@ -207,6 +238,7 @@ impl Enforcement {
             limits: AppliedLimits::default(),
             clone: CloneCall::default(),
             network,
+            network_namespace: NetworkNamespace::Host,
         }
     }
 

@@ -17,9 +17,9 @@ use tokio::sync::mpsc;
 
 use super::cgroup::Cgroup;
 use super::{
-    after_run, guard, launch, observe, pending, pump, read_records, setup_error, stdin, submodules, sys, Cleanup,
-    Enforcement, ExecRequest, ExecResult, LandlockStatus, Outcome, Plan, RunOptions, SandboxError, Stdin, Stream,
-    Warning,
+    after_run, guard, launch, network, observe, pending, pump, read_records, setup_error, stdin, submodules, sys,
+    Cleanup, Enforcement, ExecRequest, ExecResult, LandlockStatus, Outcome, Plan, RunOptions, SandboxError, Stdin,
+    Stream, Warning,
 };
 use crate::path::lexical;
 
@@ -143,10 +143,15 @@ pub(super) fn spawn_helper(
     helper: &Path,
     plan: &Plan,
     cg: Option<&Cgroup>,
+    net: Option<&network::Namespaces>,
     observing: &mut observe::Setup,
     stdin: Stdin,
 ) -> Result<(Launched, Streams), SandboxError> {
     let fds = helper_fds(plan, cg)?;
+    let net_fds = match net {
+        Some(n) => n.pass().map_err(io_err("passing the workspace's network"))?,
+        None => Vec::new(),
+    };
     let mut pass = vec![
         (fds.spec.as_raw_fd(), portcullis_helper::SPEC_FD),
         (fds.report_w.as_raw_fd(), portcullis_helper::REPORT_FD),
@@ -160,6 +165,7 @@ pub(super) fn spawn_helper(
     if let Some(o) = observing.helper_end() {
         pass.push((o, portcullis_helper::OBSERVE_FD));
     }
+    pass.extend(net_fds.iter().map(|(fd, target)| (fd.as_raw_fd(), *target)));
     let stdin = match stdin {
         Stdin::Null => stdin::StdinPlan::Null,
         Stdin::Copy => stdin::plan()?,
@@ -168,7 +174,7 @@ pub(super) fn spawn_helper(
         .map_err(|source| SandboxError::Spawn { helper: helper.to_path_buf(), source })?;
     let mut launched = Launched { lifeline: Some(fds.life_w), child, relay: None };
     launched.relay = hand_stdin(stdin)?;
-    drop((fds.spec, fds.report_w, fds.life_r, fds.cgroup));
+    drop((fds.spec, fds.report_w, fds.life_r, fds.cgroup, net_fds));
     observing.spawned();
     let streams = read_streams(&mut launched.child, fds.report_r)?;
     Ok((launched, streams))
@@ -475,6 +481,7 @@ pub(super) fn assemble(plan: &Plan, ended: Ended) -> Result<ExecResult, SandboxE
         limits: plan.containment.limits,
         clone: applied.clone,
         network: plan.spec.network,
+        network_namespace: super::NetworkNamespace::of(&plan.spec),
     };
     let result = ExecResult {
         outcome,

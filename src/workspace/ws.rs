@@ -261,9 +261,10 @@ impl WorkspaceBuilder {
         }
         policy.validate()?;
         // A workspace lives for many commands: it keeps sandboxes made ahead
-        // (unless the sandbox given has a pool of its own).
+        // (unless the sandbox given has a pool of its own), and its commands
+        // share one network (network = "none").
         let pool = policy.pool.unwrap_or(crate::policy::DEFAULT_POOL);
-        let runner = self.runner.policy(policy.clone()).pool(pool as usize);
+        let runner = self.runner.policy(policy.clone()).pool(pool as usize).shared_network();
         let (runner, backend): (_, Arc<dyn Backend>) = match self.backend {
             // A backend that runs no process needs no sandbox (and no helper
             // binary, no kernel feature): its commands still pass the
@@ -724,9 +725,11 @@ impl Workspace {
     pub async fn dispose(&self) {
         self.shared.disposed.store(true, Ordering::SeqCst);
         self.shared.jobs.dispose().await;
-        // The sandboxes made ahead go too (and no more are made).
+        // Every job is gone: the sandboxes made ahead go (and no more are
+        // made), and closing the shared network's descriptors ends it.
         if let Ok(sb) = self.view.runner.sandbox() {
             sb.close_pool();
+            sb.release_network();
         }
     }
 }

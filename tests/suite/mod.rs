@@ -29,6 +29,7 @@ mod mcp_server;
 mod mcp_ts;
 mod meta;
 mod modes_review;
+mod network;
 mod observe_review;
 mod plan_run;
 mod plan_spec;

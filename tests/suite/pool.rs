@@ -369,6 +369,7 @@ fn r0827_the_helper_itself_refuses_a_spec_its_slot_does_not_fit() {
         version: spec.version,
         identity: spec.identity,
         network: spec.network,
+        netns: spec.netns,
         mounts: spec
             .mounts
             .iter()
