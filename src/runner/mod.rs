@@ -614,10 +614,14 @@ impl RunnerBuilder {
             (None, None) => (None, None),
         };
         let shared = |s: Sandbox| if self.shared_network && !s.shares_network() { s.with_shared_network() } else { s };
+        let mut owns_pool = self.pool > 0;
         let sandbox = match (self.sandbox, self.without_sandbox) {
             // A given sandbox keeps its own pool; one without gets this
             // runner's (a workspace's policy decides it).
-            (Some(s), _) if s.pool_status().is_some() => Some(Arc::new(shared(s))),
+            (Some(s), _) if s.pool_status().is_some() => {
+                owns_pool = false;
+                Some(Arc::new(shared(s)))
+            }
             (Some(s), _) => Some(Arc::new(shared(s).with_pool(self.pool))),
             (None, true) => None,
             (None, false) => Some(Arc::new(shared(Sandbox::new()?).with_pool(self.pool))),
@@ -634,6 +638,7 @@ impl RunnerBuilder {
             audit,
             audit_log,
             sandbox,
+            owns_pool,
             checker,
             profile,
             scope_of: None,
@@ -653,6 +658,9 @@ pub struct Runner {
     audit_log: Option<PathBuf>,
     /// `None`: built [`RunnerBuilder::without_sandbox`].
     sandbox: Option<Arc<Sandbox>>,
+    /// The sandbox's pool is this runner's own (made by the builder), not a
+    /// given sandbox's that others may share.
+    owns_pool: bool,
     /// The policy's compiled checker.
     checker: Option<ShellChecker>,
     /// What every plan reuses.
@@ -684,6 +692,12 @@ impl Runner {
         req.degraded = policy.degraded;
         req.report_refused_writes = policy.report_refused_writes.unwrap_or(true);
         let _ = sb.prime_pool(&req);
+    }
+
+    /// Whether the sandbox's pool is this runner's own (the builder made it),
+    /// so that ending the runner's work may end the pool too.
+    pub fn owns_pool(&self) -> bool {
+        self.owns_pool
     }
 
     /// The sandbox every command runs in ([`RunError::NoSandbox`] for a
@@ -778,6 +792,7 @@ impl Runner {
             audit: self.audit.clone(),
             audit_log: self.audit_log.clone(),
             sandbox: self.sandbox.clone(),
+            owns_pool: self.owns_pool,
             checker,
             profile,
             scope_of: Some(self.scope_of.clone().unwrap_or(old)),

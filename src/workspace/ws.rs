@@ -728,7 +728,10 @@ impl Workspace {
         // Every job is gone: the sandboxes made ahead go (and no more are
         // made), and closing the shared network's descriptors ends it.
         if let Ok(sb) = self.view.runner.sandbox() {
-            sb.close_pool();
+            // A pool of a sandbox given to the builder is its owner's.
+            if self.view.runner.owns_pool() {
+                sb.close_pool();
+            }
             sb.release_network();
         }
     }

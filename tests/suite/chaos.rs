@@ -29,9 +29,7 @@ use portcullis::workspace::jobs::{JobStatus, Started};
 use portcullis::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
-use super::util::{
-    bin_dir, descendants, host_procs_containing, rt, sandbox, slot_helpers, survivors, workspace_with, Ws,
-};
+use super::util::{bin_dir, descendants, host_procs_containing, rt, sandbox, slot_helpers, survivors, MemAudit, Ws};
 
 const CHILD: &str = "PORTCULLIS_CHAOS_CHILD";
 const IN_FLIGHT: usize = 8;
@@ -662,7 +660,7 @@ fn chaos() {
     // ... and so are a running job's processes and its cgroup leaf (where
     // the host has cgroups), until dispose.
     rt.block_on(async {
-        let (w, _) = workspace_with(policy.clone());
+        let (w, _) = own_workspace(policy.clone());
         match w.exec(&format!("echo {m}"), ExecOptions::default()).await {
             Ok(Exec::Ran(r)) => assert_eq!(r.result.stdout, format!("{m}\n").into_bytes(), "{r:?}"),
             other => panic!("warm-up: {other:?}"),
@@ -686,7 +684,7 @@ fn chaos() {
         .collect();
     let tally: Shared = Arc::default();
     let started = Instant::now();
-    let (w, _audit) = workspace_with(policy);
+    let (w, _audit) = own_workspace(policy);
     rt.block_on(async {
         let queue = Arc::new(Mutex::new(cases.into_iter()));
         let mut workers = tokio::task::JoinSet::new();
@@ -811,7 +809,7 @@ fn r0791_a_cancel_during_the_setup_is_a_cancel_not_a_fault() {
     let ws = Ws::new();
     let text = format!("workspace = {:?}\n[shell]\ninterpreter = \"sh\"\nallow = [\"sleep\"]\n", ws.path());
     let policy = WorkspacePolicy::from_toml(&text).unwrap_or_else(|e| panic!("policy: {e}"));
-    let (w, _) = workspace_with(policy);
+    let (w, _) = own_workspace(policy);
     let m = format!("0{}", std::process::id());
     let rt = rt();
     let (mut before, mut after, mut faults) = (0, 0, Vec::new());
@@ -842,4 +840,18 @@ fn r0791_a_cancel_during_the_setup_is_a_cancel_not_a_fault() {
     assert!(faults.is_empty(), "{} of 150 cancels were not cancels:\n{}", faults.len(), faults.join("\n"));
     assert!(after > 0, "no cancel landed after the start: the test does not reach the window");
     assert!(survivors(&format!("sleep 5.{m}")).is_empty(), "a cancelled sleeper survived");
+}
+
+/// A workspace whose sandbox (and pool) is its own, even when the suite's
+/// sandboxes share one pool (`PORTCULLIS_TEST_POOL`): the checks after
+/// `dispose` count this workspace's slots only.
+fn own_workspace(policy: WorkspacePolicy) -> (Workspace, std::sync::Arc<MemAudit>) {
+    let audit = std::sync::Arc::new(MemAudit::default());
+    let w = Workspace::builder()
+        .policy(policy)
+        .audit(audit.clone())
+        .sandbox(portcullis::sandbox::Sandbox::with_helper(bin_dir().join("portcullis-helper")))
+        .build()
+        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
+    (w, audit)
 }

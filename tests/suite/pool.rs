@@ -261,7 +261,16 @@ fn r0826_a_workspace_makes_its_slots_before_its_first_command() {
     let text = "[shell]\ninterpreter = \"sh\"\nallow = [\"echo\"]\n";
     let mut policy = portcullis::policy::WorkspacePolicy::from_toml(text).unwrap_or_else(|e| panic!("{test}: {e}"));
     policy.workspace = Some(ws.path().to_path_buf());
-    let (w, _) = workspace_with(policy.clone());
+    // A sandbox of its own (not the suite's shared one under
+    // PORTCULLIS_TEST_POOL): the workspace makes its pool from the policy.
+    let own = |policy: portcullis::policy::WorkspacePolicy| {
+        portcullis::workspace::Workspace::builder()
+            .policy(policy)
+            .sandbox(Sandbox::with_helper(bin_dir().join("portcullis-helper")))
+            .build()
+            .unwrap_or_else(|e| panic!("{test}: {}", portcullis::error_chain(&e)))
+    };
+    let w = own(policy.clone());
     let ready = |w: &portcullis::workspace::Workspace| {
         for _ in 0..1000 {
             if w.pool_status().is_some_and(|s| s.ready == 2) {
@@ -283,7 +292,7 @@ fn r0826_a_workspace_makes_its_slots_before_its_first_command() {
     rt.block_on(w.dispose());
     // `pool = 0`: none.
     policy.pool = Some(0);
-    let (w, _) = workspace_with(policy);
+    let w = own(policy);
     assert_eq!(w.pool_status(), None, "{test}: pool = 0 made a pool");
 }
 
