@@ -29,7 +29,10 @@ use portcullis::workspace::jobs::{JobStatus, Started};
 use portcullis::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
-use super::util::{bin_dir, descendants, host_procs_containing, rt, sandbox, slot_helpers, survivors, MemAudit, Ws};
+use super::util::{
+    bin_dir, descendants, host_procs_containing, rt, sandbox, slot_helpers, survivors, workspace_with_sandbox,
+    MemAudit, Ws,
+};
 
 const CHILD: &str = "PORTCULLIS_CHAOS_CHILD";
 const IN_FLIGHT: usize = 8;
@@ -846,12 +849,5 @@ fn r0791_a_cancel_during_the_setup_is_a_cancel_not_a_fault() {
 /// sandboxes share one pool (`PORTCULLIS_TEST_POOL`): the checks after
 /// `dispose` count this workspace's slots only.
 fn own_workspace(policy: WorkspacePolicy) -> (Workspace, std::sync::Arc<MemAudit>) {
-    let audit = std::sync::Arc::new(MemAudit::default());
-    let w = Workspace::builder()
-        .policy(policy)
-        .audit(audit.clone())
-        .sandbox(portcullis::sandbox::Sandbox::with_helper(bin_dir().join("portcullis-helper")))
-        .build()
-        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
-    (w, audit)
+    workspace_with_sandbox(policy, portcullis::sandbox::Sandbox::with_helper(bin_dir().join("portcullis-helper")))
 }

@@ -519,11 +519,20 @@ pub fn jail_of(ws: &Path, deny: &[&str]) -> portcullis::policy::PathJail {
 pub fn workspace_with(
     policy: portcullis::policy::WorkspacePolicy,
 ) -> (portcullis::workspace::Workspace, std::sync::Arc<MemAudit>) {
+    workspace_with_sandbox(policy, sandbox())
+}
+
+/// [`workspace_with`], on this sandbox (one of its own, say, whose pool the
+/// workspace then makes from the policy).
+pub fn workspace_with_sandbox(
+    policy: portcullis::policy::WorkspacePolicy,
+    sandbox: Sandbox,
+) -> (portcullis::workspace::Workspace, std::sync::Arc<MemAudit>) {
     let audit = std::sync::Arc::new(MemAudit::default());
     let w = portcullis::workspace::Workspace::builder()
         .policy(policy)
         .audit(audit.clone())
-        .sandbox(sandbox())
+        .sandbox(sandbox)
         .build()
         .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
     (w, audit)
