@@ -177,13 +177,19 @@ fn abi_of(v: u32) -> ABI {
 }
 
 /// The write rights Landlock handles: all of them but `IoctlDev` (left to
-/// seccomp). `Truncate` is handled although the read-only mount refuses
-/// truncation of the workspace anyway: a file reached through an fd the
-/// command did not open in the sandbox (`/proc/self/fd/N` of an inherited
-/// fd) lies on a host mount, where only Landlock stands in the way of
-/// `open(O_TRUNC)`. Handling it costs open-heavy commands some speed.
-fn write_access(abi: ABI) -> landlock::BitFlags<AccessFs> {
-    AccessFs::from_write(abi) & !AccessFs::IoctlDev
+/// seccomp), and `Truncate` only when the spec says (the landlock-only
+/// mode). In the full sandbox the read-only mounts refuse truncation and
+/// seccomp refuses `open(O_RDONLY | O_TRUNC)`; the right would make the
+/// kernel walk from every opened file, read-only opens included, to the
+/// root, which costs open-heavy commands a third of their time
+/// (docs/sandbox.md, "Landlock").
+fn write_access(abi: ABI, truncate: bool) -> landlock::BitFlags<AccessFs> {
+    let all = AccessFs::from_write(abi) & !AccessFs::IoctlDev;
+    if truncate {
+        all
+    } else {
+        all & !AccessFs::Truncate
+    }
 }
 
 fn landlock(spec: &SpawnSpec, applied: &mut Applied) -> Result<(), Fail> {
@@ -197,7 +203,7 @@ fn landlock(spec: &SpawnSpec, applied: &mut Applied) -> Result<(), Fail> {
         return Ok(());
     }
     let abi = abi_of(raw_abi);
-    let access = write_access(abi);
+    let access = write_access(abi, ll.truncate);
     // With no mount plan (landlock-only mode) reads are restricted too.
     let read = AccessFs::from_read(abi);
     let restrict_reads = !ll.readable.is_empty();

@@ -57,6 +57,15 @@ pub enum When {
     NamespaceFlags { arg: u8 },
     /// When argument `arg`, a file mode, asks for setuid or setgid.
     SetidMode { arg: u8 },
+    /// An open: when argument `mode` has `S_ISUID` or `S_ISGID` (`EPERM`,
+    /// like [`When::SetidMode`]), or argument `flags` asks for `O_TRUNC`
+    /// without write access (`O_RDONLY | O_TRUNC`: `EACCES`). The kernel
+    /// truncates on such an open although no write access mode was asked
+    /// for, so Landlock's `WriteFile` never sees it; in the full sandbox,
+    /// where Landlock leaves `Truncate` to the read-only mounts, this is
+    /// its second barrier. POSIX leaves the result of that combination
+    /// undefined, so no program relies on it.
+    OpenFlags { flags: u8, mode: u8 },
     /// When argument `arg` (a pid) names another process than the caller
     /// (is not 0), or — with `which: Some((index, value))` — when argument
     /// `index` is not `value` (`PRIO_USER`, `PRIO_PGRP`: many processes).
@@ -644,8 +653,16 @@ fn base_entries(sockets: &'static [u64]) -> Vec<Entry> {
         entry!(fchmod, SetidMode { arg: 1 }, "no setuid/setgid files: they would outlive the sandbox on the host"),
         entry!(fchmodat, SetidMode { arg: 2 }, "no setuid/setgid files: they would outlive the sandbox on the host"),
         entry!(fchmodat2, SetidMode { arg: 2 }, "no setuid/setgid files: they would outlive the sandbox on the host"),
-        entry!(open, SetidMode { arg: 2 }, "no setuid/setgid files created with open(O_CREAT)"),
-        entry!(openat, SetidMode { arg: 3 }, "no setuid/setgid files created with openat(O_CREAT)"),
+        entry!(
+            open,
+            OpenFlags { flags: 1, mode: 2 },
+            "no setuid/setgid files created with open(O_CREAT); no O_TRUNC without write access (EACCES)"
+        ),
+        entry!(
+            openat,
+            OpenFlags { flags: 2, mode: 3 },
+            "no setuid/setgid files created with openat(O_CREAT); no O_TRUNC without write access (EACCES)"
+        ),
         entry!(creat, SetidMode { arg: 1 }, "no setuid/setgid files created with creat"),
         entry!(mknod, SetidMode { arg: 1 }, "no setuid/setgid files created with mknod"),
         entry!(mknodat, SetidMode { arg: 2 }, "no setuid/setgid files created with mknodat"),
@@ -806,6 +823,30 @@ pub fn compile_for(profile: Profile) -> Result<BpfProgram, FilterError> {
             When::SetidMode { arg } => {
                 a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(arg));
                 a.jump_if(BPF_JSET_K, SETID_BITS as u32, no);
+            }
+            When::OpenFlags { flags, mode } => {
+                // O_TRUNC with an access mode other than O_WRONLY (1) or
+                // O_RDWR (2): O_RDONLY (0), and 3, which opens for neither
+                // and so is not checked as a write either. Without an ALU
+                // step: bit 0 and bit 1 of the flags, one at a time.
+                let (trunc, bit0, checked, eacces) = (a.label(), a.label(), a.label(), a.label());
+                a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(flags));
+                a.jump_if(BPF_JSET_K, libc::O_TRUNC as u32, trunc);
+                a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(mode));
+                a.jump_if(BPF_JSET_K, SETID_BITS as u32, no);
+                a.stmt(BPF_RET_K, RET_ALLOW);
+                a.bind(trunc);
+                a.jump_if(BPF_JSET_K, 1, bit0);
+                a.jump_if(BPF_JSET_K, 2, checked); // O_RDWR
+                a.stmt(BPF_RET_K, RET_ERRNO | libc::EACCES as u32); // O_RDONLY
+                a.bind(bit0);
+                a.jump_if(BPF_JSET_K, 2, eacces); // 3; else O_WRONLY
+                a.bind(checked);
+                a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(mode));
+                a.jump_if(BPF_JSET_K, SETID_BITS as u32, no);
+                a.stmt(BPF_RET_K, RET_ALLOW);
+                a.bind(eacces);
+                a.stmt(BPF_RET_K, RET_ERRNO | libc::EACCES as u32);
             }
             When::OtherProcess { arg, which } => {
                 if let Some((idx, value)) = which {
@@ -1046,11 +1087,12 @@ pub(crate) mod tests {
             }
             // openat runs the program on every open: it is compared first,
             // right after the guards (arch, x32, clone3, openat2), and its
-            // block is three instructions.
+            // block is five instructions for an open without O_TRUNC (the
+            // flags and the mode, each loaded and tested, and the ret).
             let read_only = [libc::AT_FDCWD as u64, 0, libc::O_RDONLY as u64 | libc::O_CLOEXEC as u64, 0, 0, 0];
             let open_steps = steps(&p, AUDIT_ARCH, libc::SYS_openat as u32, read_only);
             let guards = if cfg!(target_arch = "x86_64") { 6 } else { 5 };
-            assert_eq!(open_steps, guards + 1 + 3, "openat in {profile:?}");
+            assert_eq!(open_steps, guards + 1 + 5, "openat in {profile:?}");
             let fcntl = [0, libc::F_GETFD as u64, 0, 0, 0, 0];
             assert!(steps(&p, AUDIT_ARCH, libc::SYS_fcntl as u32, fcntl) <= guards + 2 + 4, "fcntl in {profile:?}");
             let plain_fork = [libc::SIGCHLD as u64, 0, 0, 0, 0, 0];
@@ -1158,6 +1200,36 @@ pub(crate) mod tests {
                         args[usize::from(domain)] = d;
                         args[usize::from(kind)] = k;
                         assert_eq!(run(&p, AUDIT_ARCH, nr, args), want, "{} {d:#x} {k:#x}", e.name);
+                    }
+                }
+                When::OpenFlags { flags, mode } => {
+                    let eacces = RET_ERRNO | libc::EACCES as u32;
+                    let (rd, wr, rw, trunc, creat) = (
+                        libc::O_RDONLY as u64,
+                        libc::O_WRONLY as u64,
+                        libc::O_RDWR as u64,
+                        libc::O_TRUNC as u64,
+                        libc::O_CREAT as u64,
+                    );
+                    for (fl, md, want) in [
+                        (rd, 0o644, RET_ALLOW),
+                        (rd | trunc, 0, eacces),
+                        (rd | trunc | creat, 0o644, eacces),
+                        (rd | trunc | 1 << 32, 0, eacces),
+                        (wr | trunc, 0, RET_ALLOW),
+                        (rw | trunc | creat, 0o644, RET_ALLOW),
+                        (3 | trunc, 0, eacces),
+                        (3, 0, RET_ALLOW),
+                        (rw | trunc, 0o4755, no),
+                        (wr | creat, 0o4755, no),
+                        (wr | trunc | creat, 0o2755, no),
+                        (rd | creat, 0o6777, no),
+                        (wr | creat, 0o1777, RET_ALLOW),
+                    ] {
+                        let mut args = [0u64; 6];
+                        args[usize::from(flags)] = fl;
+                        args[usize::from(mode)] = md;
+                        assert_eq!(run(&p, AUDIT_ARCH, nr, args), want, "{} flags {fl:#o} mode {md:o}", e.name);
                     }
                 }
                 When::SetidMode { arg } => {

@@ -320,6 +320,17 @@ pub struct LandlockSpec {
     /// socket anywhere.
     #[serde(default)]
     pub sockets: Vec<Bytes>,
+    /// Handle the `Truncate` right (ABI 3): the landlock-only mode, where
+    /// Landlock is the only barrier for files. The full sandbox leaves it
+    /// to the read-only mounts (and `open(O_RDONLY | O_TRUNC)` to seccomp),
+    /// because handling it makes every `open`, reads included, walk from
+    /// the file to the root (docs/sandbox.md, "Landlock").
+    #[serde(default = "handle_truncate")]
+    pub truncate: bool,
+}
+
+fn handle_truncate() -> bool {
+    true
 }
 
 /// A resource limit, set with `setrlimit` just before exec.
@@ -521,6 +532,7 @@ mod tests {
                 scope: true,
                 readable: Vec::new(),
                 sockets: Vec::new(),
+                truncate: false,
             },
             rlimits: Vec::new(),
             cgroup: false,

@@ -194,8 +194,13 @@ pub fn explain(plan: &crate::sandbox::Plan, ready: &Ready) -> String {
         (Network::Host, _) => "",
     };
     let reads = if full { "" } else { ", and reads (no mount plan to hide anything)" };
+    let truncate = if plan.spec.landlock.truncate {
+        "truncate included"
+    } else {
+        "and truncate, left to the read-only mounts and seccomp"
+    };
     s += &format!(
-        "landlock: abi {abi}, handles every write right but ioctl-dev (truncate included; make-sock only beneath landlock-sockets){reads}{scope}{tcp}\n"
+        "landlock: abi {abi}, handles every write right but ioctl-dev ({truncate}; make-sock only beneath landlock-sockets){reads}{scope}{tcp}\n"
     );
     for r in &plan.spec.landlock.readable {
         s += &format!("landlock-readable: {}\n", shown_bytes(r));

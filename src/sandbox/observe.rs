@@ -155,6 +155,7 @@ fn serve(sock: &OwnedFd, stop: &OwnedFd, rules: &Rules) -> RefusedWrites {
         Ok(l) => l,
         Err(reason) => return RefusedWrites::unavailable(reason),
     };
+    sync_wake_up(&listener);
     let mut report = RefusedWrites::observed();
     let mut root: Option<OwnedFd> = None;
     loop {
@@ -173,6 +174,21 @@ fn serve(sock: &OwnedFd, stop: &OwnedFd, rules: &Rules) -> RefusedWrites {
             return report;
         }
     }
+}
+
+/// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (<linux/seccomp.h>, Linux 6.6).
+const SYNC_WAKE_UP: u64 = 1;
+
+/// Ask the kernel to hand each notification and its answer over on the CPU
+/// that raised it (Linux 6.6): the stopped command and this thread then
+/// switch directly instead of waking each other through the scheduler,
+/// which on a small VM costs tens of microseconds per watched call (an idle
+/// vCPU woken by an interrupt). Only the speed changes; an older kernel
+/// (EINVAL) keeps the ordinary wake-up.
+fn sync_wake_up(listener: &OwnedFd) {
+    // SAFETY: SET_FLAGS takes its flags by value and touches no memory of
+    // ours; a failure leaves the listener as it was.
+    unsafe { libc::ioctl(listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS, SYNC_WAKE_UP) };
 }
 
 /// Poll the listener and the stop pipe: (notification pending, no process

@@ -1039,6 +1039,11 @@ fn spawn_spec(
             scope: true,
             readable: ll.readable.iter().map(|p| bytes(p)).collect(),
             sockets: ll.sockets.iter().map(|p| bytes(p)).collect(),
+            // Landlock's `Truncate` only where it is the only barrier: in the
+            // full mode the read-only mounts refuse truncation, seccomp
+            // refuses `open(O_RDONLY | O_TRUNC)`, and handling the right
+            // would cost every open a walk to the root.
+            truncate: degraded,
         },
         rlimits: rlimits.clone(),
         cgroup: containment.cgroup.is_some(),

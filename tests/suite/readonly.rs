@@ -122,52 +122,87 @@ fn r0009_landlock_alone_refuses_when_the_mounts_are_broken() {
     assert_eq!(ws.read("src/main.rs"), "pwned\n");
 }
 
-/// Truncation has both barriers too. `truncate(2)` and `open(O_RDONLY |
-/// O_TRUNC)` ask for no write access mode, so Landlock's `WriteFile` right
-/// never sees them; its `Truncate` right does, and is therefore kept in the
-/// full sandbox although the read-only mount refuses the same calls, and
-/// although handling it makes every `open` walk to the root (docs/sandbox.md,
-/// "Measured speed").
+/// Truncation, per mode. `truncate(2)` and `open(O_RDONLY | O_TRUNC)` (and
+/// access mode 3 with `O_TRUNC`) ask for no write access mode, so
+/// Landlock's `WriteFile` right never sees them; only its `Truncate` right
+/// would, and handling that right makes every `open`, reads included, walk
+/// from the file to the root (a third of `grep -rn`'s time:
+/// docs/sandbox.md, "Landlock"). So the full sandbox leaves truncation to
+/// the read-only mounts, and seccomp refuses the opens that truncate
+/// without write access, everywhere (`EACCES`): each open has two barriers,
+/// `truncate(2)` by path has the mount. The landlock-only mode, where
+/// Landlock is the only barrier, handles `Truncate`.
 #[test]
-fn r0780_landlock_alone_refuses_truncation_when_the_mounts_are_broken() {
+fn r0780_truncation_is_refused_by_the_mounts_and_truncating_opens_by_seccomp() {
     if !available("landlock_truncate", portcullis::doctor_landlock_abi() >= 3, "no Landlock Truncate right (ABI 3)") {
         return;
     }
     let ws = Ws::new();
-    let ops = [
+    let (trunc, otrunc, otrunc3) = (
         format!("truncate:{}", ws.join("src/lib.rs").display()),
         format!("otrunc:{}", ws.join("src/main.rs").display()),
-    ];
+        format!("otrunc3:{}", ws.join("README.md").display()),
+    );
+    let ops = [&trunc, &otrunc, &otrunc3];
     let before = ws.snapshot();
-    // Mount barrier broken on purpose: Landlock refuses with EACCES.
-    let res = probe_in(&ws, &ops, |r| r.test_switches.skip_readonly = true);
-    for op in &ops {
-        assert_eq!(res[op], "EACCES", "{op} with the mounts writable: {res:?}");
-    }
-    // The reverse: Landlock off, the mount refuses with EROFS.
+    // The full sandbox: the mount refuses truncate(2), seccomp the opens.
+    let res = probe_in(&ws, &ops, |_| {});
+    assert_eq!(res[&trunc], "EROFS", "{res:?}");
+    assert_eq!((res[&otrunc].as_str(), res[&otrunc3].as_str()), ("EACCES", "EACCES"), "{res:?}");
+    // Landlock off changes nothing: it has no part in truncation here.
     let res = probe_in(&ws, &ops, |r| r.test_switches.skip_landlock = true);
-    for op in &ops {
-        assert_eq!(res[op], "EROFS", "{op} without Landlock: {res:?}");
-    }
-    // The seccomp filter has no part in it: without it both still refuse.
-    let res = probe_in(&ws, &ops, |r| {
-        r.test_switches.skip_seccomp = true;
-        r.test_switches.skip_readonly = true;
-    });
-    for op in &ops {
-        assert_eq!(res[op], "EACCES", "{op} without seccomp, the mounts writable: {res:?}");
-    }
+    assert_eq!(res[&trunc], "EROFS", "{res:?}");
+    assert_eq!((res[&otrunc].as_str(), res[&otrunc3].as_str()), ("EACCES", "EACCES"), "{res:?}");
+    // The mounts broken on purpose: seccomp alone refuses the opens.
+    let res = probe_in(&ws, &[&otrunc, &otrunc3], |r| r.test_switches.skip_readonly = true);
+    assert_eq!((res[&otrunc].as_str(), res[&otrunc3].as_str()), ("EACCES", "EACCES"), "{res:?}");
+    // Seccomp off: the mount alone refuses them.
+    let res = probe_in(&ws, &[&otrunc, &otrunc3], |r| r.test_switches.skip_seccomp = true);
+    assert_eq!((res[&otrunc].as_str(), res[&otrunc3].as_str()), ("EROFS", "EROFS"), "{res:?}");
     assert_eq!(ws.snapshot(), before, "a truncation landed");
-    // Control: both barriers broken, both truncations land (seen from outside).
-    let res = probe_in(&ws, &ops, |r| {
+    // The landlock-only mode handles Truncate: Landlock refuses all three.
+    let res = probe_in(&ws, &[&trunc], |r| r.degraded = Some(portcullis::sandbox::Mode::LandlockOnly));
+    assert_eq!(res[&trunc], "EACCES", "landlock-only: {res:?}");
+    assert_eq!(ws.snapshot(), before, "a truncation landed");
+    // Controls: with the mounts and seccomp broken both opens land, and with
+    // the mounts broken truncate(2) does (the full mode's one barrier for
+    // it: pinned, so that the docs stay true). Seen from outside.
+    let res = probe_in(&ws, &[&otrunc, &otrunc3], |r| {
         r.test_switches.skip_readonly = true;
-        r.test_switches.skip_landlock = true;
+        r.test_switches.skip_seccomp = true;
     });
-    for op in &ops {
-        assert_eq!(res[op], "OK", "control {op}: {res:?}");
-    }
+    assert_eq!((res[&otrunc].as_str(), res[&otrunc3].as_str()), ("OK", "OK"), "control: {res:?}");
+    let res = probe_in(&ws, &[&trunc], |r| r.test_switches.skip_readonly = true);
+    assert_eq!(res[&trunc], "OK", "control: {res:?}");
     assert_eq!(ws.read("src/lib.rs"), "");
     assert_eq!(ws.read("src/main.rs"), "");
+    assert_eq!(ws.read("README.md"), "");
+}
+
+/// Where writing is allowed, only the opens that truncate without write
+/// access are refused (`EACCES`, POSIX leaves their result undefined);
+/// `truncate(2)`, `ftruncate` and `open(O_WRONLY | O_TRUNC)` work.
+#[test]
+fn r0781_in_a_write_grant_only_truncating_opens_without_write_access_are_refused() {
+    let ws = Ws::new();
+    ws.write("src/x.txt", "x\n");
+    let file = |f: &str| ws.join(f).display().to_string();
+    let ops = [
+        format!("otrunc:{}", file("src/main.rs")),
+        format!("otrunc3:{}", file("src/x.txt")),
+        format!("truncate:{}", file("src/lib.rs")),
+    ];
+    let res = probe_in(&ws, &ops, |r| r.write.push(ws.join("src")));
+    assert_eq!(res[&ops[0]], "EACCES", "{res:?}");
+    assert_eq!(res[&ops[1]], "EACCES", "{res:?}");
+    assert_eq!(res[&ops[2]], "OK", "truncate(2) in the grant: {res:?}");
+    assert_eq!(ws.read("src/main.rs"), "fn main() { println!(\"hi\"); }\n");
+    assert_eq!(ws.read("src/x.txt"), "x\n");
+    assert_eq!(ws.read("src/lib.rs"), "");
+    // Control: the same open with write access truncates.
+    let w = format!("write:{}", file("src/main.rs"));
+    assert_eq!(probe_in(&ws, &[&w], |r| r.write.push(ws.join("src")))[&w], "OK");
+    assert_eq!(ws.read("src/main.rs"), "pwned\n");
 }
 
 #[test]
