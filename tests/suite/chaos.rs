@@ -30,7 +30,7 @@ use portcullis::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
 use super::util::{
-    bin_dir, descendants, host_procs_containing, rt, sandbox, slot_helpers, survivors, workspace_with_sandbox,
+    appears, bin_dir, descendants, host_procs_containing, rt, sandbox, slot_helpers, survivors, workspace_with_sandbox,
     MemAudit, Ws,
 };
 
@@ -655,7 +655,7 @@ fn chaos() {
         .arg(format!("30.{m}"))
         .spawn()
         .unwrap_or_else(|e| panic!("control: sleep on the host: {e}"));
-    let seen = !host_procs_containing(&m).is_empty();
+    let seen = appears(&m);
     let _ = host.kill();
     let _ = host.wait();
     assert!(seen, "control: a marked host process is not seen");

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::mcp_server::{appears, marker, meta, Serve};
-use super::util::{cli, survivors, Ws};
+use super::mcp_server::{marker, meta, Serve};
+use super::util::{appears, cli, survivors, Ws};
 
 /// The policy of these tests: a shell with a few more programs than the
 /// protocol tests allow.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::util::{cli, host_procs_containing, survivors, Ws};
+use super::util::{appears, cli, survivors, Ws};
 
 pub(super) const POLICY: &str = r#"
 [shell]
@@ -161,18 +161,6 @@ impl Drop for Serve {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Wait until a host process has `needle` in its command line.
-pub(super) fn appears(needle: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if !host_procs_containing(needle).is_empty() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
 }
 
 /// A marker unique to this test run, as a `sleep` duration.

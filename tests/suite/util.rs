@@ -295,7 +295,6 @@ pub fn host_cmdlines() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Host command lines (NULs as spaces) that contain `needle`.
 /// Run the Python `code` on the host in `cwd`, outside any sandbox (a
 /// probe's control); it must succeed. Its stdout.
 pub fn python_on_host(cwd: &Path, code: &str) -> String {
@@ -318,6 +317,21 @@ pub fn probe_result<'a>(out: &'a str, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no result for {name} in: {out}"))
 }
 
+/// Whether a host process with `needle` in its command line is seen
+/// within ten seconds.
+pub fn appears(needle: &str) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if !host_procs_containing(needle).is_empty() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The host processes still running with `needle` in their command line
 /// after up to a second for a torn-down tree to be reaped.
 pub fn survivors(needle: &str) -> Vec<String> {
@@ -332,6 +346,10 @@ pub fn survivors(needle: &str) -> Vec<String> {
     left
 }
 
+/// Host command lines (NULs as spaces) that contain `needle`, read once.
+/// A process just spawned may not show its argv yet (the parent of a
+/// vfork-style spawn resumes before the kernel has set the new image's
+/// argument area up); a control that looks for one uses [`appears`].
 pub fn host_procs_containing(needle: &str) -> Vec<String> {
     host_cmdlines()
         .into_iter()
