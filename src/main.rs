@@ -553,7 +553,13 @@ async fn exec(a: ExecArgs) -> ExitCode {
         Prepared::Ready(r) => (r.request.max_output_bytes, r.request.timeout),
         Prepared::Refused { .. } => (0, None),
     };
-    match runner.run_prepared(prepared, run).await {
+    let ran = runner.run_prepared(prepared, run).await;
+    // The result is out once nothing of the command is left; the sandbox's
+    // own processes and cgroup go just after. The CLI exits only then.
+    if let Ok(sb) = runner.sandbox() {
+        sb.settle(std::time::Duration::from_secs(10)).await;
+    }
+    match ran {
         Ok(e @ Exec::Refused(_)) => refusal(&e, a.json),
         Ok(e @ Exec::Cancelled(_)) => {
             if a.json {

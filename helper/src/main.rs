@@ -255,6 +255,9 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
         (sys::Forked::Parent { pid, pidfd }, via) => (pid, pidfd, via),
     };
     drop(chan_pid1);
+    if spec.mode == Mode::Full {
+        release_output();
+    }
     release_pid1(pid, pidfd.as_fd(), via, cgroup.as_ref(), &spec, &chan_outer)?;
     drop(chan_outer);
     let (code, orphaned) = supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
@@ -695,14 +698,60 @@ fn reap_command(child: Pid, parent: Option<Pid>) -> Option<(i32, Record)> {
     }
 }
 
-/// Reap every child; when the command ends, report and return its status.
+/// Pid 1 of the full sandbox: reap every child; when the command ends,
+/// kill and reap every other process of the pid namespace, then report the
+/// command's status and return it. The report thus also says that nothing
+/// of the command is left, so the library may answer on it while the
+/// namespaces are torn down behind (see `sandbox::run::wait`).
 pub(crate) fn reap(child: Pid, report_fd: &OwnedFd) -> i32 {
+    // The command has its copies of the output pipes; ours would keep them
+    // open past the command's end.
+    release_output();
     // Without a parent to watch, reap_command returns only with the command.
     let Some((code, record)) = reap_command(child, None) else {
         return EXIT_SETUP;
     };
+    sweep_namespace();
     report(report_fd, record);
     code
+}
+
+/// Kill every other process of our pid namespace (we are its pid 1, so
+/// `kill(-1)` reaches exactly them, and the kernel completes it against
+/// concurrent forks: a fork of a process it reached fails), then reap until
+/// none is left. `__WALL` waits for children made with any exit signal;
+/// every process of the namespace is our child by then, being orphaned to
+/// us as its parent dies. A reaped process has finished exiting: it writes
+/// nothing any more.
+fn sweep_namespace() {
+    // SAFETY: kill(-1, SIGKILL) is a plain syscall; from pid 1 of a pid
+    // namespace it reaches only the other processes of that namespace.
+    unsafe { libc::kill(-1, libc::SIGKILL) };
+    loop {
+        match waitpid(None, Some(WaitPidFlag::__WALL)) {
+            Ok(_) | Err(nix::Error::EINTR) => continue,
+            // ECHILD: nobody is left.
+            Err(_) => return,
+        }
+    }
+}
+
+/// Point our fds 1 and 2 (the command's output pipes, inherited from the
+/// library) at `/dev/null`: the helper writes nothing to them, and the
+/// library reads their end as the end of the command's output. Where
+/// `/dev/null` cannot be opened they stay (the library then waits for
+/// the helper's exit, as it would anyway).
+pub(crate) fn release_output() {
+    let Ok(null) = nix::fcntl::open(
+        "/dev/null",
+        nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) else {
+        return;
+    };
+    for fd in [1, 2] {
+        let _ = sys::dup_onto(null.as_fd(), fd);
+    }
 }
 
 /// The static musl build's allocator (see Cargo.toml). The helper is

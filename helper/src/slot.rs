@@ -67,6 +67,7 @@ pub fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
         (sys::Forked::Parent { pid, pidfd }, via) => (pid, pidfd, via),
     };
     drop(chan_pid1);
+    crate::release_output();
     let kill = |f: Fail| {
         let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
         let _ = waitpid(Pid::from_raw(pid), None);

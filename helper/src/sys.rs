@@ -486,7 +486,7 @@ pub fn fd_is_open(fd: RawFd) -> bool {
 /// the command marks every descriptor above 2 close-on-exec before exec).
 pub fn dup_onto(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
     // SAFETY: dup2 on a descriptor we hold; `target` is a protocol fd number
-    // that nothing else in this process owns.
+    // or stdout/stderr, which nothing in this process holds as an OwnedFd.
     let r = unsafe { libc::dup2(fd.as_raw_fd(), target) };
     if r < 0 {
         return Err(io::Error::last_os_error());

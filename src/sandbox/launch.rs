@@ -283,6 +283,11 @@ impl Helper {
     }
 
     /// SIGKILL the helper (its pid 1 follows through the parent-death signal).
+    /// Its pid.
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
     pub fn kill(&self) {
         if !self.reaped {
             // SAFETY: a plain syscall on our own pidfd; NULL siginfo is allowed.

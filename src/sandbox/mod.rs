@@ -1,6 +1,7 @@
 //! The sandbox: plan a command, spawn the helper, supervise the run.
 
 mod aliases;
+mod behind;
 mod blocked;
 mod cgroup;
 mod containment;
@@ -750,6 +751,8 @@ pub struct Sandbox {
     /// The network every `network = "none"` run of the full mode joins
     /// ([`Sandbox::with_shared_network`]); `None`: each makes its own.
     network: Option<std::sync::Arc<network::SharedNetwork>>,
+    /// The teardowns runs left behind their results ([`Sandbox::settle`]).
+    behind: behind::Behind,
 }
 
 /// Where the helper is looked for, in order.
@@ -794,6 +797,7 @@ impl Sandbox {
             gid: nix::unistd::getgid().as_raw(),
             network: None,
             pool: None,
+            behind: behind::Behind::default(),
         }
     }
 
@@ -863,6 +867,16 @@ impl Sandbox {
     /// The pool's state, when there is one.
     pub fn pool_status(&self) -> Option<PoolStatus> {
         self.pool.as_ref().map(|p| p.status())
+    }
+
+    /// Wait (at most `bound`) until every teardown runs of this sandbox (and
+    /// of its clones) left behind their results is done: their helpers
+    /// reaped, their namespaces gone, their cgroups removed. A run returns
+    /// once nothing of its command is left; its sandbox's own processes
+    /// exit just after (see `docs/sandbox.md`, "The run's end"). Whether
+    /// all were done in time.
+    pub async fn settle(&self, bound: Duration) -> bool {
+        self.behind.settle(bound).await
     }
 
     /// Drop every pre-made sandbox and make no more (the sandbox still runs
@@ -1117,9 +1131,10 @@ impl Sandbox {
             Some(s) => s.launch(plan, &mut observing),
             None => run::spawn_helper(&self.helper, plan, cg.as_ref(), net.as_deref(), &mut observing, opts.stdin),
         };
-        // The next slot is made while this command runs.
+        // The next slot is made now if no other is ready, else once this
+        // run has ended (`Pool::refill_if_short`).
         if let Some(p) = &self.pool {
-            p.refill();
+            p.refill_if_short();
         }
         let (mut launched, streams) = match spawned {
             Ok(spawned) => spawned,
@@ -1129,18 +1144,37 @@ impl Sandbox {
                 // after any run, since the command may have started.
                 run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
                 if let Some(h) = hold {
-                    h.finish(&mut warnings, &mut failures);
+                    h.finish(false, &mut warnings, &mut failures);
+                }
+                if let Some(p) = &self.pool {
+                    p.refill();
                 }
                 return after_run(failures, Err(e));
             }
         };
-        let waited = run::wait(&mut launched, streams, req, &mut opts, deadline, cg.as_ref(), &mut warnings).await;
-        run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
+        let mut waited = run::wait(&mut launched, streams, req, &mut opts, deadline, cg.as_ref(), &mut warnings).await;
+        if waited.early() && !run::only_scaffolding(cg.as_ref(), launched.child.pid()) {
+            run::wait_helper(&mut launched, &mut waited).await;
+        }
+        let run::Launched { lifeline, child, relay, .. } = launched;
+        let early = waited.early();
+        if early {
+            // Nothing of the command is left: the helper, its pid 1 and
+            // their namespaces go behind the result (`sandbox::behind`).
+            self.behind.start(behind::Rest::new(lifeline, child, cg.take()));
+        } else {
+            drop((lifeline, child));
+            run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
+        }
         let refused_writes = observing.finish().await;
         if let Some(h) = hold {
-            h.finish(&mut warnings, &mut failures);
+            h.finish(early, &mut warnings, &mut failures);
         }
-        run::settle_stdin(&mut launched, &mut warnings);
+        // Up to the pool's size again, now that this run is over.
+        if let Some(p) = &self.pool {
+            p.refill();
+        }
+        run::settle_stdin(relay, &mut warnings);
         run::assemble(plan, run::Ended { waited, refused_writes, warnings, failures, start })
     }
 }
@@ -1234,12 +1268,28 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, stream: Stream, tx: mps
     }
 }
 
-async fn read_records(mut rx: tokio::net::unix::pipe::Receiver) -> Vec<Record> {
+/// Pass on the helper's records as they come (whole records only), until
+/// the report pipe's end.
+async fn read_records(mut rx: tokio::net::unix::pipe::Receiver, tx: mpsc::UnboundedSender<Record>) {
     let mut data = Vec::new();
-    let _ = rx.read_to_end(&mut data).await;
-    data.chunks_exact(RECORD_LEN)
-        .filter_map(|c| <&[u8; RECORD_LEN]>::try_from(c).ok().and_then(Record::decode))
-        .collect()
+    let mut buf = [0u8; 16 * RECORD_LEN];
+    loop {
+        match rx.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                data.extend_from_slice(&buf[..n]);
+                let whole = data.len() / RECORD_LEN * RECORD_LEN;
+                for c in data[..whole].chunks_exact(RECORD_LEN) {
+                    if let Some(r) = <&[u8; RECORD_LEN]>::try_from(c).ok().and_then(Record::decode) {
+                        if tx.send(r).is_err() {
+                            return;
+                        }
+                    }
+                }
+                data.drain(..whole);
+            }
+        }
+    }
 }
 
 fn setup_error(plan: &Plan, step: Result<Step, u16>, errno: i32, detail: u32) -> SandboxError {

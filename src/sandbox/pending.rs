@@ -407,7 +407,7 @@ impl Records {
             return Ok(early);
         }
         if let Some(alone) = super::lock::try_exclusive(key, uid)? {
-            let runs = self.clean(None, &mut early.0, &mut early.1);
+            let runs = self.clean(None, false, &mut early.0, &mut early.1);
             if runs > 0 {
                 early.0.push(Warning::GitGuardCoveredOthers { runs });
             }
@@ -423,9 +423,17 @@ impl Records {
     /// are then left): remove it by hand once the git dirs are checked. A
     /// record whose run's cgroup cannot be emptied (its host process was
     /// killed and the command lives on) is kept for a later cleanup, and
-    /// fails this one. Returns how many records other than `own` were
-    /// processed.
-    pub(super) fn clean(&self, own: Option<&str>, warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) -> usize {
+    /// fails this one. With `own_emptied`, the record `own`'s run found its
+    /// cgroup holding nothing of its command (`run::only_scaffolding`; the
+    /// leaf is removed behind the result), and its cgroup is not waited for.
+    /// Returns how many records other than `own` were processed.
+    pub(super) fn clean(
+        &self,
+        own: Option<&str>,
+        own_emptied: bool,
+        warnings: &mut Vec<Warning>,
+        failures: &mut Vec<Failure>,
+    ) -> usize {
         let names = match self.names() {
             Ok(n) => n,
             Err(e) => {
@@ -463,7 +471,8 @@ impl Records {
                     continue;
                 }
             };
-            if let Some(cg) = cgroup {
+            let checked = own_emptied && Some(name.as_str()) == own;
+            if let Some(cg) = cgroup.filter(|_| !checked) {
                 if let Err(e) = empty_cgroup(&cg, Duration::from_secs(5)) {
                     failures.push((
                         Cleanup::Cgroup,
@@ -527,8 +536,9 @@ impl Hold {
     /// be emptied (a `cleanup: cgroup` failure, already in `failures`) does
     /// no cleanup: its processes could plant again behind it; its record,
     /// which names its cgroup, is kept for a later cleanup, which kills and
-    /// awaits that cgroup first.
-    pub(super) fn finish(self, warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) {
+    /// awaits that cgroup first. `emptied`: the run found its cgroup holding
+    /// nothing of its command (see [`Records::clean`]).
+    pub(super) fn finish(self, emptied: bool, warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) {
         let Hold { lock, records, own, early } = self;
         let not_emptied = failures.iter().any(|f| f.0 == Cleanup::Cgroup);
         warnings.extend(early.0);
@@ -545,7 +555,7 @@ impl Hold {
         };
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(alone) => {
-                let runs = records.clean(own.as_deref(), warnings, failures);
+                let runs = records.clean(own.as_deref(), emptied, warnings, failures);
                 if runs > 0 {
                     warnings.push(Warning::GitGuardCoveredOthers { runs });
                 }
@@ -593,7 +603,8 @@ fn empty_cgroup(cg: &Path, budget: Duration) -> io::Result<()> {
     let events = cg.join("cgroup.events");
     let populated = || match std::fs::read_to_string(&events) {
         Ok(s) => Ok(s.lines().any(|l| l == "populated 1")),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        // Removed, or being removed while we look (ENODEV): empty.
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENODEV) => Ok(false),
         Err(e) => Err(e),
     };
     if !populated()? {
@@ -602,11 +613,13 @@ fn empty_cgroup(cg: &Path, budget: Duration) -> io::Result<()> {
     }
     let _ = std::fs::write(cg.join("cgroup.kill"), "1");
     let start = Instant::now();
+    let mut nap = Duration::from_micros(200);
     while populated()? {
         if start.elapsed() > budget {
             return Err(io::Error::from_raw_os_error(libc::EBUSY));
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(10));
     }
     let _ = std::fs::remove_dir(cg);
     Ok(())

@@ -13,8 +13,9 @@
 //! with every run (its "base"): the first run of a sandbox, and the first
 //! after the base changed (another `/tmp` size, a run with the host's
 //! network), is run by a fresh helper while the pool refills for the new
-//! base. A slot is made on a thread of its own right after one is taken,
-//! so it costs no time on the next run's critical path (the CPU it takes
+//! base. A slot is made on a thread of its own: right after one is taken
+//! when no other is ready, else once the run that took it has ended, so
+//! that it costs no time on either run's critical path (the CPU it takes
 //! is the same as a fresh run's setup). A slot that fails while it is built
 //! is thrown away; three in a row turn the pool off (runs go on with fresh
 //! helpers), and [`Pool::status`] says why.
@@ -155,8 +156,9 @@ impl Pool {
     }
 
     /// A ready slot for `plan`, if one fits (the pool now follows this
-    /// plan's base). The caller calls [`Pool::refill`] once its run started,
-    /// so that making the next slot does not delay this one.
+    /// plan's base). The caller calls [`Pool::refill_if_short`] once its run
+    /// started and [`Pool::refill`] once it ended, so that making the next
+    /// slot does not delay this one.
     pub(super) fn take(self: &Arc<Self>, plan: &Plan, stdin: &Stdin, net: Option<&Arc<Namespaces>>) -> Option<Slot> {
         let key = base_of(plan).map(|base| Key { base, cgroup: plan.containment.cgroup.clone() });
         let (slot, discard) = {
@@ -218,6 +220,23 @@ impl Pool {
             st.net = net.cloned();
         }
         self.refill();
+    }
+
+    /// Right after a run took a slot: start making the next one now only if
+    /// no other slot is ready for the run after it. While one is, the
+    /// refill waits for [`Pool::refill`] at the end of the run, so that
+    /// building a slot does not take the CPU from this run's own setup, on
+    /// its critical path (the scheduler tends to put both on one core). A
+    /// pool under pressure (back-to-back or concurrent runs) refills at
+    /// once, as before.
+    pub(super) fn refill_if_short(self: &Arc<Self>) {
+        let short = {
+            let mut st = self.lock();
+            !st.slots.iter_mut().any(|s| matches!(s.poll_ready(), Readiness::Ready))
+        };
+        if short {
+            self.refill();
+        }
     }
 
     /// Start making slots until `size` are made or being made.

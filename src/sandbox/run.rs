@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use portcullis_helper::report::{Applied, Record};
+use portcullis_helper::spec::Mode;
 use tokio::sync::mpsc;
 
 use super::cgroup::Cgroup;
@@ -67,9 +68,12 @@ pub(super) fn make_cgroup(plan: &Plan, host: Option<&super::CgroupHost>) -> Resu
 pub(super) struct Launched {
     /// Closing it makes the helper kill pid 1 (first, so that dropping the
     /// helper finds it closed and waits for the teardown).
-    lifeline: Option<OwnedFd>,
-    child: launch::Helper,
-    relay: Option<stdin::Relay>,
+    pub(super) lifeline: Option<OwnedFd>,
+    pub(super) child: launch::Helper,
+    pub(super) relay: Option<stdin::Relay>,
+    /// The full sandbox (whose pid 1 sweeps its namespace before it
+    /// reports the command's end), not the landlock-only mode.
+    full: bool,
 }
 
 /// The descriptors the helper inherits, above 10 (so its dup2 onto 3..7
@@ -133,7 +137,7 @@ fn helper_fds(plan: &Plan, cg: Option<&Cgroup>) -> Result<HelperFds, SandboxErro
 /// The output chunks and the helper's records, read as they come.
 pub(super) struct Streams {
     output: mpsc::Receiver<(Stream, Vec<u8>)>,
-    records: tokio::task::JoinHandle<Vec<Record>>,
+    records: mpsc::UnboundedReceiver<Record>,
 }
 
 /// Spawn the helper on the plan's spec, the cgroup and the observer's
@@ -172,7 +176,8 @@ pub(super) fn spawn_helper(
     };
     let child = launch::spawn(helper, &pass, stdin.command_end())
         .map_err(|source| SandboxError::Spawn { helper: helper.to_path_buf(), source })?;
-    let mut launched = Launched { lifeline: Some(fds.life_w), child, relay: None };
+    let full = plan.spec.mode == Mode::Full;
+    let mut launched = Launched { lifeline: Some(fds.life_w), child, relay: None, full };
     launched.relay = hand_stdin(stdin)?;
     drop((fds.spec, fds.report_w, fds.life_r, fds.cgroup, net_fds));
     observing.spawned();
@@ -188,7 +193,8 @@ pub(super) fn launched(
     report_r: OwnedFd,
 ) -> Result<(Launched, Streams), SandboxError> {
     let streams = read_streams(&mut child, report_r)?;
-    Ok((Launched { lifeline: Some(lifeline), child, relay: None }, streams))
+    // A slot is always the full sandbox.
+    Ok((Launched { lifeline: Some(lifeline), child, relay: None, full: true }, streams))
 }
 
 /// Start relaying or feeding the caller's stdin to the helper.
@@ -212,7 +218,8 @@ fn read_streams(child: &mut launch::Helper, report_r: OwnedFd) -> Result<Streams
     sys::set_nonblocking(&report_r).map_err(io_err("reading the report pipe"))?;
     let report_rx =
         tokio::net::unix::pipe::Receiver::from_owned_fd(report_r).map_err(io_err("reading the report pipe"))?;
-    let records = tokio::spawn(read_records(report_rx));
+    let (records_tx, records) = mpsc::unbounded_channel();
+    tokio::spawn(read_records(report_rx, records_tx));
     let (tx, output) = mpsc::channel::<(Stream, Vec<u8>)>(16);
     for (fd, stream) in [(child.stdout.take(), Stream::Stdout), (child.stderr.take(), Stream::Stderr)] {
         if let Some(fd) = fd {
@@ -226,8 +233,9 @@ fn read_streams(child: &mut launch::Helper, report_r: OwnedFd) -> Result<Streams
 
 /// What waiting for the run gave.
 pub(super) struct Waited {
-    /// How the helper exited (an error is returned after the guard ran).
-    status: Result<launch::Exit, SandboxError>,
+    /// How the helper exited (an error is returned after the guard ran);
+    /// `None` after an early end ([`Waited::early`]), when it has not yet.
+    status: Result<Option<launch::Exit>, SandboxError>,
     records: Vec<Record>,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
@@ -236,10 +244,27 @@ pub(super) struct Waited {
     cancelled: bool,
 }
 
+impl Waited {
+    /// Whether the wait ended at the command's end, before the helper's
+    /// exit: pid 1 of the full sandbox reports the command's status only
+    /// once it has killed and reaped every other process of its pid
+    /// namespace, and the output pipes have closed (nothing of the command
+    /// holds them). What is left is the helper and its pid 1, exiting, and
+    /// the namespaces they tear down: [`Sandbox::run_locked`] leaves them
+    /// behind (`sandbox::behind`).
+    ///
+    /// [`Sandbox::run_locked`]: super::Sandbox
+    pub(super) fn early(&self) -> bool {
+        matches!(self.status, Ok(None))
+    }
+}
+
 /// Collect the output (within the cap, passing it to `on_output`) until
-/// the helper exited and the pipes closed; on timeout or cancel kill the
-/// whole tree (`cgroup.kill`, and the lifeline, on which the helper kills
-/// pid 1), and the helper itself if it does not finish in 3 s.
+/// the helper exited and the pipes closed, or, in the full sandbox, until
+/// pid 1 reported the command's end and the pipes closed
+/// ([`Waited::early`]); on timeout or cancel kill the whole tree
+/// (`cgroup.kill`, and the lifeline, on which the helper kills pid 1), and
+/// the helper itself if it does not finish in 3 s.
 pub(super) async fn wait(
     launched: &mut Launched,
     streams: Streams,
@@ -249,7 +274,13 @@ pub(super) async fn wait(
     cg: Option<&Cgroup>,
     warnings: &mut Vec<Warning>,
 ) -> Waited {
-    let Streams { output: mut rx, records } = streams;
+    let Streams { output: mut rx, records: mut record_rx } = streams;
+    // Only pid 1 of the full sandbox sweeps its namespace before it
+    // reports; a relayed stdin is final only once the helper is gone.
+    let may_end_early = launched.full && launched.relay.is_none();
+    let mut records = Vec::new();
+    let mut records_open = true;
+    let mut command_ended = false;
     let child = &mut launched.child;
     let cancel = opts.cancel.take().unwrap_or_default();
     let on_output = &mut opts.on_output;
@@ -262,12 +293,24 @@ pub(super) async fn wait(
     let mut kill_at: Option<tokio::time::Instant> = None;
     let mut drain_deadline: Option<tokio::time::Instant> = None;
     let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
+    let mut early = false;
     loop {
         if status.is_some() && !outputs_open {
             break;
         }
+        if may_end_early && command_ended && !outputs_open && !(timed_out || cancelled) && status.is_none() {
+            early = true;
+            break;
+        }
         let want_kill = !(timed_out || cancelled) && status.is_none();
         tokio::select! {
+            r = record_rx.recv(), if records_open => match r {
+                Some(r) => {
+                    command_ended |= matches!(r, Record::Exited(_) | Record::Signaled(_));
+                    records.push(r);
+                }
+                None => records_open = false,
+            },
             chunk = rx.recv(), if outputs_open => match chunk {
                 Some((stream, data)) if stream_only => {
                     if let Some(sink) = on_output.as_mut() {
@@ -324,14 +367,65 @@ pub(super) async fn wait(
             kill_at = Some(tokio::time::Instant::now() + Duration::from_secs(3));
         }
     }
+    if early {
+        return Waited { status: Ok(None), records, stdout, stderr, truncated, timed_out, cancelled };
+    }
     drop(launched.lifeline.take());
     let status = match status {
-        Some(Ok(s)) => Ok(s),
+        Some(Ok(s)) => Ok(Some(s)),
         Some(Err(source)) => Err(SandboxError::Io { stage: "waiting for the helper", source }),
         None => Err(SandboxError::HelperDied { status: "unknown".into() }),
     };
-    let records = records.await.unwrap_or_default();
+    // The helper is gone: the rest of its records are in the pipe.
+    while let Some(r) = record_rx.recv().await {
+        records.push(r);
+    }
     Waited { status, records, stdout, stderr, truncated, timed_out, cancelled }
+}
+
+/// After an early end that [`only_scaffolding`] did not confirm: wait for
+/// the helper's exit after all, as a run without the early end does (3 s,
+/// then it is killed).
+pub(super) async fn wait_helper(launched: &mut Launched, waited: &mut Waited) {
+    let child = &mut launched.child;
+    let status = match tokio::time::timeout(Duration::from_secs(3), child.wait()).await {
+        Ok(s) => s,
+        Err(_) => {
+            child.kill();
+            child.wait().await
+        }
+    };
+    drop(launched.lifeline.take());
+    waited.status = match status {
+        Ok(s) => Ok(Some(s)),
+        Err(source) => Err(SandboxError::Io { stage: "waiting for the helper", source }),
+    };
+}
+
+/// After an early end: whether the run's cgroup holds nothing but the
+/// helper and its pid 1 (the helper's only child), which are exiting. A
+/// check from outside of what pid 1 reported, before the result (and a
+/// writable run's git guard) goes on without waiting for the teardown.
+/// Without a cgroup, pid 1's sweep of its pid namespace stands alone: no
+/// process of the namespace can outlive its reaping by pid 1.
+pub(super) fn only_scaffolding(cg: Option<&Cgroup>, helper: libc::pid_t) -> bool {
+    let Some(c) = cg else { return true };
+    let Ok(procs) = std::fs::read_to_string(c.path.join("cgroup.procs")) else { return false };
+    procs.split_whitespace().all(|p| match p.parse::<libc::pid_t>() {
+        Ok(pid) if pid == helper => true,
+        // Gone since the list was read (reaped), or the helper's child.
+        Ok(pid) => parent_of(pid).map_or(true, |parent| parent == helper),
+        Err(_) => false,
+    })
+}
+
+/// The parent of `pid` (`/proc/PID/stat`'s fourth field), `None` once it
+/// is gone.
+fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name (second field) is in parentheses and may hold anything.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Kill what is left in the cgroup and remove it: nothing of the run may
@@ -396,8 +490,8 @@ pub(super) fn guard_git(work: &pending::Guard, warnings: &mut Vec<Warning>, fail
 
 /// Only now, with every process of the sandbox gone, is what the command
 /// read of its stdin final.
-pub(super) fn settle_stdin(launched: &mut Launched, warnings: &mut Vec<Warning>) {
-    if let Some(w) = launched.relay.take().and_then(stdin::Relay::finish) {
+pub(super) fn settle_stdin(relay: Option<stdin::Relay>, warnings: &mut Vec<Warning>) {
+    if let Some(w) = relay.and_then(stdin::Relay::finish) {
         warnings.push(w);
     }
 }
@@ -419,6 +513,7 @@ pub(super) fn assemble(plan: &Plan, ended: Ended) -> Result<ExecResult, SandboxE
         Ok(s) => s,
         Err(e) => return after_run(failures, Err(e)),
     };
+    let helper_status = helper_status.map_or_else(|| "not yet exited".to_string(), |s| s.to_string());
     let mut applied: Option<Applied> = None;
     let mut ended: Option<Outcome> = None;
     // Killed by the timeout before the command started (the helper was
@@ -457,7 +552,7 @@ pub(super) fn assemble(plan: &Plan, ended: Ended) -> Result<ExecResult, SandboxE
         _ if waited.timed_out => Outcome::TimedOut,
         _ if waited.cancelled => Outcome::Cancelled,
         Some(o) => o,
-        None => return after_run(failures, Err(SandboxError::HelperDied { status: helper_status.to_string() })),
+        None => return after_run(failures, Err(SandboxError::HelperDied { status: helper_status })),
     };
     let applied = applied.unwrap_or_default();
     let enforcement = Enforcement {

@@ -728,6 +728,9 @@ impl Workspace {
         // Every job is gone: the sandboxes made ahead go (and no more are
         // made), and closing the shared network's descriptors ends it.
         if let Ok(sb) = self.view.runner.sandbox() {
+            // What the runs left behind their results (their helpers'
+            // exits, namespaces and cgroup leaves) is done first.
+            sb.settle(std::time::Duration::from_secs(10)).await;
             // A pool of a sandbox given to the builder is its owner's.
             if self.view.runner.owns_pool() {
                 sb.close_pool();

@@ -42,6 +42,7 @@ mod profile;
 mod readonly;
 mod refused_writes;
 mod roots;
+mod run_end;
 mod runner;
 mod stdin;
 mod tools;

@@ -1,0 +1,120 @@
+//! The run's end (issue 12): in the full sandbox a run returns once pid 1
+//! has killed and reaped every other process of its pid namespace and the
+//! output pipes have closed; the helper, pid 1 and their namespaces exit
+//! behind the result, and `Sandbox::settle` waits for them.
+
+use std::time::{Duration, Instant};
+
+use portcullis::sandbox::{Mode, Outcome, RunOptions};
+
+use super::util::*;
+
+/// A writer left running by the command (a `setsid` daemon appending to a
+/// workspace file in a loop) is gone when the run returns, checked from
+/// outside at once: no marked process, and the file does not grow. The
+/// control: it ran and wrote while the command waited for it.
+#[test]
+fn r0830_nothing_of_the_command_outlives_its_result() {
+    let test = "r0830";
+    let ws = Ws::new();
+    let marker = format!("3083{}", std::process::id());
+    let script = format!(
+        "setsid sh -c 'while :; do echo x >> log; done' writer-{marker} </dev/null >/dev/null 2>&1 & \
+         while [ \"$(wc -l < log 2>/dev/null || echo 0)\" -lt 50 ]; do :; done; echo started"
+    );
+    let rt = rt();
+    let sb = sandbox();
+    for i in 0..3 {
+        let _ = std::fs::remove_file(ws.join("log"));
+        let mut req = ws.req(&["/bin/sh", "-c", &script]);
+        req.writable = true;
+        req.timeout = Some(Duration::from_secs(60));
+        let r = rt
+            .block_on(sb.run(&req, RunOptions::default()))
+            .unwrap_or_else(|e| panic!("{test}: run {i}: {}", portcullis::error_chain(&e)));
+        // At once, before anything else: no writer on the host.
+        let left = host_procs_containing(&marker);
+        let size = std::fs::metadata(ws.join("log")).map(|m| m.len()).unwrap_or(0);
+        assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: run {i}: {r:?}");
+        assert_eq!(stdout(&r), "started\n", "{test}: run {i}: {}", stderr(&r));
+        assert!(left.is_empty(), "{test}: run {i}: the writer outlived the result: {left:?}");
+        // CONTROL: the writer ran and wrote (at least 50 lines).
+        assert!(size >= 100, "{test}: run {i}: the writer never wrote ({size} bytes)");
+        std::thread::sleep(Duration::from_millis(300));
+        let later = std::fs::metadata(ws.join("log")).map(|m| m.len()).unwrap_or(0);
+        assert_eq!(later, size, "{test}: run {i}: the log grew after the result");
+    }
+    assert!(rt.block_on(sb.settle(Duration::from_secs(10))), "{test}: the teardowns never finished");
+}
+
+/// The sandbox's own teardown goes on behind the result: right after a
+/// run returns, `settle(0)` usually finds it still going (one of twenty
+/// runs at least), and `settle` with a bound waits for it. The control: a
+/// landlock-only run has no early end (its pid 1 is no pid 1 of a
+/// namespace), so nothing of it is ever left behind.
+#[test]
+fn r0831_the_sandbox_goes_behind_the_result_and_settle_waits_for_it() {
+    let test = "r0831";
+    let ws = Ws::new();
+    let rt = rt();
+    let sb = sandbox();
+    let mut behind = 0;
+    for i in 0..20 {
+        let r = rt
+            .block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()))
+            .unwrap_or_else(|e| panic!("{test}: run {i}: {}", portcullis::error_chain(&e)));
+        assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: run {i}");
+        if !rt.block_on(sb.settle(Duration::ZERO)) {
+            behind += 1;
+        }
+        let t = Instant::now();
+        assert!(rt.block_on(sb.settle(Duration::from_secs(10))), "{test}: run {i}: not settled in 10 s");
+        assert!(t.elapsed() < Duration::from_secs(5), "{test}: run {i}: settling took {:?}", t.elapsed());
+    }
+    assert!(behind > 0, "{test}: no run returned before its sandbox was gone");
+    // CONTROL: the landlock-only mode waits for its helper, as before.
+    for i in 0..5 {
+        let mut req = ws.req(&["/bin/true"]);
+        req.degraded = Some(Mode::LandlockOnly);
+        let r = rt
+            .block_on(sb.run(&req, RunOptions::default()))
+            .unwrap_or_else(|e| panic!("{test}: landlock-only run {i}: {}", portcullis::error_chain(&e)));
+        assert_eq!(r.enforcement.mode, Mode::LandlockOnly, "{test}");
+        assert!(rt.block_on(sb.settle(Duration::ZERO)), "{test}: a landlock-only run left a teardown behind");
+    }
+}
+
+/// Writable runs side by side and back to back: a run's git-guard cleanup
+/// meets the cgroup leaves of earlier runs still being removed behind their
+/// results (a leaf mid-removal answers `ENODEV`), and its own leaf, which
+/// it found holding nothing of its command: none of it fails a run or
+/// slows it down to a wait on its own leaf. Found by `scripts/bench-spawn`
+/// (a `serve --audit` run failed with "emptying the cgroup ... No such
+/// device" after about 200 writable commands).
+#[test]
+fn r0832_writable_runs_meet_leaves_being_removed_behind_them() {
+    let test = "r0832";
+    let ws = Ws::new();
+    let rt = rt();
+    let sb = sandbox();
+    let req = || {
+        let mut r = ws.req(&["/bin/true"]);
+        r.writable = true;
+        r
+    };
+    let started = Instant::now();
+    for i in 0..60 {
+        let (ra, rb) = (req(), req());
+        let (a, b) =
+            rt.block_on(async { tokio::join!(sb.run(&ra, RunOptions::default()), sb.run(&rb, RunOptions::default())) });
+        for (k, r) in [a, b].into_iter().enumerate() {
+            let r = r.unwrap_or_else(|e| panic!("{test}: round {i}, run {k}: {}", portcullis::error_chain(&e)));
+            assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: round {i}, run {k}");
+            let unexpected: Vec<String> =
+                r.warnings.iter().map(ToString::to_string).filter(|w| w.contains("cgroup")).collect();
+            assert!(unexpected.is_empty(), "{test}: round {i}, run {k}: {unexpected:?}");
+        }
+    }
+    assert!(rt.block_on(sb.settle(Duration::from_secs(10))), "{test}: the teardowns never finished");
+    println!("{test}: 120 writable runs in {:?}", started.elapsed());
+}
