@@ -557,7 +557,12 @@ async fn exec(a: ExecArgs) -> ExitCode {
     // The result is out once nothing of the command is left; the sandbox's
     // own processes and cgroup go just after. The CLI exits only then.
     if let Ok(sb) = runner.sandbox() {
-        sb.settle(std::time::Duration::from_secs(10)).await;
+        if !sb.settle(std::time::Duration::from_secs(10)).await {
+            eprintln!(
+                "portcullis: warning: the sandbox's own processes did not exit within 10 s of the command's end \
+                 (nothing of the command is left); its cgroup leaf may stay until the next run sweeps it"
+            );
+        }
     }
     match ran {
         Ok(e @ Exec::Refused(_)) => refusal(&e, a.json),

@@ -720,9 +720,9 @@ pub(crate) fn reap(child: Pid, report_fd: &OwnedFd) -> i32 {
 /// `kill(-1)` reaches exactly them, and the kernel completes it against
 /// concurrent forks: a fork of a process it reached fails), then reap until
 /// none is left. `__WALL` waits for children made with any exit signal;
-/// every process of the namespace is our child by then, being orphaned to
-/// us as its parent dies. A reaped process has finished exiting: it writes
-/// nothing any more.
+/// the others become our children one by one as their parents die, so the
+/// blocking wait cannot end (`ECHILD`) while any of them lives. A reaped
+/// process has finished exiting: it writes nothing any more.
 fn sweep_namespace() {
     // SAFETY: kill(-1, SIGKILL) is a plain syscall; from pid 1 of a pid
     // namespace it reaches only the other processes of that namespace.

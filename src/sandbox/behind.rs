@@ -8,17 +8,20 @@
 //! the command can run, write or hold the output pipes, so the result is
 //! returned at once, and what is left — pid 1's exit, which unmounts the
 //! sandbox's mounts and frees its namespaces, the helper's reaping of it,
-//! the removal of the cgroup leaf — finishes here, on a task of its own.
-//! [`Behind::settle`] waits for all of it ([`Sandbox::settle`]; a
-//! `Workspace`'s `dispose` does, and so does `portcullis exec` before it
-//! exits). Dropped unfinished (the runtime shut down), a [`Rest`] kills
-//! and reaps the helper and removes the leaf in its fields' `Drop`s.
+//! the removal of the cgroup leaf — is finished by a thread of the sandbox's
+//! own (the reaper), not by the caller's runtime: a current-thread runtime
+//! that is not polled between two commands, or one that is dropped, would
+//! otherwise leave the leaf in place. [`Behind::settle`] waits for all of it
+//! ([`Sandbox::settle`]; a `Workspace`'s `dispose` does, and so does
+//! `portcullis exec` before it exits). The reaper thread is started with
+//! the first rest and ends once every handle of the sandbox is gone and the
+//! rests it holds are finished.
 //!
 //! [`Sandbox::settle`]: super::Sandbox::settle
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::cgroup::Cgroup;
@@ -34,6 +37,8 @@ pub(super) struct Behind {
 struct Inner {
     going: AtomicUsize,
     idle: tokio::sync::Notify,
+    /// The reaper's queue, once it is started.
+    reaper: Mutex<Option<mpsc::Sender<Rest>>>,
 }
 
 /// One run's rest. Fields drop in order: the lifeline closes first (the
@@ -50,42 +55,53 @@ impl Rest {
         Rest { lifeline, child, cgroup }
     }
 
-    async fn finish(mut self) {
+    /// On the reaper thread.
+    fn finish(mut self) {
         // The helper exits once its pid 1 has, and pid 1's exit is the
         // namespaces' teardown.
-        if tokio::time::timeout(Duration::from_secs(3), self.child.wait()).await.is_err() {
+        if !self.child.wait_blocking(Duration::from_secs(3)) {
             self.child.kill();
-            let _ = self.child.wait().await;
+            self.child.wait_blocking(Duration::from_secs(5));
         }
         drop(self.lifeline.take());
         if let Some(c) = self.cgroup.as_mut() {
             // On failure, the leaf's `Drop` tries once more; a leaf left
             // after that is swept by the next `Sandbox::new`.
-            c.kill_and_remove(Duration::from_secs(5)).await;
+            c.kill_and_remove_blocking(Duration::from_secs(5));
         }
     }
 }
 
-/// Counts a teardown as going until it is dropped (finished or abandoned).
-struct Going(Arc<Inner>);
-
-impl Drop for Going {
-    fn drop(&mut self) {
-        if self.0.going.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.idle.notify_waiters();
-        }
+/// One teardown less; the last one wakes `settle`.
+fn done(inner: &Inner) {
+    if inner.going.fetch_sub(1, Ordering::SeqCst) == 1 {
+        inner.idle.notify_waiters();
     }
 }
 
 impl Behind {
-    /// Finish `rest` on a task of its own.
+    /// Hand `rest` to the reaper (started with the first one). Where no
+    /// thread can be started, `rest` is finished here, blocking (a few
+    /// hundred microseconds, bounded like the reaper's).
     pub(super) fn start(&self, rest: Rest) {
         self.inner.going.fetch_add(1, Ordering::SeqCst);
-        let going = Going(Arc::clone(&self.inner));
-        tokio::spawn(async move {
-            let _going = going;
-            rest.finish().await;
-        });
+        let mut reaper = self.inner.reaper.lock().unwrap_or_else(|p| p.into_inner());
+        if reaper.is_none() {
+            *reaper = spawn_reaper(Arc::downgrade(&self.inner));
+        }
+        let rest = match reaper.as_ref() {
+            Some(tx) => match tx.send(rest) {
+                Ok(()) => return,
+                Err(mpsc::SendError(rest)) => {
+                    *reaper = None;
+                    rest
+                }
+            },
+            None => rest,
+        };
+        drop(reaper);
+        rest.finish();
+        done(&self.inner);
     }
 
     /// Wait until no teardown is going, at most `bound`; whether none is.
@@ -102,4 +118,19 @@ impl Behind {
             }
         }
     }
+}
+
+/// The reaper: finishes the rests in the order they come, until every
+/// handle of the sandbox is gone (the queue's sender with them).
+fn spawn_reaper(inner: Weak<Inner>) -> Option<mpsc::Sender<Rest>> {
+    let (tx, rx) = mpsc::channel::<Rest>();
+    let started = std::thread::Builder::new().name("portcullis-reaper".into()).spawn(move || {
+        for rest in rx {
+            rest.finish();
+            if let Some(inner) = inner.upgrade() {
+                done(&inner);
+            }
+        }
+    });
+    started.ok().map(|_| tx)
 }

@@ -288,30 +288,54 @@ impl Cgroup {
         let start = Instant::now();
         let mut nap = Duration::from_micros(200);
         loop {
-            // rmdir first: the kernel refuses it (EBUSY) while any process
-            // is left, so success proves the leaf empty, and the usual case
-            // (the helper reaped pid 1, the pid namespace is gone) costs one
-            // syscall instead of reading cgroup.events first.
-            match fs::remove_dir(&self.path) {
-                Ok(()) => {
-                    self.removed = true;
-                    return true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    self.removed = true;
-                    return true;
-                }
-                Err(_) => {
-                    if self.populated() {
-                        let _ = self.kill();
-                    }
-                }
+            if self.try_remove() {
+                return true;
             }
             if start.elapsed() > budget {
                 return false;
             }
             tokio::time::sleep(nap).await;
             nap = (nap * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// [`Cgroup::kill_and_remove`] for a thread of its own (no runtime).
+    pub fn kill_and_remove_blocking(&mut self, budget: Duration) -> bool {
+        let start = Instant::now();
+        let mut nap = Duration::from_micros(200);
+        loop {
+            if self.try_remove() {
+                return true;
+            }
+            if start.elapsed() > budget {
+                return false;
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// One try: remove the leaf, or kill what is left in it.
+    fn try_remove(&mut self) -> bool {
+        // rmdir first: the kernel refuses it (EBUSY) while any process is
+        // left, so success proves the leaf empty, and the usual case (the
+        // helper reaped pid 1, the pid namespace is gone) costs one syscall
+        // instead of reading cgroup.events first.
+        match fs::remove_dir(&self.path) {
+            Ok(()) => {
+                self.removed = true;
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.removed = true;
+                true
+            }
+            Err(_) => {
+                if self.populated() {
+                    let _ = self.kill();
+                }
+                false
+            }
         }
     }
 }
@@ -324,8 +348,12 @@ impl Drop for Cgroup {
             // does not linger. This blocks for at most ~200 ms.
             let _ = self.kill();
             for _ in 0..200 {
-                if !self.populated() && fs::remove_dir(&self.path).is_ok() {
-                    return;
+                match fs::remove_dir(&self.path) {
+                    // Gone: removed here, or by its helper (the lifeline
+                    // closed first, and it removes the leaf of an orphan).
+                    Ok(()) => return,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+                    Err(_) => {}
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }

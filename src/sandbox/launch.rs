@@ -9,6 +9,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 
@@ -282,12 +283,33 @@ impl Helper {
         }))
     }
 
-    /// SIGKILL the helper (its pid 1 follows through the parent-death signal).
     /// Its pid.
     pub fn pid(&self) -> libc::pid_t {
         self.pid
     }
 
+    /// Wait at most `timeout` for the helper to exit, on a thread of its
+    /// own (no runtime), and reap it. Whether it was reaped.
+    pub fn wait_blocking(&mut self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            match self.try_reap() {
+                Ok(Some(_)) => return true,
+                Ok(None) => {}
+                Err(_) => return false,
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+            let mut fds = [libc::pollfd { fd: self.pidfd.get_ref().as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+            // SAFETY: poll on one pidfd we own, the array outlives the call.
+            unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
+        }
+    }
+
+    /// SIGKILL the helper (its pid 1 follows through the parent-death signal).
     pub fn kill(&self) {
         if !self.reaped {
             // SAFETY: a plain syscall on our own pidfd; NULL siginfo is allowed.

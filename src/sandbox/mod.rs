@@ -1154,7 +1154,7 @@ impl Sandbox {
         };
         let mut waited = run::wait(&mut launched, streams, req, &mut opts, deadline, cg.as_ref(), &mut warnings).await;
         if waited.early() && !run::only_scaffolding(cg.as_ref(), launched.child.pid()) {
-            run::wait_helper(&mut launched, &mut waited).await;
+            run::wait_helper(&mut launched, cg.as_ref(), &mut waited).await;
         }
         let run::Launched { lifeline, child, relay, .. } = launched;
         let early = waited.early();

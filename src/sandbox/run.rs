@@ -383,10 +383,14 @@ pub(super) async fn wait(
     Waited { status, records, stdout, stderr, truncated, timed_out, cancelled }
 }
 
-/// After an early end that [`only_scaffolding`] did not confirm: wait for
-/// the helper's exit after all, as a run without the early end does (3 s,
-/// then it is killed).
-pub(super) async fn wait_helper(launched: &mut Launched, waited: &mut Waited) {
+/// After an early end that [`only_scaffolding`] did not confirm: kill
+/// what is in the cgroup (the command's end is known; anything still there
+/// has no business running) and wait for the helper's exit, as a run
+/// without the early end does (3 s, then it is killed too).
+pub(super) async fn wait_helper(launched: &mut Launched, cg: Option<&Cgroup>, waited: &mut Waited) {
+    if let Some(c) = cg {
+        let _ = c.kill();
+    }
     let child = &mut launched.child;
     let status = match tokio::time::timeout(Duration::from_secs(3), child.wait()).await {
         Ok(s) => s,
@@ -414,18 +418,28 @@ pub(super) fn only_scaffolding(cg: Option<&Cgroup>, helper: libc::pid_t) -> bool
     procs.split_whitespace().all(|p| match p.parse::<libc::pid_t>() {
         Ok(pid) if pid == helper => true,
         // Gone since the list was read (reaped), or the helper's child.
-        Ok(pid) => parent_of(pid).map_or(true, |parent| parent == helper),
+        Ok(pid) => match parent_of(pid) {
+            Ok(None) => true,
+            Ok(Some(parent)) => parent == helper,
+            Err(_) => false,
+        },
         Err(_) => false,
     })
 }
 
-/// The parent of `pid` (`/proc/PID/stat`'s fourth field), `None` once it
-/// is gone.
-fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// The parent of `pid` (`/proc/PID/stat`'s fourth field): `Ok(None)` once
+/// it is gone (`ENOENT`, `ESRCH`), an error where it cannot be told (a
+/// `/proc` mounted with `hidepid`, say): that counts as something else.
+fn parent_of(pid: libc::pid_t) -> io::Result<Option<libc::pid_t>> {
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+        Err(e) => return Err(e),
+    };
     // The name (second field) is in parentheses and may hold anything.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    let bad = || io::Error::from_raw_os_error(libc::EINVAL);
+    let rest = &stat[stat.rfind(')').ok_or_else(bad)? + 1..];
+    rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()).map(Some).ok_or_else(bad)
 }
 
 /// Kill what is left in the cgroup and remove it: nothing of the run may

@@ -5,9 +5,15 @@
 
 use std::time::{Duration, Instant};
 
-use portcullis::sandbox::{Mode, Outcome, RunOptions};
+use portcullis::sandbox::{ExecRequest, ExecResult, Mode, Outcome, RunOptions, Sandbox};
 
 use super::util::*;
+
+/// Run `req` in `sb` on `rt`; the sandbox must come up.
+fn run_in(rt: &tokio::runtime::Runtime, sb: &Sandbox, req: &ExecRequest, what: &str) -> ExecResult {
+    rt.block_on(sb.run(req, RunOptions::default()))
+        .unwrap_or_else(|e| panic!("{what}: {}", portcullis::error_chain(&e)))
+}
 
 /// A writer left running by the command (a `setsid` daemon appending to a
 /// workspace file in a loop) is gone when the run returns, checked from
@@ -29,9 +35,7 @@ fn r0830_nothing_of_the_command_outlives_its_result() {
         let mut req = ws.req(&["/bin/sh", "-c", &script]);
         req.writable = true;
         req.timeout = Some(Duration::from_secs(60));
-        let r = rt
-            .block_on(sb.run(&req, RunOptions::default()))
-            .unwrap_or_else(|e| panic!("{test}: run {i}: {}", portcullis::error_chain(&e)));
+        let r = run_in(&rt, &sb, &req, &format!("{test}: run {i}"));
         // At once, before anything else: no writer on the host.
         let left = host_procs_containing(&marker);
         let size = std::fs::metadata(ws.join("log")).map(|m| m.len()).unwrap_or(0);
@@ -60,9 +64,7 @@ fn r0831_the_sandbox_goes_behind_the_result_and_settle_waits_for_it() {
     let sb = sandbox();
     let mut behind = 0;
     for i in 0..20 {
-        let r = rt
-            .block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()))
-            .unwrap_or_else(|e| panic!("{test}: run {i}: {}", portcullis::error_chain(&e)));
+        let r = run_in(&rt, &sb, &ws.req(&["/bin/true"]), &format!("{test}: run {i}"));
         assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: run {i}");
         if !rt.block_on(sb.settle(Duration::ZERO)) {
             behind += 1;
@@ -76,9 +78,7 @@ fn r0831_the_sandbox_goes_behind_the_result_and_settle_waits_for_it() {
     for i in 0..5 {
         let mut req = ws.req(&["/bin/true"]);
         req.degraded = Some(Mode::LandlockOnly);
-        let r = rt
-            .block_on(sb.run(&req, RunOptions::default()))
-            .unwrap_or_else(|e| panic!("{test}: landlock-only run {i}: {}", portcullis::error_chain(&e)));
+        let r = run_in(&rt, &sb, &req, &format!("{test}: landlock-only run {i}"));
         assert_eq!(r.enforcement.mode, Mode::LandlockOnly, "{test}");
         assert!(rt.block_on(sb.settle(Duration::ZERO)), "{test}: a landlock-only run left a teardown behind");
     }
@@ -88,9 +88,10 @@ fn r0831_the_sandbox_goes_behind_the_result_and_settle_waits_for_it() {
 /// meets the cgroup leaves of earlier runs still being removed behind their
 /// results (a leaf mid-removal answers `ENODEV`), and its own leaf, which
 /// it found holding nothing of its command: none of it fails a run or
-/// slows it down to a wait on its own leaf. Found by `scripts/bench-spawn`
-/// (a `serve --audit` run failed with "emptying the cgroup ... No such
-/// device" after about 200 writable commands).
+/// slows it down to a wait on its own leaf. `scripts/bench-spawn` found the
+/// race (a `serve --audit` run failed with "emptying the cgroup ... No such
+/// device" after about 200 writable commands); this test runs the same
+/// path, which hits it only with the right timing.
 #[test]
 fn r0832_writable_runs_meet_leaves_being_removed_behind_them() {
     let test = "r0832";
