@@ -285,34 +285,22 @@ impl Cgroup {
 
     /// Kill, wait until empty (bounded), remove. Returns whether it is gone.
     pub async fn kill_and_remove(&mut self, budget: Duration) -> bool {
-        let start = Instant::now();
-        let mut nap = Duration::from_micros(200);
-        loop {
-            if self.try_remove() {
-                return true;
-            }
-            if start.elapsed() > budget {
-                return false;
-            }
+        let mut naps = Naps::new(budget);
+        while !self.try_remove() {
+            let Some(nap) = naps.next() else { return false };
             tokio::time::sleep(nap).await;
-            nap = (nap * 2).min(Duration::from_millis(20));
         }
+        true
     }
 
     /// [`Cgroup::kill_and_remove`] for a thread of its own (no runtime).
     pub fn kill_and_remove_blocking(&mut self, budget: Duration) -> bool {
-        let start = Instant::now();
-        let mut nap = Duration::from_micros(200);
-        loop {
-            if self.try_remove() {
-                return true;
-            }
-            if start.elapsed() > budget {
-                return false;
-            }
+        let mut naps = Naps::new(budget);
+        while !self.try_remove() {
+            let Some(nap) = naps.next() else { return false };
             std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(20));
         }
+        true
     }
 
     /// One try: remove the leaf, or kill what is left in it.
@@ -337,6 +325,29 @@ impl Cgroup {
                 false
             }
         }
+    }
+}
+
+/// The pauses between tries: 200 µs, doubling up to 20 ms, until `budget`
+/// has passed.
+struct Naps {
+    start: Instant,
+    budget: Duration,
+    nap: Duration,
+}
+
+impl Naps {
+    fn new(budget: Duration) -> Naps {
+        Naps { start: Instant::now(), budget, nap: Duration::from_micros(200) }
+    }
+
+    fn next(&mut self) -> Option<Duration> {
+        if self.start.elapsed() > self.budget {
+            return None;
+        }
+        let nap = self.nap;
+        self.nap = (nap * 2).min(Duration::from_millis(20));
+        Some(nap)
     }
 }
 
