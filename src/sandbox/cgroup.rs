@@ -278,6 +278,13 @@ impl Cgroup {
         fs::write(self.path.join("cgroup.kill"), "1")
     }
 
+    /// The pids in the leaf (`cgroup.procs`), as this process's pid
+    /// namespace numbers them.
+    pub fn procs(&self) -> io::Result<Vec<libc::pid_t>> {
+        let text = read_pseudo(self.path.join("cgroup.procs"))?;
+        text.split_whitespace().map(|p| p.parse().map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))).collect()
+    }
+
     /// Whether any process is left.
     pub fn populated(&self) -> bool {
         read_pseudo(self.path.join("cgroup.events")).map(|s| s.lines().any(|l| l == "populated 1")).unwrap_or(false)
@@ -330,18 +337,18 @@ impl Cgroup {
 
 /// The pauses between tries: 200 µs, doubling up to 20 ms, until `budget`
 /// has passed.
-struct Naps {
+pub(super) struct Naps {
     start: Instant,
     budget: Duration,
     nap: Duration,
 }
 
 impl Naps {
-    fn new(budget: Duration) -> Naps {
+    pub(super) fn new(budget: Duration) -> Naps {
         Naps { start: Instant::now(), budget, nap: Duration::from_micros(200) }
     }
 
-    fn next(&mut self) -> Option<Duration> {
+    pub(super) fn next(&mut self) -> Option<Duration> {
         if self.start.elapsed() > self.budget {
             return None;
         }

@@ -39,7 +39,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, Flock, FlockArg, OFlag};
@@ -612,14 +612,10 @@ fn empty_cgroup(cg: &Path, budget: Duration) -> io::Result<()> {
         return Ok(());
     }
     let _ = std::fs::write(cg.join("cgroup.kill"), "1");
-    let start = Instant::now();
-    let mut nap = Duration::from_micros(200);
+    let mut naps = super::cgroup::Naps::new(budget);
     while populated()? {
-        if start.elapsed() > budget {
-            return Err(io::Error::from_raw_os_error(libc::EBUSY));
-        }
+        let Some(nap) = naps.next() else { return Err(io::Error::from_raw_os_error(libc::EBUSY)) };
         std::thread::sleep(nap);
-        nap = (nap * 2).min(Duration::from_millis(10));
     }
     let _ = std::fs::remove_dir(cg);
     Ok(())

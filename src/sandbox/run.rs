@@ -414,16 +414,15 @@ pub(super) async fn wait_helper(launched: &mut Launched, cg: Option<&Cgroup>, wa
 /// process of the namespace can outlive its reaping by pid 1.
 pub(super) fn only_scaffolding(cg: Option<&Cgroup>, helper: libc::pid_t) -> bool {
     let Some(c) = cg else { return true };
-    let Ok(procs) = std::fs::read_to_string(c.path.join("cgroup.procs")) else { return false };
-    procs.split_whitespace().all(|p| match p.parse::<libc::pid_t>() {
-        Ok(pid) if pid == helper => true,
-        // Gone since the list was read (reaped), or the helper's child.
-        Ok(pid) => match parent_of(pid) {
-            Ok(None) => true,
-            Ok(Some(parent)) => parent == helper,
-            Err(_) => false,
-        },
-        Err(_) => false,
+    let Ok(procs) = c.procs() else { return false };
+    procs.into_iter().all(|pid| {
+        pid == helper
+            // Gone since the list was read (reaped), or the helper's child.
+            || match parent_of(pid) {
+                Ok(None) => true,
+                Ok(Some(parent)) => parent == helper,
+                Err(_) => false,
+            }
     })
 }
 
