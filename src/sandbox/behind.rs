@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use super::cgroup::Cgroup;
 use super::launch;
+use super::pool::Pool;
 
 /// The teardowns of one sandbox (shared by its clones).
 #[derive(Debug, Clone, Default)]
@@ -48,11 +49,24 @@ pub(super) struct Rest {
     lifeline: Option<OwnedFd>,
     child: launch::Helper,
     cgroup: Option<Cgroup>,
+    /// The sandbox's pool, refilled once the rest is done (unless the
+    /// sandbox is gone by then).
+    refill: Option<Weak<Pool>>,
 }
 
 impl Rest {
     pub(super) fn new(lifeline: Option<OwnedFd>, child: launch::Helper, cgroup: Option<Cgroup>) -> Rest {
-        Rest { lifeline, child, cgroup }
+        Rest { lifeline, child, cgroup, refill: None }
+    }
+
+    /// Refill `pool` once this rest is finished: making a slot right after
+    /// the result (a thread, a helper, its namespaces and mounts) took the
+    /// core the caller's runtime needed to deliver it (a `perf` timeline
+    /// showed the run's own task preempted for up to a millisecond), and
+    /// the teardown needs the CPU too.
+    pub(super) fn then_refill(mut self, pool: Option<&Arc<Pool>>) -> Rest {
+        self.refill = pool.map(Arc::downgrade);
+        self
     }
 
     /// On the reaper thread.
@@ -68,6 +82,9 @@ impl Rest {
             // On failure, the leaf's `Drop` tries once more; a leaf left
             // after that is swept by the next `Sandbox::new`.
             c.kill_and_remove_blocking(Duration::from_secs(5));
+        }
+        if let Some(pool) = self.refill.take().and_then(|p| p.upgrade()) {
+            pool.refill();
         }
     }
 }

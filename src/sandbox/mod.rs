@@ -1160,8 +1160,9 @@ impl Sandbox {
         let early = waited.early();
         if early {
             // Nothing of the command is left: the helper, its pid 1 and
-            // their namespaces go behind the result (`sandbox::behind`).
-            self.behind.start(behind::Rest::new(lifeline, child, cg.take()));
+            // their namespaces go behind the result (`sandbox::behind`),
+            // and the pool refills after them.
+            self.behind.start(behind::Rest::new(lifeline, child, cg.take()).then_refill(self.pool.as_ref()));
         } else {
             drop((lifeline, child));
             run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
@@ -1170,8 +1171,9 @@ impl Sandbox {
         if let Some(h) = hold {
             h.finish(early, &mut warnings, &mut failures);
         }
-        // Up to the pool's size again, now that this run is over.
-        if let Some(p) = &self.pool {
+        // Up to the pool's size again, now that this run is over (after an
+        // early end, the reaper does it once the teardown is done).
+        if let (false, Some(p)) = (early, &self.pool) {
             p.refill();
         }
         run::settle_stdin(relay, &mut warnings);

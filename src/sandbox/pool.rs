@@ -14,9 +14,10 @@
 //! after the base changed (another `/tmp` size, a run with the host's
 //! network), is run by a fresh helper while the pool refills for the new
 //! base. A slot is made on a thread of its own: right after one is taken
-//! when no other is ready, else once the run that took it has ended, so
-//! that it costs no time on either run's critical path (the CPU it takes
-//! is the same as a fresh run's setup). A slot that fails while it is built
+//! when no other is ready, else once the run that took it has ended and
+//! its teardown is done (the sandbox's reaper starts it: `sandbox::behind`),
+//! so that it costs no time on either run's critical path (the CPU it
+//! takes is the same as a fresh run's setup). A slot that fails while it is built
 //! is thrown away; three in a row turn the pool off (runs go on with fresh
 //! helpers), and [`Pool::status`] says why.
 //!
@@ -157,8 +158,9 @@ impl Pool {
 
     /// A ready slot for `plan`, if one fits (the pool now follows this
     /// plan's base). The caller calls [`Pool::refill_if_short`] once its run
-    /// started and [`Pool::refill`] once it ended, so that making the next
-    /// slot does not delay this one.
+    /// started and [`Pool::refill`] once it ended (or has the reaper call it
+    /// after the teardown), so that making the next slot does not delay
+    /// this one.
     pub(super) fn take(self: &Arc<Self>, plan: &Plan, stdin: &Stdin, net: Option<&Arc<Namespaces>>) -> Option<Slot> {
         let key = base_of(plan).map(|base| Key { base, cgroup: plan.containment.cgroup.clone() });
         let (slot, discard) = {
