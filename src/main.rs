@@ -454,6 +454,7 @@ fn options(a: &ExecArgs) -> Result<ExecOptions, String> {
             skip_landlock: a.test_skip_landlock,
             skip_seccomp: a.test_skip_seccomp,
             fail_git_guard: a.test_fail_git_guard,
+            slot_pivot_late: false,
         },
     })
 }

@@ -529,7 +529,7 @@ fn pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: OwnedFd, report
     }
     switch_ids(&spec.identity)?;
     let all: Vec<usize> = (0..spec.mounts.len()).collect();
-    let sources = mounts::open_sources(&spec.mounts, &all, premade_trees(&spec.mounts, trees))?;
+    let sources = mounts::open_sources(None, &spec.mounts, &all, premade_trees(&spec.mounts, trees))?;
     mounts::build_root(spec, &sources)?;
     drop(sources);
     nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, errno(e)))?;

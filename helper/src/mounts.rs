@@ -47,14 +47,20 @@ fn errno(e: nix::Error) -> io::Error {
 }
 
 /// Open a host path without following any symlink on the way: the library
-/// resolved it, so a link here means it was swapped since.
-fn open_source(src: &[u8]) -> io::Result<OwnedFd> {
+/// resolved it, so a link here means it was swapped since. With `host`,
+/// the path is looked up in that detached copy of the host's tree (as its
+/// root) instead of this process's root.
+fn open_source(host: Option<BorrowedFd<'_>>, src: &[u8]) -> io::Result<OwnedFd> {
     let p = cstr(src)?;
+    let (dirfd, resolve) = match host {
+        Some(h) => (h.as_raw_fd(), sys::RESOLVE_IN_ROOT),
+        None => (libc::AT_FDCWD, 0),
+    };
     sys::openat2(
-        libc::AT_FDCWD,
+        dirfd,
         &p,
         libc::O_PATH | libc::O_CLOEXEC,
-        sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS,
+        resolve | sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS,
     )
 }
 
@@ -62,15 +68,21 @@ fn open_source(src: &[u8]) -> io::Result<OwnedFd> {
 /// already. Runs in the new mount namespace before anything is mounted
 /// over the host's paths (the one-shot helper), or with only the slot's
 /// root stacked on `/` (which no absolute lookup enters), so the fds refer
-/// to the host's real paths.
-pub fn open_sources(mounts: &[MountOp], which: &[usize], mut premade: Vec<Option<OwnedFd>>) -> Result<Sources, Fail> {
+/// to the host's real paths; or, in a slot that pivoted ahead, in `host`,
+/// the copy of the host's tree it kept ([`begin_root_keeping_host`]).
+pub fn open_sources(
+    host: Option<BorrowedFd<'_>>,
+    mounts: &[MountOp],
+    which: &[usize],
+    mut premade: Vec<Option<OwnedFd>>,
+) -> Result<Sources, Fail> {
     let mut out: Vec<Option<Source>> = Vec::with_capacity(mounts.len());
     out.resize_with(mounts.len(), || None);
     for &i in which {
         if let Some(MountOp::Bind { src, .. }) = mounts.get(i) {
             out[i] = Some(match premade.get_mut(i).and_then(Option::take) {
                 Some(tree) => Source::Tree(tree),
-                None => Source::Path(open_source(src).map_err(|e| Fail::io(Step::OpenSources, e).detail(i))?),
+                None => Source::Path(open_source(host, src).map_err(|e| Fail::io(Step::OpenSources, e).detail(i))?),
             });
         }
     }
@@ -91,7 +103,7 @@ pub fn idmapped_trees(
         out.push(match op {
             MountOp::Bind { src, writable, idmap: true, .. } => {
                 let tree = (|| {
-                    let fd = open_source(src)?;
+                    let fd = open_source(None, src)?;
                     let tree = sys::open_tree(
                         fd.as_fd(),
                         c"",
@@ -511,7 +523,12 @@ pub fn build_root(spec: &SpawnSpec, sources: &Sources) -> Result<(), Fail> {
 /// `MakePrivate` and `MountRoot`: the root tmpfs, attached at the first of
 /// `points` that works, with its mask template.
 pub fn begin_root(skip_readonly: bool, points: &[&CStr]) -> Result<Root, Fail> {
-    // Nothing we mount may propagate back to the host.
+    make_private()?;
+    mount_root(skip_readonly, points).map_err(|e| Fail::io(Step::MountRoot, e))
+}
+
+/// Nothing we mount may propagate back to the host.
+fn make_private() -> Result<(), Fail> {
     nix::mount::mount(
         None::<&str>,
         "/",
@@ -519,8 +536,36 @@ pub fn begin_root(skip_readonly: bool, points: &[&CStr]) -> Result<Root, Fail> {
         nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
         None::<&str>,
     )
-    .map_err(|e| Fail::io(Step::MakePrivate, errno(e)))?;
-    mount_root(skip_readonly, points).map_err(|e| Fail::io(Step::MountRoot, e))
+    .map_err(|e| Fail::io(Step::MakePrivate, errno(e)))
+}
+
+/// [`begin_root`] for a pre-made sandbox, which pivots into its root before
+/// its request comes ([`enter_root`]), so that the pivot and the old root's
+/// detach (which waits for an RCU grace period) are off the request's
+/// critical path. The request's bind sources are then opened in a detached
+/// copy of the host's tree (`open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)` of
+/// `/`, made here, before the root tmpfs is stacked on it), returned with
+/// the root. `None` when this kernel cannot clone a mount from a detached
+/// tree (that came with Linux 6.15; tried once here on the copy itself):
+/// the slot then pivots at the request, as a one-shot run does.
+///
+/// The copy is held by pid 1 alone, which no process of the sandbox can
+/// reach (non-dumpable, and the command has no capability), until pid 1
+/// exits: its last close frees its mounts, an RCU grace period that must
+/// not fall on a command's start.
+pub fn begin_root_keeping_host(skip_readonly: bool, points: &[&CStr]) -> Result<(Root, Option<OwnedFd>), Fail> {
+    make_private()?;
+    let host = (|| {
+        let flags = sys::OPEN_TREE_CLONE | sys::OPEN_TREE_CLOEXEC | sys::AT_RECURSIVE;
+        let empty = flags | libc::AT_EMPTY_PATH as u32;
+        let slash = open_source(None, b"/").ok()?;
+        let tree = sys::open_tree(slash.as_fd(), c"", empty).ok()?;
+        let probe = sys::open_tree(tree.as_fd(), c"", empty).ok()?;
+        drop(probe);
+        Some(tree)
+    })();
+    let root = mount_root(skip_readonly, points).map_err(|e| Fail::io(Step::MountRoot, e))?;
+    Ok((root, host))
 }
 
 impl Root {
@@ -539,11 +584,30 @@ impl Root {
 /// The mask template removed, `PivotRoot`, `DetachOldRoot`, `RemountRoot`.
 pub fn finish_root(root: Root) -> Result<(), Fail> {
     finish_mask_template(&root).map_err(|e| Fail::io(Step::MountRoot, e))?;
+    enter_root(&root)?;
+    seal_root(root)
+}
+
+/// `PivotRoot` and `DetachOldRoot`: from here on this process's mount
+/// namespace holds the sandbox's root and nothing of the host's tree.
+/// Mounts are still made under the root through its fd.
+pub fn enter_root(root: &Root) -> Result<(), Fail> {
     nix::unistd::fchdir(root.fd.as_fd()).map_err(|e| Fail::io(Step::PivotRoot, errno(e)))?;
     nix::unistd::pivot_root(".", ".").map_err(|e| Fail::io(Step::PivotRoot, errno(e)))?;
     nix::mount::umount2(".", nix::mount::MntFlags::MNT_DETACH).map_err(|e| Fail::io(Step::DetachOldRoot, errno(e)))?;
-    nix::unistd::chdir("/").map_err(|e| Fail::io(Step::DetachOldRoot, errno(e)))?;
-    // The root tmpfs holds only mount points: nothing may be created there.
+    nix::unistd::chdir("/").map_err(|e| Fail::io(Step::DetachOldRoot, errno(e)))
+}
+
+/// After a slot's request mounts ([`enter_root`] done ahead): the mask
+/// template removed, `RemountRoot`.
+pub fn seal_entered_root(root: Root) -> Result<(), Fail> {
+    finish_mask_template(&root).map_err(|e| Fail::io(Step::MountRoot, e))?;
+    seal_root(root)
+}
+
+/// `RemountRoot`: the root tmpfs holds only mount points, so nothing may be
+/// created there.
+fn seal_root(root: Root) -> Result<(), Fail> {
     let slash = open_path(root.fd.as_fd(), b".", OFlag::O_DIRECTORY).map_err(|e| Fail::io(Step::RemountRoot, e))?;
     sys::mount_setattr(slash.as_fd(), false, sys::MOUNT_ATTR_RDONLY, 0).map_err(|e| Fail::io(Step::RemountRoot, e))?;
     Ok(())

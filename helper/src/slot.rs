@@ -10,17 +10,23 @@
 //!   on the command. The outer helper compiles the seccomp programs, clones
 //!   pid 1 into its namespaces (and the cgroup), writes its maps, makes its
 //!   network namespace; pid 1 makes the root tmpfs, stacked on `/`, and the
-//!   slot's mounts (the system binds, `/tmp`, `/proc`, `/dev`), sets the host
-//!   name, joins the network and becomes non-dumpable. Then both wait.
+//!   slot's mounts (the system binds, `/tmp`, `/proc`, `/dev`), keeps a
+//!   detached copy of the host's tree for the request's bind sources, pivots
+//!   into the root and detaches the old one (`mounts::begin_root_keeping_host`:
+//!   on a kernel that cannot clone mounts from a detached tree it keeps
+//!   none and pivots at the request instead), sets the host name, joins the
+//!   network and becomes non-dumpable. Then both wait.
 //! * `r` with a memfd holding the [`SpawnSpec`] of the one command the slot
 //!   will run (and, when the observer is on, its socket): pid 1 checks that
 //!   the slot builds exactly that spec's sandbox ([`SlotSpec::admits`];
 //!   otherwise the run fails with `EINVAL` under `ReadSpec`, and nothing
 //!   runs); for a root caller the outer helper reads its mounts first and
-//!   makes the idmapped trees. Pid 1 then opens the request's bind sources,
-//!   makes the request's own mounts (workspace, grants, read roots,
-//!   carve-outs, masks) in the plan's order, pivots, and forks the command
-//!   exactly as a one-shot pid 1 does. From there on nothing differs.
+//!   makes the idmapped trees. Pid 1 then opens the request's bind sources
+//!   (in its copy of the host's tree), makes the request's own mounts
+//!   (workspace, grants, read roots, carve-outs, masks) in the plan's order
+//!   under the root, makes the root read-only (pivoting first if it did not
+//!   ahead), and forks the command exactly as a one-shot pid 1 does. From
+//!   there on nothing differs.
 //!
 //! A slot never runs more than one command: both processes exit with it.
 //! The end of the socket or of the lifeline before a request (the pool was
@@ -295,12 +301,20 @@ fn pid1(
     crate::await_go_ahead(&chan)?;
     crate::switch_ids(&base.identity)?;
     let all: Vec<usize> = (0..base.mounts.len()).collect();
-    let sources = mounts::open_sources(&base.mounts, &all, Vec::new())?;
+    let sources = mounts::open_sources(None, &base.mounts, &all, Vec::new())?;
     let skip_readonly = cfg!(debug_assertions) && base.test_switches.skip_readonly;
     let attach = std::ffi::CString::new(SLOT_ATTACH).map_err(|_| Fail::errno(Step::MountRoot, libc::EINVAL))?;
-    let mut root = mounts::begin_root(skip_readonly, &[attach.as_c_str()])?;
+    let (mut root, mut host) = mounts::begin_root_keeping_host(skip_readonly, &[attach.as_c_str()])?;
+    if cfg!(debug_assertions) && base.test_switches.slot_pivot_late {
+        host = None;
+    }
     root.apply_ops(&base.mounts, &all, &sources)?;
     drop(sources);
+    // Where the kernel can clone the request's sources from the copy of
+    // the host's tree, the pivot and the old root's detach happen now.
+    if host.is_some() {
+        mounts::enter_root(&root)?;
+    }
     nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, crate::errno(e)))?;
     crate::join_network(base.network, base.netns, &chan)?;
     crate::become_init()?;
@@ -316,10 +330,14 @@ fn pid1(
         prep.observer = None;
     }
     let observe = observe.filter(|_| spec.observe);
-    let sources = mounts::open_sources(&spec.mounts, &own, crate::premade_trees(&spec.mounts, trees))?;
+    let premade = crate::premade_trees(&spec.mounts, trees);
+    let sources = mounts::open_sources(host.as_ref().map(|h| h.as_fd()), &spec.mounts, &own, premade)?;
     root.apply_ops(&spec.mounts, &own, &sources)?;
     drop(sources);
-    mounts::finish_root(root)?;
+    match host {
+        Some(_) => mounts::seal_entered_root(root)?,
+        None => mounts::finish_root(root)?,
+    }
     if let Some(o) = observe {
         // The command sends the observer's listener over fd 7, as in a
         // one-shot run (where the library placed the socket there).

@@ -378,12 +378,17 @@ pub struct TestSwitches {
     /// (its quarantine rename gets `EPERM`): the run must fail closed.
     #[serde(default)]
     pub fail_git_guard: bool,
+    /// A pre-made sandbox pivots into its root at its request, not ahead,
+    /// as it does on kernels that cannot clone mounts from a detached tree
+    /// (before Linux 6.15): tests that path on a kernel that can.
+    #[serde(default)]
+    pub slot_pivot_late: bool,
 }
 
 impl TestSwitches {
     /// Whether any switch is set.
     pub fn any(&self) -> bool {
-        self.skip_readonly || self.skip_landlock || self.skip_seccomp || self.fail_git_guard
+        self.skip_readonly || self.skip_landlock || self.skip_seccomp || self.fail_git_guard || self.slot_pivot_late
     }
 }
 

@@ -40,6 +40,7 @@ pub const AT_RECURSIVE: u32 = 0x8000;
 // <linux/openat2.h>
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+pub const RESOLVE_IN_ROOT: u64 = 0x10;
 // <linux/sched.h>
 pub const CLONE_PIDFD: u64 = 0x1000;
 pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;

@@ -23,7 +23,8 @@
 //!
 //! An idle slot is two sleeping processes (the outer helper and its pid 1,
 //! both the static helper binary) with their namespaces, a 1 MiB root tmpfs
-//! holding only mount points, and an empty cgroup leaf. Dropping the pool
+//! holding only mount points, pid 1's detached copy of the host's mount
+//! tree (for the request's bind sources), and an empty cgroup leaf. Dropping the pool
 //! closes every slot's socket and lifeline: the helper kills its pid 1 (and
 //! with it the namespaces and mounts), exits, and its cgroup is removed.
 //! When the process holding the pool dies, the same happens through the

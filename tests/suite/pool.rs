@@ -69,6 +69,52 @@ fn r0820_pooled_runs_are_sandboxed_like_fresh_ones() {
     assert_eq!(sb.pool_status().map(|s| s.taken), Some(taken + 1), "{test}: the writable run took a slot");
 }
 
+/// The mounts a command sees, as `mount point fstype` lines, sorted.
+fn mount_table(rt: &tokio::runtime::Runtime, sb: &Sandbox, ws: &Ws, late: bool, test: &str) -> Vec<String> {
+    let mut req = ws.req(&["/bin/sh", "-c", "cat /proc/self/mountinfo"]);
+    req.test_switches.slot_pivot_late = late;
+    let r = rt.block_on(sb.run(&req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {e}"));
+    assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: {}", stderr(&r));
+    let ws_real = ws.path().canonicalize().unwrap_or_else(|e| panic!("{test}: {e}"));
+    let mut lines: Vec<String> = stdout(&r)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            // The workspace's own path differs between two workspaces.
+            let point = f.get(4)?.replace(ws_real.to_str()?, "WS");
+            Some(format!("{point} {}", f.get(sep + 1)?))
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn r0828_a_slot_that_pivoted_ahead_holds_the_same_mounts_as_a_fresh_sandbox() {
+    let test = "r0828";
+    let ws = Ws::new();
+    let rt = rt();
+    // CONTROL: a fresh helper's table (no pool), which holds the workspace.
+    let fresh = mount_table(&rt, &sandbox().with_pool(0), &ws, false, test);
+    assert!(fresh.iter().any(|l| l.starts_with("WS ")), "{test}: no workspace mount in {fresh:?}");
+    // The host's own mounts that no plan binds (its /sys, say) are in
+    // neither: the old root is gone in both.
+    let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    assert!(host.lines().any(|l| l.split(' ').nth(4) == Some("/sys")), "{test}: the host has no /sys mount");
+    assert!(!fresh.iter().any(|l| l.starts_with("/sys ")), "{test}: {fresh:?}");
+    for late in [false, true] {
+        let sb = pooled(1);
+        // The first run learns the base; the second takes a slot.
+        let _ = mount_table(&rt, &sb, &ws, late, test);
+        await_ready(&sb, 1);
+        let taken = sb.pool_status().map(|s| s.taken).unwrap_or(0);
+        let pooled_table = mount_table(&rt, &sb, &ws, late, test);
+        assert_eq!(sb.pool_status().map(|s| s.taken), Some(taken + 1), "{test}: the run took no slot (late {late})");
+        assert_eq!(pooled_table, fresh, "{test}: a slot's mounts (pivot late: {late}) differ from a fresh sandbox's");
+    }
+}
+
 /// The namespaces a command sees, from inside: `ns:inode` per kind.
 const NS: &str = "for n in user mnt pid ipc uts net cgroup; do printf '%s ' $(readlink /proc/self/ns/$n); done; \
                   echo; ls /tmp; echo x > /tmp/left-by-an-earlier-run; ps -e -o pid= -o comm= 2>/dev/null | wc -l";
