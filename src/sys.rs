@@ -49,11 +49,16 @@ pub fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
-/// The Landlock ABI the kernel offers (0: none).
+/// The Landlock ABI the kernel offers (0: none), asked once per process
+/// (the kernel's answer cannot change while it runs; every plan asks).
 pub fn landlock_abi() -> u32 {
-    // SAFETY: the version query takes a NULL attr, size 0 and flag 1.
-    let r = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<libc::c_void>(), 0usize, 1u32) };
-    u32::try_from(r).unwrap_or(0)
+    static ABI: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ABI.get_or_init(|| {
+        // SAFETY: the version query takes a NULL attr, size 0 and flag 1.
+        let r =
+            unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<libc::c_void>(), 0usize, 1u32) };
+        u32::try_from(r).unwrap_or(0)
+    })
 }
 
 /// Whether the kernel accepts x32 syscalls (getpid with the x32 bit set).

@@ -57,8 +57,9 @@ pub(crate) struct Mount {
     pub opts: String,
 }
 
-/// Undo mountinfo's octal escapes (`\040` for a space and so on).
-fn unescape_bytes(s: &str) -> Vec<u8> {
+/// Undo mountinfo's octal escapes (`\040` for a space and so on); the one
+/// copy (`cgroup` uses it too).
+pub(super) fn unescape_bytes(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -157,7 +158,7 @@ pub fn check(writable: &[PathBuf], read_only: &[PathBuf]) -> Result<(), SandboxE
     if writable.is_empty() || read_only.is_empty() {
         return Ok(());
     }
-    let text = std::fs::read_to_string("/proc/self/mountinfo").map_err(|source| SandboxError::Io {
+    let text = super::cgroup::read_pseudo("/proc/self/mountinfo").map_err(|source| SandboxError::Io {
         stage: "reading /proc/self/mountinfo for mounts inside the grants",
         source,
     })?;

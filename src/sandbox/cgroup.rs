@@ -64,7 +64,7 @@ pub fn discover() -> Result<CgroupHost, NoCgroup> {
 /// which `fs::read_to_string` starts with a 32-byte read and doubles: eight
 /// syscalls for a 1.5 KB mountinfo. Reading into 16 KiB of room takes one or
 /// two.
-fn read_pseudo(path: impl AsRef<Path>) -> io::Result<String> {
+pub(super) fn read_pseudo(path: impl AsRef<Path>) -> io::Result<String> {
     use std::io::Read;
     let mut buf = Vec::with_capacity(16 * 1024);
     fs::File::open(path)?.read_to_end(&mut buf)?;
@@ -73,21 +73,7 @@ fn read_pseudo(path: impl AsRef<Path>) -> io::Result<String> {
 
 /// Undo mountinfo's octal escapes (`\040` for a space).
 fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Some(v) = std::str::from_utf8(&b[i + 1..i + 4]).ok().and_then(|d| u8::from_str_radix(d, 8).ok()) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8_lossy(&super::aliases::unescape_bytes(s)).into_owned()
 }
 
 fn discover_from(mountinfo: &str, own: &str) -> Result<CgroupHost, NoCgroup> {
@@ -222,10 +208,14 @@ impl CgroupHost {
         if self.parent != self.mount {
             return self.parent.join("cgroup.kill").exists();
         }
-        let release = read_pseudo("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let mut parts = release.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
-        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        (major, minor) >= (5, 14)
+        // Asked once per process: the kernel's release cannot change.
+        static RECENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *RECENT.get_or_init(|| {
+            let release = read_pseudo("/proc/sys/kernel/osrelease").unwrap_or_default();
+            let mut parts = release.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
+            let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+            (major, minor) >= (5, 14)
+        })
     }
 
     /// Make the leaf `plan` describes, with its limits. Any step that
