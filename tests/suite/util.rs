@@ -104,6 +104,18 @@ pub struct Ws {
     pub dir: tempfile::TempDir,
 }
 
+/// Files tests keep next to a workspace (`ws.path().with_extension(..)`:
+/// a policy the sandbox must not see inside it), removed with it.
+const SIBLINGS: &[&str] = &["policy.toml", "deny.toml"];
+
+impl Drop for Ws {
+    fn drop(&mut self) {
+        for ext in SIBLINGS {
+            let _ = fs::remove_file(self.dir.path().with_extension(ext));
+        }
+    }
+}
+
 /// Where test workspaces live: `PORTCULLIS_TEST_ROOT`, else `/var/tmp`. Not
 /// `/tmp`: the sandbox's private /tmp is Landlock-writable, so a workspace
 /// under it is guarded by the mount layer alone (a reported gap), and these
