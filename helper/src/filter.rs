@@ -1271,11 +1271,57 @@ pub(crate) mod tests {
         assert!(most <= 20 && total <= 512 * 16, "observer: at most {most}, {total} in all");
     }
 
-    const PROFILES: [Profile; 3] = [
+    const PROFILES: [Profile; 4] = [
         Profile::FULL,
+        Profile { degraded: false, network_none: true },
         Profile { degraded: true, network_none: false },
         Profile { degraded: true, network_none: true },
     ];
+
+    #[test]
+    fn the_search_routes_every_number_as_the_table_says() {
+        // Every syscall number up to 1023, and each with the x32 bit, with
+        // zero arguments: an unconditional entry returns its errno, clone3
+        // and openat2 ENOSYS, an x32 number EPERM, a number the table does
+        // not name ALLOW. Conditional entries are run with their arguments
+        // by `every_entry_is_refused_and_only_when_it_should_be`; here they
+        // must only not be allowed outright by the search's routing, which
+        // `kernel_caches` says (their block loads an argument).
+        for profile in PROFILES {
+            let p = compile_for(profile).unwrap_or_else(|e| panic!("{e}"));
+            let entries = entries_for(profile);
+            for nr in 0u32..1024 {
+                let got = run(&p, AUDIT_ARCH, nr, [0; 6]);
+                let entry = entries.iter().find(|e| e.nr as u32 == nr);
+                let want = match entry {
+                    _ if nr == libc::SYS_clone3 as u32 || nr == libc::SYS_openat2 as u32 => {
+                        Some(RET_ERRNO | libc::ENOSYS as u32)
+                    }
+                    Some(e) if e.when == When::Always => Some(RET_ERRNO | e.errno as u32),
+                    Some(_) => None,
+                    None => Some(RET_ALLOW),
+                };
+                match want {
+                    Some(w) => assert_eq!(got, w, "syscall {nr} in {profile:?}"),
+                    None => assert!(!kernel_caches(&p, nr), "conditional syscall {nr} cached in {profile:?}"),
+                }
+                if cfg!(target_arch = "x86_64") {
+                    assert_eq!(run(&p, AUDIT_ARCH, nr | X32_SYSCALL_BIT, [0; 6]), EPERM, "x32 {nr} in {profile:?}");
+                }
+            }
+            for nr in [u32::MAX, X32_SYSCALL_BIT - 1, 0x7fff_ffff] {
+                let want = if nr >= X32_SYSCALL_BIT && cfg!(target_arch = "x86_64") { EPERM } else { RET_ALLOW };
+                assert_eq!(run(&p, AUDIT_ARCH, nr, [0; 6]), want, "syscall {nr:#x} in {profile:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_dispatch_refuses_a_number_listed_twice() {
+        let mut a = Asm::default();
+        let cases = [(1, Goto::Ret(RET_ALLOW)), (7, Goto::Ret(RET_ALLOW)), (1, Goto::Ret(RET_ALLOW))];
+        assert!(matches!(a.dispatch(&cases, RET_ALLOW, &mut |_, _| {}), Err(FilterError::Duplicate(1))));
+    }
 
     const EPERM: u32 = RET_ERRNO | libc::EPERM as u32;
 

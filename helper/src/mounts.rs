@@ -549,10 +549,12 @@ fn make_private() -> Result<(), Fail> {
 /// tree (that came with Linux 6.15; tried once here on the copy itself):
 /// the slot then pivots at the request, as a one-shot run does.
 ///
-/// The copy is held by pid 1 alone, which no process of the sandbox can
-/// reach (non-dumpable, and the command has no capability), until pid 1
-/// exits: its last close frees its mounts, an RCU grace period that must
-/// not fall on a command's start.
+/// The copy is held by pid 1 alone while the slot waits (nothing runs in
+/// it then; pid 1 is non-dumpable and holds capabilities the command will
+/// not, so the kernel's ptrace checks keep its descriptors from the
+/// command), and handed to the outer helper once the request's mounts are
+/// made (`slot::pid1`): its last close frees its mounts, an RCU grace
+/// period that must not fall on a command's start.
 pub fn begin_root_keeping_host(skip_readonly: bool, points: &[&CStr]) -> Result<(Root, Option<OwnedFd>), Fail> {
     make_private()?;
     let host = (|| {

@@ -22,7 +22,8 @@
 //!   otherwise the run fails with `EINVAL` under `ReadSpec`, and nothing
 //!   runs); for a root caller the outer helper reads its mounts first and
 //!   makes the idmapped trees. Pid 1 then opens the request's bind sources
-//!   (in its copy of the host's tree), makes the request's own mounts
+//!   (in its copy of the host's tree, which it then hands to the outer
+//!   helper, who keeps it unread until it exits), makes the request's own mounts
 //!   (workspace, grants, read roots, carve-outs, masks) in the plan's order
 //!   under the root, makes the root read-only (pivoting first if it did not
 //!   ahead), and forks the command exactly as a one-shot pid 1 does. From
@@ -89,8 +90,11 @@ pub fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
     };
     drop(sock);
     hand_over(request, userns.as_fd(), &chan_outer).map_err(kill)?;
-    drop(chan_outer);
+    // Open until this process exits: pid 1 sends its copy of the host's
+    // tree here once the request's mounts are made, and it stays queued
+    // (never read) until the socket closes with this process.
     let (code, orphaned) = crate::supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
+    drop(chan_outer);
     crate::clean_up(portcullis_helper::spec::Mode::Full, orphaned, cgroup);
     Ok(code)
 }
@@ -322,7 +326,6 @@ fn pid1(
 
     // The request.
     let (memfd, trees, observe) = await_spec(&chan)?;
-    drop(chan);
     let spec = crate::parse_spec(&crate::read_all(memfd)?)?;
     let own = base.admits(&spec).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
     let mut prep = crate::prepare_with(&spec, programs)?;
@@ -334,9 +337,22 @@ fn pid1(
     let sources = mounts::open_sources(host.as_ref().map(|h| h.as_fd()), &spec.mounts, &own, premade)?;
     root.apply_ops(&spec.mounts, &own, &sources)?;
     drop(sources);
-    match host {
-        Some(_) => mounts::seal_entered_root(root)?,
-        None => mounts::finish_root(root)?,
+    let pivoted = host.is_some();
+    if let Some(h) = host {
+        // The copy of the host's tree goes to the outer helper, which lives
+        // in the host's namespaces anyway and holds it until it exits:
+        // nothing of the sandbox keeps it while the command runs, and its
+        // last close (which frees its mounts, an RCU grace period) falls in
+        // the teardown behind the result, not here. If it cannot be handed
+        // over, pid 1 keeps it until it exits, as unreachable as before.
+        if chan::send(&chan, b'h', &[h.as_raw_fd()]).is_err() {
+            std::mem::forget(h);
+        }
+    }
+    drop(chan);
+    match pivoted {
+        true => mounts::seal_entered_root(root)?,
+        false => mounts::finish_root(root)?,
     }
     if let Some(o) = observe {
         // The command sends the observer's listener over fd 7, as in a

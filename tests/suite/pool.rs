@@ -69,7 +69,9 @@ fn r0820_pooled_runs_are_sandboxed_like_fresh_ones() {
     assert_eq!(sb.pool_status().map(|s| s.taken), Some(taken + 1), "{test}: the writable run took a slot");
 }
 
-/// The mounts a command sees, as `mount point fstype` lines, sorted.
+/// The mounts a command sees, as `root mount-point options - fstype source
+/// super-options` lines (mountinfo without the ids and device numbers),
+/// sorted.
 fn mount_table(rt: &tokio::runtime::Runtime, sb: &Sandbox, ws: &Ws, late: bool, test: &str) -> Vec<String> {
     let mut req = ws.req(&["/bin/sh", "-c", "cat /proc/self/mountinfo"]);
     req.test_switches.slot_pivot_late = late;
@@ -81,9 +83,10 @@ fn mount_table(rt: &tokio::runtime::Runtime, sb: &Sandbox, ws: &Ws, late: bool, 
         .filter_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
             let sep = f.iter().position(|x| *x == "-")?;
-            // The workspace's own path differs between two workspaces.
-            let point = f.get(4)?.replace(ws_real.to_str()?, "WS");
-            Some(format!("{point} {}", f.get(sep + 1)?))
+            let ws = ws_real.to_str()?;
+            let (root, point, opts) = (f.get(3)?.replace(ws, "WS"), f.get(4)?.replace(ws, "WS"), f.get(5)?);
+            let (fstype, source, sopts) = (f.get(sep + 1)?, f.get(sep + 2)?, f.get(sep + 3)?);
+            Some(format!("{root} {point} {opts} - {fstype} {source} {sopts}"))
         })
         .collect();
     lines.sort();
@@ -97,12 +100,12 @@ fn r0828_a_slot_that_pivoted_ahead_holds_the_same_mounts_as_a_fresh_sandbox() {
     let rt = rt();
     // CONTROL: a fresh helper's table (no pool), which holds the workspace.
     let fresh = mount_table(&rt, &sandbox().with_pool(0), &ws, false, test);
-    assert!(fresh.iter().any(|l| l.starts_with("WS ")), "{test}: no workspace mount in {fresh:?}");
+    assert!(fresh.iter().any(|l| l.split(' ').nth(1) == Some("WS")), "{test}: no workspace mount in {fresh:?}");
     // The host's own mounts that no plan binds (its /sys, say) are in
     // neither: the old root is gone in both.
     let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     assert!(host.lines().any(|l| l.split(' ').nth(4) == Some("/sys")), "{test}: the host has no /sys mount");
-    assert!(!fresh.iter().any(|l| l.starts_with("/sys ")), "{test}: {fresh:?}");
+    assert!(!fresh.iter().any(|l| l.split(' ').nth(1) == Some("/sys")), "{test}: {fresh:?}");
     for late in [false, true] {
         let sb = pooled(1);
         // The first run learns the base; the second takes a slot.
@@ -112,6 +115,71 @@ fn r0828_a_slot_that_pivoted_ahead_holds_the_same_mounts_as_a_fresh_sandbox() {
         let pooled_table = mount_table(&rt, &sb, &ws, late, test);
         assert_eq!(sb.pool_status().map(|s| s.taken), Some(taken + 1), "{test}: the run took no slot (late {late})");
         assert_eq!(pooled_table, fresh, "{test}: a slot's mounts (pivot late: {late}) differ from a fresh sandbox's");
+    }
+}
+
+/// The descriptors of `pid` that refer to the host's root directory (the
+/// same device and inode as this process's `/`).
+fn fds_on_host_root(pid: &str) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(root) = std::fs::metadata("/") else { return vec!["cannot stat /".into()] };
+    let dir = format!("/proc/{pid}/fd");
+    std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|f| std::fs::metadata(f.path()).is_ok_and(|m| m.dev() == root.dev() && m.ino() == root.ino()))
+        .map(|f| f.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn r0829_no_process_of_a_running_slot_holds_the_host_tree() {
+    let test = "r0829";
+    if !is_root() {
+        // A slot's pid 1 is non-dumpable: only root can read its
+        // descriptors from outside.
+        eprintln!("{test}: checked as root only (pid 1's descriptors are unreadable to uid 65534, by design)");
+        return;
+    }
+    // CONTROL: the check finds a descriptor on the host's root.
+    let own = std::fs::File::open("/").unwrap_or_else(|e| panic!("{test}: {e}"));
+    let me = std::process::id().to_string();
+    assert!(!fds_on_host_root(&me).is_empty(), "{test}: control: our own fd on / is not seen");
+    drop(own);
+    let ws = Ws::new();
+    let rt = rt();
+    let sb = pooled(1);
+    let _ = rt.block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()));
+    await_ready(&sb, 1);
+    let taken = sb.pool_status().map(|s| s.taken).unwrap_or(0);
+    let look = std::thread::spawn(move || {
+        // While the command sleeps: every pid 1 of ours that has started
+        // its command (an idle slot still holds the copy, for its request).
+        std::thread::sleep(Duration::from_millis(400));
+        let mut seen = Vec::new();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let pid = e.file_name().to_string_lossy().into_owned();
+            let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+            if comm.trim() == "portcullis-init" && !children.trim().is_empty() {
+                seen.push((pid.clone(), fds_on_host_root(&pid)));
+                for child in children.split_whitespace() {
+                    seen.push((child.to_string(), fds_on_host_root(child)));
+                }
+            }
+        }
+        seen
+    });
+    let r = rt
+        .block_on(sb.run(&ws.req(&["/bin/sleep", "1"]), RunOptions::default()))
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let seen = look.join().unwrap_or_else(|_| panic!("{test}: the look panicked"));
+    assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: {}", stderr(&r));
+    assert_eq!(sb.pool_status().map(|s| s.taken), Some(taken + 1), "{test}: the run took no slot");
+    assert!(!seen.is_empty(), "{test}: no running pid 1 was found");
+    for (pid, fds) in &seen {
+        assert!(fds.is_empty(), "{test}: process {pid} of a running sandbox holds the host's tree on fd {fds:?}");
     }
 }
 
