@@ -344,10 +344,9 @@ fn pid1(
         // nothing of the sandbox keeps it while the command runs, and its
         // last close (which frees its mounts, an RCU grace period) falls in
         // the teardown behind the result, not here. If it cannot be handed
-        // over, pid 1 keeps it until it exits, as unreachable as before.
-        if chan::send(&chan, b'h', &[h.as_raw_fd()]).is_err() {
-            std::mem::forget(h);
-        }
+        // over, it is closed here all the same (slower, never kept).
+        let _ = chan::send(&chan, b'h', &[h.as_raw_fd()]);
+        drop(h);
     }
     drop(chan);
     match pivoted {

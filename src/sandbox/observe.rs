@@ -4,8 +4,9 @@
 //! is `SECCOMP_RET_USER_NOTIF`, for the syscalls that write by path
 //! (`portcullis_helper::observe`), and hands its listener to us over a
 //! socket before it execs. An OS thread here, the run's own while it lasts
-//! (kept idle for a later run afterwards), receives every notification, reads the path from the command's memory, asks the kernel
-//! whether the write is about to be refused, and **always** answers
+//! (kept idle for a later run afterwards), receives every notification,
+//! reads the path from the command's memory, asks the kernel whether the
+//! write is about to be refused, and **always** answers
 //! `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: the kernel then runs the syscall
 //! itself, with every check it would make without us. The observer decides
 //! nothing and can turn no refusal into a success; when it cannot tell (a
