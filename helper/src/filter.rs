@@ -926,10 +926,11 @@ pub fn compile_for(profile: Profile) -> Result<BpfProgram, FilterError> {
     cases.extend(
         entries.iter().filter(|e| e.when == When::Always).map(|e| (e.nr as u32, Goto::Ret(RET_ERRNO | e.errno as u32))),
     );
-    a.dispatch(&cases, RET_ALLOW, &mut |a, i| {
-        if let Some(e) = conditional.get(i) {
-            emit_block(a, e);
-        }
+    a.dispatch(&cases, RET_ALLOW, &mut |a, i| match conditional.get(i) {
+        Some(e) => emit_block(a, e),
+        // Every case names a block of `conditional`; were one missing, its
+        // label must still end in a refusal, never fall into the next block.
+        None => a.stmt(BPF_RET_K, RET_ERRNO | libc::EPERM as u32),
     })?;
     a.finish()
 }
