@@ -30,8 +30,10 @@ fn errno(e: nix::Error) -> io::Error {
 }
 
 /// Become the command. Returns only the failure; the caller reports it.
-pub fn run(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) -> Fail {
-    match setup(spec, prep, via, report) {
+/// `ahead`: this process already ran [`ahead`] (a slot's command, forked
+/// before the request).
+pub fn run(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd, ahead: bool) -> Fail {
+    match setup(spec, prep, via, report, ahead) {
         Ok(never) => match never {},
         Err(f) => f,
     }
@@ -40,16 +42,22 @@ pub fn run(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) 
 enum Never {}
 
 /// The command's process, one line per step (see `Step`).
-fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) -> Result<Never, Fail> {
-    nix::unistd::setsid().map_err(|e| Fail::io(Step::NewSession, errno(e)))?;
+fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd, ahead: bool) -> Result<Never, Fail> {
+    if !ahead {
+        new_session()?;
+    }
     nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
         .map_err(|e| Fail::io(Step::UnblockSignals, errno(e)))?;
     // The command gets SIGPIPE (and every other signal) at its default,
     // not as this Rust program ignores it.
-    crate::sys::default_signal_dispositions().map_err(|e| Fail::io(Step::UnblockSignals, e))?;
+    match ahead {
+        true => crate::sys::default_signal_disposition(libc::SIGPIPE),
+        false => crate::sys::default_signal_dispositions(None),
+    }
+    .map_err(|e| Fail::io(Step::UnblockSignals, e))?;
     change_dir(spec)?;
     set_rlimits(spec)?;
-    drop_privileges(spec)?;
+    drop_privileges(spec, ahead)?;
     nix::sys::prctl::set_no_new_privs().map_err(|e| Fail::io(Step::NoNewPrivs, errno(e)))?;
     let mut applied = restrict_writes(spec, via)?;
     crate::sys::close_range_from(3, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::CloseFds, e))?;
@@ -60,6 +68,25 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd) ->
     }
     crate::report(report, Record::Applied(applied));
     Err(exec(prep))
+}
+
+/// What a slot's command does while it waits for its request: the steps of
+/// [`setup`] that depend on nothing in it, so that they leave the request's
+/// path. Its own session; every signal disposition at its default but
+/// SIGPIPE's, which stays ignored until [`setup`] (a write to a closed pipe
+/// before then is an error this program handles, not its death); and the
+/// capability bounding set cleared (the effective capabilities stay for
+/// the request's mounts: the bounding set only limits what an `execve`
+/// may grant, and [`setup`] zeroes the rest).
+pub fn ahead() -> Result<(), Fail> {
+    new_session()?;
+    crate::sys::default_signal_dispositions(Some(libc::SIGPIPE)).map_err(|e| Fail::io(Step::UnblockSignals, e))?;
+    crate::sys::clear_bounding_set().map_err(|e| Fail::io(Step::DropCaps, e))
+}
+
+/// `NewSession`.
+fn new_session() -> Result<(), Fail> {
+    nix::unistd::setsid().map(drop).map_err(|e| Fail::io(Step::NewSession, errno(e)))
 }
 
 /// `Chdir`.
@@ -85,12 +112,13 @@ fn set_rlimits(spec: &SpawnSpec) -> Result<(), Fail> {
 /// `DropCaps`. A root caller in landlock-only mode: the command stays uid 0
 /// (so that a root-owned workspace it may write stays writable) but holds
 /// no capability, cannot get one back at execve, and cannot unlock that.
-fn drop_privileges(spec: &SpawnSpec) -> Result<(), Fail> {
+/// `bounding_cleared`: [`ahead`] cleared the bounding set already.
+fn drop_privileges(spec: &SpawnSpec, bounding_cleared: bool) -> Result<(), Fail> {
     let root_without_userns = spec.mode == Mode::LandlockOnly && nix::unistd::getuid().is_root();
     if root_without_userns {
         lock_root().map_err(|e| Fail::io(Step::DropCaps, e))?;
     }
-    drop_caps().map_err(|e| Fail::io(Step::DropCaps, e))?;
+    drop_caps(bounding_cleared).map_err(|e| Fail::io(Step::DropCaps, e))?;
     if root_without_userns {
         check_root_locked().map_err(|e| Fail::io(Step::DropCaps, e))?;
     }
@@ -121,13 +149,13 @@ fn restrict_writes(spec: &SpawnSpec, via: CloneCall) -> Result<Applied, Fail> {
 /// compiled in here are dropped too), `PR_CAP_AMBIENT_CLEAR_ALL`, and one
 /// `capset` that zeroes the three other sets at once — about 45 syscalls
 /// instead of the ~90 a read-then-drop loop per set costs.
-fn drop_caps() -> io::Result<()> {
+fn drop_caps(bounding_cleared: bool) -> io::Result<()> {
     let to_io = |e: caps::errors::CapsError| io::Error::other(e.to_string());
     // Without CAP_SETPCAP (landlock-only mode: an unprivileged caller with no
     // user namespace) the bounding set cannot be changed — nor does it
     // matter: with no_new_privs and no permitted capabilities, exec grants
     // none. Every set we can clear is cleared.
-    if caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SETPCAP).map_err(to_io)? {
+    if !bounding_cleared && caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SETPCAP).map_err(to_io)? {
         crate::sys::clear_bounding_set()?;
     }
     crate::sys::clear_ambient_set()?;

@@ -598,7 +598,7 @@ pub(crate) fn fork_command(
     // outer helper), so the child may do anything after fork.
     match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, errno(e)))? {
         nix::unistd::ForkResult::Child => {
-            let f = command::run(spec, prep, via, report_fd);
+            let f = command::run(spec, prep, via, report_fd, false);
             report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
             sys::exit_now(f.exit_code());
         }

@@ -15,25 +15,32 @@
 //!   into the root and detaches the old one (`mounts::begin_root_keeping_host`:
 //!   on a kernel that cannot clone mounts from a detached tree it keeps
 //!   none and pivots at the request instead), sets the host name, joins the
-//!   network and becomes non-dumpable. Then both wait.
+//!   network and becomes non-dumpable. Then it forks the command's process
+//!   ahead, which takes its own session, puts the signal dispositions back
+//!   to their defaults (SIGPIPE's at its setup), clears the capability
+//!   bounding set (`command::ahead`) and says `k`; pid 1 keeps nothing of
+//!   the slot and waits to reap it. Then all wait.
 //! * `r` with a memfd holding the [`SpawnSpec`] of the one command the slot
-//!   will run (and, when the observer is on, its socket): pid 1 checks that
-//!   the slot builds exactly that spec's sandbox ([`SlotSpec::admits`];
-//!   otherwise the run fails with `EINVAL` under `ReadSpec`, and nothing
-//!   runs); for a root caller the outer helper reads its mounts first and
-//!   makes the idmapped trees. Pid 1 then opens the request's bind sources
-//!   (in its copy of the host's tree, which it then hands to the outer
-//!   helper, who keeps it unread until it exits), makes the request's own mounts
-//!   (workspace, grants, read roots, carve-outs, masks) in the plan's order
-//!   under the root, makes the root read-only (pivoting first if it did not
-//!   ahead), and forks the command exactly as a one-shot pid 1 does. From
-//!   there on nothing differs.
+//!   will run (and, when the observer is on, its socket): the command's
+//!   process checks that the slot builds exactly that spec's sandbox
+//!   ([`SlotSpec::admits`]; otherwise the run fails with `EINVAL` under
+//!   `ReadSpec`, and nothing runs); for a root caller the outer helper reads
+//!   its mounts first and makes the idmapped trees. The command's process
+//!   then opens the request's bind sources (in its copy of the host's tree,
+//!   which it then hands to the outer helper, who keeps it unread until it
+//!   exits), makes the request's own mounts (workspace, grants, read roots,
+//!   carve-outs, masks) in the plan's order under the root (it still holds
+//!   pid 1's capabilities; the mounts are the namespace's), makes the root
+//!   read-only (pivoting first if the slot did not ahead), and goes on with
+//!   the rest of a command's setup (`command::run`). Pid 1 reaps, sweeps
+//!   and reports as in a one-shot run. From there on nothing differs.
 //!
-//! A slot never runs more than one command: both processes exit with it.
+//! A slot never runs more than one command: all its processes exit with it.
 //! The end of the socket or of the lifeline before a request (the pool was
 //! dropped, or its process died) kills pid 1, whose pid namespace, mounts and
-//! network die with it; a pid 1 that fails while the slot is built reports
-//! the step on the report pipe and exits, and the outer helper with it.
+//! network die with it; a pid 1 (or a command's process, before its
+//! request) that fails while the slot is built reports the step on the
+//! report pipe and exits, and the outer helper with it.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
@@ -294,7 +301,8 @@ fn run_pid1(base: &SlotSpec, programs: Programs, via: CloneCall, chan: OwnedFd, 
     sys::exit_now(f.exit_code())
 }
 
-/// Pid 1: the slot's part, the wait, the request's part, the command.
+/// Pid 1: the slot's part, then the command's process forked ahead, which
+/// waits for the request; pid 1 itself only reaps.
 fn pid1(
     base: &SlotSpec,
     programs: Programs,
@@ -322,6 +330,43 @@ fn pid1(
     nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, crate::errno(e)))?;
     crate::join_network(base.network, base.netns, &chan)?;
     crate::become_init()?;
+    // The command's process, forked now rather than at the request: it
+    // makes the request's mounts itself (it holds pid 1's capabilities until
+    // its own setup drops them; the mounts are the namespace's, whoever
+    // makes them) and becomes the command, so the request reaches the
+    // command without pid 1's wake-up and a fork in between. Pid 1 keeps
+    // nothing of the slot: it reaps, sweeps and reports, as ever.
+    // SAFETY: pid 1 is single-threaded (a fresh clone of the single-threaded
+    // outer helper), so the child may do anything after fork.
+    match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, crate::errno(e)))? {
+        nix::unistd::ForkResult::Child => {
+            let f = match command_ahead(base, programs, via, chan, root, host, report_fd) {
+                Ok(never) => match never {},
+                Err(f) => f,
+            };
+            crate::report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
+            sys::exit_now(f.exit_code())
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop((chan, root, host, programs));
+            sys::exit_now(crate::reap(child, report_fd))
+        }
+    }
+}
+
+/// The command's process of a slot, forked ahead: the steps of its setup
+/// that do not depend on the request (`command::ahead`), `k` (the slot is
+/// built), then the request's part, then the command (`command::run`).
+fn command_ahead(
+    base: &SlotSpec,
+    programs: Programs,
+    via: CloneCall,
+    chan: OwnedFd,
+    mut root: mounts::Root,
+    host: Option<OwnedFd>,
+    report_fd: &OwnedFd,
+) -> Result<Never, Fail> {
+    crate::command::ahead()?;
     chan::send(&chan, b'k', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
 
     // The request.
@@ -358,8 +403,7 @@ fn pid1(
         // one-shot run (where the library placed the socket there).
         sys::dup_onto(o.as_fd(), OBSERVE_FD).map_err(|e| Fail::io(Step::HandOver, e))?;
     }
-    let child = crate::fork_command(&spec, &prep, via, report_fd)?;
-    sys::exit_now(crate::reap(child, report_fd))
+    Err(crate::command::run(&spec, &prep, via, report_fd, true))
 }
 
 /// The request as pid 1 gets it: the spec's memfd, the idmapped trees and

@@ -433,24 +433,29 @@ pub fn capset_none() -> io::Result<()> {
 
 /// Put every signal a process may catch or ignore back to its default
 /// disposition (an ignored one survives `execve`; this program, being Rust,
-/// ignores SIGPIPE). Signals the C library reserves for itself answer
-/// EINVAL and are left as they are.
-pub fn default_signal_dispositions() -> io::Result<()> {
+/// ignores SIGPIPE), but `keep`. Signals the C library reserves for itself
+/// answer EINVAL and are left as they are.
+pub fn default_signal_dispositions(keep: Option<libc::c_int>) -> io::Result<()> {
     for sig in 1..=libc::SIGRTMAX() {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP || Some(sig) == keep {
             continue;
         }
-        // SAFETY: SIG_DFL installs no handler; the old disposition is not
-        // read.
-        let r = unsafe { libc::signal(sig, libc::SIG_DFL) };
-        if r == libc::SIG_ERR {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINVAL) {
-                return Err(e);
-            }
+        match default_signal_disposition(sig) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            r => r?,
         }
     }
     Ok(())
+}
+
+/// Put one signal's disposition back to its default.
+pub fn default_signal_disposition(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: SIG_DFL installs no handler; the old disposition is not read.
+    let r = unsafe { libc::signal(sig, libc::SIG_DFL) };
+    match r == libc::SIG_ERR {
+        true => Err(io::Error::last_os_error()),
+        false => Ok(()),
+    }
 }
 
 /// `execve(path, argv, envp)`; returns only on failure.

@@ -154,15 +154,19 @@ fn r0829_no_process_of_a_running_slot_holds_the_host_tree() {
     await_ready(&sb, 1);
     let taken = sb.pool_status().map(|s| s.taken).unwrap_or(0);
     let look = std::thread::spawn(move || {
-        // While the command sleeps: every pid 1 of ours that has started
-        // its command (an idle slot still holds the copy, for its request).
+        // While the command sleeps: every pid 1 of ours whose command has
+        // started, and that command (an idle slot's command-to-be, forked
+        // ahead and still named portcullis-init, holds the copy for its
+        // request).
         std::thread::sleep(Duration::from_millis(400));
+        let comm_of = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         let mut seen = Vec::new();
         for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
             let pid = e.file_name().to_string_lossy().into_owned();
-            let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+            let comm = comm_of(&pid);
             let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-            if comm.trim() == "portcullis-init" && !children.trim().is_empty() {
+            let started = children.split_whitespace().any(|c| comm_of(c).trim() != "portcullis-init");
+            if comm.trim() == "portcullis-init" && started {
                 seen.push((pid.clone(), fds_on_host_root(&pid)));
                 for child in children.split_whitespace() {
                     seen.push((child.to_string(), fds_on_host_root(child)));
