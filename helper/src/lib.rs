@@ -12,6 +12,7 @@
 //! a multithreaded process.
 
 pub mod filter;
+pub mod mount_api;
 pub mod network;
 pub mod observe;
 pub mod report;

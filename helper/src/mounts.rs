@@ -51,16 +51,12 @@ fn errno(e: nix::Error) -> io::Error {
 /// the path is looked up in that detached copy of the host's tree (as its
 /// root) instead of this process's root.
 fn open_source(host: Option<BorrowedFd<'_>>, src: &[u8]) -> io::Result<OwnedFd> {
-    let p = cstr(src)?;
-    let (dirfd, resolve) = match host {
-        Some(h) => (h.as_raw_fd(), sys::RESOLVE_IN_ROOT),
-        None => (libc::AT_FDCWD, 0),
-    };
+    let Some(h) = host else { return portcullis_helper::mount_api::open_source_on_host(src) };
     sys::openat2(
-        dirfd,
-        &p,
+        h.as_raw_fd(),
+        &cstr(src)?,
         libc::O_PATH | libc::O_CLOEXEC,
-        resolve | sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS,
+        sys::RESOLVE_IN_ROOT | sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS,
     )
 }
 
@@ -89,41 +85,15 @@ pub fn open_sources(
     Ok(Sources(out))
 }
 
-/// Root callers: clone each `idmap` bind on the host side and idmap it
-/// through `userns`, whose map sends host root to the command's host id.
-/// Must run in the caller's mount namespace, with host root's
-/// CAP_SYS_ADMIN (only the filesystem's owner namespace may idmap).
+/// Root callers: the idmapped trees of `mounts`
+/// ([`portcullis_helper::mount_api::idmapped_trees`]), under `Idmap`.
 pub fn idmapped_trees(
     mounts: &[MountOp],
     skip_readonly: bool,
     userns: BorrowedFd<'_>,
 ) -> Result<Vec<Option<OwnedFd>>, Fail> {
-    let mut out = Vec::with_capacity(mounts.len());
-    for (i, op) in mounts.iter().enumerate() {
-        out.push(match op {
-            MountOp::Bind { src, writable, idmap: true, .. } => {
-                let tree = (|| {
-                    let fd = open_source(None, src)?;
-                    let tree = sys::open_tree(
-                        fd.as_fd(),
-                        c"",
-                        sys::OPEN_TREE_CLONE | sys::OPEN_TREE_CLOEXEC | libc::AT_EMPTY_PATH as u32 | sys::AT_RECURSIVE,
-                    )?;
-                    let mut set = sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV;
-                    if !*writable && !skip_readonly {
-                        set |= sys::MOUNT_ATTR_RDONLY;
-                    }
-                    sys::mount_setattr_idmap(tree.as_fd(), false, set, userns)?;
-                    sys::mount_setattr(tree.as_fd(), true, set, 0)?;
-                    Ok::<_, io::Error>(tree)
-                })()
-                .map_err(|e| Fail::io(Step::Idmap, e).detail(i))?;
-                Some(tree)
-            }
-            _ => None,
-        });
-    }
-    Ok(out)
+    portcullis_helper::mount_api::idmapped_trees(mounts, skip_readonly, userns)
+        .map_err(|(i, e)| Fail::io(Step::Idmap, e).detail(i))
 }
 
 /// The sandbox's root while it is being built.

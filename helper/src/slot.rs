@@ -3,37 +3,44 @@
 //!
 //! The library starts the helper with a `SOCK_SEQPACKET` socket on fd 3
 //! instead of the spec's memfd, and the report pipe, the lifeline and the
-//! cgroup as usual. Over the socket come two messages, each a tag byte and
-//! descriptors (`chan`):
+//! cgroup as usual. Messages are a tag byte and descriptors (`chan`):
 //!
-//! * `s` with a memfd holding a [`SlotSpec`]: everything that does not depend
-//!   on the command. The outer helper compiles the seccomp programs, clones
-//!   pid 1 into its namespaces (and the cgroup), writes its maps, makes its
-//!   network namespace; pid 1 makes the root tmpfs, stacked on `/`, and the
-//!   slot's mounts (the system binds, `/tmp`, `/proc`, `/dev`), keeps a
-//!   detached copy of the host's tree for the request's bind sources, pivots
-//!   into the root and detaches the old one (`mounts::begin_root_keeping_host`:
-//!   on a kernel that cannot clone mounts from a detached tree it keeps
-//!   none and pivots at the request instead), sets the host name, joins the
-//!   network and becomes non-dumpable. Then it forks the command's process
-//!   ahead, which takes its own session, puts the signal dispositions back
-//!   to their defaults (SIGPIPE's at its setup), clears the capability
-//!   bounding set (`command::ahead`) and says `k`; pid 1 keeps nothing of
-//!   the slot and waits to reap it. Then all wait.
-//! * `r` with a memfd holding the [`SpawnSpec`] of the one command the slot
-//!   will run (and, when the observer is on, its socket): the command's
-//!   process checks that the slot builds exactly that spec's sandbox
+//! * `s` (library to outer helper) with a memfd holding a [`SlotSpec`]:
+//!   everything that does not depend on the command. The outer helper
+//!   compiles the seccomp programs, clones pid 1 into its namespaces (and
+//!   the cgroup), writes its maps, makes its network namespace; pid 1 makes
+//!   the root tmpfs, stacked on `/`, and the slot's mounts (the system
+//!   binds, `/tmp`, `/proc`, `/dev`), keeps a detached copy of the host's
+//!   tree for the request's bind sources, pivots into the root and detaches
+//!   the old one (`mounts::begin_root_keeping_host`: on a kernel that cannot
+//!   clone mounts from a detached tree it keeps none and pivots at the
+//!   request instead), sets the host name, joins the network and becomes
+//!   non-dumpable. Then it forks the command's process ahead, which takes
+//!   its own session, puts the signal dispositions back to their defaults
+//!   (SIGPIPE's at its setup) and clears the capability bounding set
+//!   (`command::ahead`); pid 1 keeps nothing of the slot and waits to reap.
+//! * `k` (command's process to outer helper): built. The outer helper hands
+//!   it the library's socket (`q`) and says `k` to the library, with pid
+//!   1's user namespace when the caller is root. From then on the outer
+//!   helper only supervises: the request goes straight to the command's
+//!   process, with no process in between.
+//! * `o` (library to command's process) with the observer's socket, when
+//!   the run is observed, then `r` with a memfd holding the [`SpawnSpec`]
+//!   of the one command the slot will run and, for a root caller, the
+//!   idmapped trees the library made through that user namespace (the same
+//!   function the outer helper uses for a one-shot run:
+//!   `portcullis_helper::mount_api::idmapped_trees`). The command's process
+//!   checks that the slot builds exactly that spec's sandbox
 //!   ([`SlotSpec::admits`]; otherwise the run fails with `EINVAL` under
-//!   `ReadSpec`, and nothing runs); for a root caller the outer helper reads
-//!   its mounts first and makes the idmapped trees. The command's process
-//!   then opens the request's bind sources (in its copy of the host's tree,
-//!   which it then hands to the outer helper, who keeps it unread until it
-//!   exits), makes the request's own mounts (workspace, grants, read roots,
-//!   carve-outs, masks) in the plan's order under the root (it still holds
-//!   pid 1's capabilities; the mounts are the namespace's), makes the root
-//!   read-only (pivoting first if the slot did not ahead), and goes on with
-//!   the rest of a command's setup (`command::run`). Pid 1 reaps, sweeps
-//!   and reports as in a one-shot run. From there on nothing differs.
+//!   `ReadSpec`, and nothing runs), opens the request's bind sources (in its
+//!   copy of the host's tree, which it then hands to the outer helper, who
+//!   keeps it unread until it exits), makes the request's own mounts
+//!   (workspace, grants, read roots, carve-outs, masks) in the plan's order
+//!   under the root (it still holds pid 1's capabilities; the mounts are the
+//!   namespace's), makes the root read-only (pivoting first if the slot did
+//!   not ahead), and goes on with the rest of a command's setup
+//!   (`command::run`). Pid 1 reaps, sweeps and reports as in a one-shot run.
+//!   From there on nothing differs.
 //!
 //! A slot never runs more than one command: all its processes exit with it.
 //! The end of the socket or of the lifeline before a request (the pool was
@@ -88,18 +95,14 @@ pub fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
         f
     };
     let userns = start(pid, via, cgroup.as_ref(), &base, &chan_outer).map_err(kill)?;
-    let Some(request) = await_request(&sock, &chan_outer, pidfd.as_fd(), &lifeline)? else {
+    if !await_built(&sock, &chan_outer, pidfd.as_fd(), &lifeline)? || !hand_over(sock, &userns, &chan_outer) {
         // The pool is gone (or pid 1 failed and reported why): nothing ran.
         let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
-        let (code, orphaned) = crate::supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
-        crate::clean_up(portcullis_helper::spec::Mode::Full, orphaned, cgroup);
-        return Ok(code);
-    };
-    drop(sock);
-    hand_over(request, userns.as_fd(), &chan_outer).map_err(kill)?;
-    // Open until this process exits: pid 1 sends its copy of the host's
-    // tree here once the request's mounts are made, and it stays queued
-    // (never read) until the socket closes with this process.
+    }
+    drop(userns);
+    // Open until this process exits: the command's process sends its copy
+    // of the host's tree here once the request's mounts are made, and it
+    // stays queued (never read) until the socket closes with this process.
     let (code, orphaned) = crate::supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
     drop(chan_outer);
     crate::clean_up(portcullis_helper::spec::Mode::Full, orphaned, cgroup);
@@ -183,112 +186,46 @@ fn netns_in_child(userns: &OwnedFd) -> Result<OwnedFd, Fail> {
     }
 }
 
-/// What the outer helper reads of a root caller's spec: the mounts, for
-/// the idmapped trees (pid 1 reads and checks the whole spec).
-#[derive(serde::Deserialize)]
-struct Mounts {
-    mounts: Vec<MountOp>,
-    #[serde(default)]
-    test_switches: portcullis_helper::spec::TestSwitches,
-}
-
-/// The request: its mounts, the spec's memfd (for pid 1), and the
-/// observer's socket when one came.
-struct Request {
-    /// Read here only for a root caller (see `await_request`).
-    spec: Option<Mounts>,
-    memfd: OwnedFd,
-    observe: Option<OwnedFd>,
-}
-
-/// Wait for the `r` message; `None` when the socket or the lifeline closed,
-/// or pid 1 died, first.
-/// Pid 1's `k` (its part is built) is passed on to the library, which hands
-/// out only slots that said so.
-fn await_request(
-    sock: &OwnedFd,
-    chan_outer: &OwnedFd,
-    pidfd: BorrowedFd<'_>,
-    lifeline: &OwnedFd,
-) -> Result<Option<Request>, Fail> {
-    let mut built = false;
+/// Wait for the command's process to say the slot is built (`k`); false
+/// when the socket or the lifeline closed, or pid 1 died, first (the
+/// library sends nothing before it has the `k`).
+fn await_built(sock: &OwnedFd, chan_outer: &OwnedFd, pidfd: BorrowedFd<'_>, lifeline: &OwnedFd) -> Result<bool, Fail> {
     loop {
-        let mut fds = vec![
+        let mut fds = [
             PollFd::new(sock.as_fd(), PollFlags::POLLIN),
             PollFd::new(pidfd, PollFlags::POLLIN),
             PollFd::new(lifeline.as_fd(), PollFlags::POLLIN),
+            PollFd::new(chan_outer.as_fd(), PollFlags::POLLIN),
         ];
-        if !built {
-            fds.push(PollFd::new(chan_outer.as_fd(), PollFlags::POLLIN));
-        }
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) => {}
             Err(nix::Error::EINTR) => continue,
             Err(e) => return Err(Fail::io(Step::Supervise, crate::errno(e))),
         }
         let ready = |i: usize| fds.get(i).and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
-        let (request, died, gone, said) = (ready(0), ready(1), ready(2), ready(3));
-        drop(fds);
-        if died || gone {
-            return Ok(None);
+        if ready(0) || ready(1) || ready(2) {
+            return Ok(false);
         }
-        if said {
-            match chan::recv(chan_outer) {
-                Ok(Some((b'k', _))) => {
-                    built = true;
-                    if chan::send(sock, b'k', &[]).is_err() {
-                        return Ok(None);
-                    }
-                }
-                _ => return Ok(None),
-            }
-        }
-        if request {
-            break;
+        if ready(3) {
+            return Ok(matches!(chan::recv(chan_outer), Ok(Some((b'k', fds))) if fds.is_empty()));
         }
     }
-    let (memfd, observe) = match chan::recv(sock) {
-        Ok(Some((b'r', fds))) if (1..=2).contains(&fds.len()) => {
-            let mut fds = fds.into_iter();
-            (fds.next(), fds.next())
-        }
-        Ok(None) => return Ok(None),
-        _ => return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)),
-    };
-    let Some(memfd) = memfd else { return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)) };
-    // Only a root caller's spec can ask for idmapped trees, which this
-    // process makes: otherwise pid 1 alone reads (and checks) the spec.
-    let spec = match nix::unistd::getuid().is_root() {
-        true => {
-            let copy = memfd.try_clone().map_err(|e| Fail::io(Step::ReadSpec, e))?;
-            let buf = crate::read_all(copy)?;
-            Some(serde_json::from_slice::<Mounts>(&buf).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?)
-        }
-        false => None,
-    };
-    Ok(Some(Request { spec, memfd, observe }))
 }
 
-/// Make a root caller's idmapped trees through pid 1's user namespace, and
-/// send pid 1 the spec, the observer's socket and the trees (pid 1 checks
-/// the spec against the slot before it uses any of them).
-fn hand_over(req: Request, userns: BorrowedFd<'_>, chan_outer: &OwnedFd) -> Result<(), Fail> {
-    let trees = match &req.spec {
-        Some(m) if m.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })) => {
-            let skip_readonly = cfg!(debug_assertions) && m.test_switches.skip_readonly;
-            mounts::idmapped_trees(&m.mounts, skip_readonly, userns)?
-        }
-        _ => Vec::new(),
-    };
-    // Without a socket (the library's observer could not start) the command
-    // installs no observer, as in a one-shot run without fd 7 (pid 1 checks
-    // the spec asks for one).
-    if let Some(o) = &req.observe {
-        chan::send(chan_outer, b'o', &[o.as_raw_fd()]).map_err(|e| Fail::io(Step::HandOver, e))?;
+/// The library's socket to the command's process (`q`), which reads the
+/// request itself; then `k` to the library, with pid 1's user namespace
+/// for a root caller (the library makes the idmapped trees through it, as
+/// this process does for a one-shot run). False when either could not be
+/// sent (the slot is then given up).
+fn hand_over(sock: OwnedFd, userns: &OwnedFd, chan_outer: &OwnedFd) -> bool {
+    if chan::send(chan_outer, b'q', &[sock.as_raw_fd()]).is_err() {
+        return false;
     }
-    let mut raw = vec![req.memfd.as_raw_fd()];
-    raw.extend(trees.iter().flatten().map(|t| t.as_raw_fd()));
-    chan::send(chan_outer, b'r', &raw).map_err(|e| Fail::io(Step::HandOver, e))
+    let ns = match nix::unistd::getuid().is_root() {
+        true => vec![userns.as_raw_fd()],
+        false => Vec::new(),
+    };
+    chan::send(&sock, b'k', &ns).is_ok()
 }
 
 /// Pid 1 of a slot; never returns.
@@ -368,9 +305,16 @@ fn command_ahead(
 ) -> Result<Never, Fail> {
     crate::command::ahead()?;
     chan::send(&chan, b'k', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
+    // The library's socket, on which the request comes straight here.
+    let sock = match chan::recv(&chan) {
+        Ok(Some((b'q', mut fds))) if fds.len() == 1 => fds.remove(0),
+        Ok(None) | Err(_) => sys::exit_now(crate::EXIT_SETUP),
+        Ok(Some(_)) => return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)),
+    };
 
     // The request.
-    let (memfd, trees, observe) = await_spec(&chan)?;
+    let (memfd, trees, observe) = await_spec(&sock)?;
+    drop(sock);
     let spec = crate::parse_spec(&crate::read_all(memfd)?)?;
     let own = base.admits(&spec).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
     let mut prep = crate::prepare_with(&spec, programs)?;
@@ -406,8 +350,10 @@ fn command_ahead(
     Err(crate::command::run(&spec, &prep, via, report_fd, true))
 }
 
-/// The request as pid 1 gets it: the spec's memfd, the idmapped trees and
-/// the observer's socket. End-of-file: the slot was given up; exit quietly.
+/// The request as the command's process gets it from the library: `o`
+/// with the observer's socket (when observing), then `r` with the spec's
+/// memfd and a root caller's idmapped trees. End-of-file: the slot was
+/// given up; exit quietly.
 fn await_spec(chan: &OwnedFd) -> Result<(OwnedFd, Vec<OwnedFd>, Option<OwnedFd>), Fail> {
     let mut observe = None;
     loop {

@@ -22,25 +22,19 @@ fn owned(r: libc::c_long) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+// The new mount API's calls and constants both sides use.
+pub use portcullis_helper::mount_api::{
+    mount_setattr, open_tree, openat2, AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID,
+    MOUNT_ATTR_RDONLY, OPEN_TREE_CLOEXEC, OPEN_TREE_CLONE, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS,
+};
+
 // <linux/mount.h>
-pub const OPEN_TREE_CLONE: u32 = 1;
-pub const OPEN_TREE_CLOEXEC: u32 = libc::O_CLOEXEC as u32;
 pub const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
 pub const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
 pub const FSOPEN_CLOEXEC: u32 = 1;
 pub const FSMOUNT_CLOEXEC: u32 = 1;
 pub const FSCONFIG_SET_STRING: u32 = 1;
 pub const FSCONFIG_CMD_CREATE: u32 = 6;
-pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
-pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
-pub const MOUNT_ATTR_NODEV: u64 = 0x4;
-pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
-pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-pub const AT_RECURSIVE: u32 = 0x8000;
-// <linux/openat2.h>
-pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-pub const RESOLVE_IN_ROOT: u64 = 0x10;
 // <linux/sched.h>
 pub const CLONE_PIDFD: u64 = 0x1000;
 pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
@@ -204,12 +198,6 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> io::Result<
     .map(drop)
 }
 
-/// `open_tree(dirfd, path, flags)`.
-pub fn open_tree(dirfd: BorrowedFd<'_>, path: &CStr, flags: u32) -> io::Result<OwnedFd> {
-    // SAFETY: `path` is a valid NUL-terminated string and `dirfd` is open.
-    owned(unsafe { libc::syscall(libc::SYS_open_tree, dirfd.as_raw_fd(), path.as_ptr(), flags) })
-}
-
 /// `move_mount(from, "", to, "", F_EMPTY_PATH|T_EMPTY_PATH)`: attach the
 /// mount `from` on top of the path `to` refers to.
 pub fn move_mount(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> io::Result<()> {
@@ -223,46 +211,6 @@ pub fn move_mount(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> io::Result<()> {
             to.as_raw_fd(),
             empty.as_ptr(),
             MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-        )
-    })
-    .map(drop)
-}
-
-/// `struct mount_attr` from `<linux/mount.h>` (MOUNT_ATTR_SIZE_VER0).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-/// `mount_setattr(fd, "", AT_EMPTY_PATH[|AT_RECURSIVE], {set, clr})`.
-pub fn mount_setattr(fd: BorrowedFd<'_>, recursive: bool, set: u64, clr: u64) -> io::Result<()> {
-    mount_setattr_raw(fd, recursive, MountAttr { attr_set: set, attr_clr: clr, propagation: 0, userns_fd: 0 })
-}
-
-/// `mount_setattr` with `MOUNT_ATTR_IDMAP` through the user namespace `userns`.
-pub fn mount_setattr_idmap(fd: BorrowedFd<'_>, recursive: bool, set: u64, userns: BorrowedFd<'_>) -> io::Result<()> {
-    let userns_fd = u64::try_from(userns.as_raw_fd()).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    mount_setattr_raw(
-        fd,
-        recursive,
-        MountAttr { attr_set: set | MOUNT_ATTR_IDMAP, attr_clr: 0, propagation: 0, userns_fd },
-    )
-}
-
-fn mount_setattr_raw(fd: BorrowedFd<'_>, recursive: bool, mut attr: MountAttr) -> io::Result<()> {
-    let flags = libc::AT_EMPTY_PATH as u32 | if recursive { AT_RECURSIVE } else { 0 };
-    // SAFETY: `attr` is a valid mount_attr of the size passed; fd is open.
-    cvt(unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            flags,
-            std::ptr::addr_of_mut!(attr),
-            std::mem::size_of::<MountAttr>(),
         )
     })
     .map(drop)
@@ -298,29 +246,6 @@ pub fn fs_create_mount(fd: BorrowedFd<'_>, attrs: u64) -> io::Result<OwnedFd> {
     })?;
     // SAFETY: an open, created fs context fd.
     owned(unsafe { libc::syscall(libc::SYS_fsmount, fd.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })
-}
-
-/// `struct open_how` from `<linux/openat2.h>`.
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
-
-/// `openat2(dirfd, path, {flags, 0, resolve})`.
-pub fn openat2(dirfd: RawFd, path: &CStr, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
-    let mut how = OpenHow { flags: flags as u64, mode: 0, resolve };
-    // SAFETY: `how` is a valid open_how of the size passed, `path` a C string.
-    owned(unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dirfd,
-            path.as_ptr(),
-            std::ptr::addr_of_mut!(how),
-            std::mem::size_of::<OpenHow>(),
-        )
-    })
 }
 
 /// `close_range(first, ~0, flags)`: close (or, with `CLOSE_RANGE_CLOEXEC`,

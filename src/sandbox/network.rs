@@ -176,7 +176,7 @@ async fn make(helper: &Path, uid: u32) -> Result<Namespaces, SandboxError> {
 }
 
 /// One message and its fds (close-on-exec); an empty message at EOF.
-fn receive(sock: &OwnedFd) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+pub(super) fn receive(sock: &OwnedFd) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     let mut buf = [0u8; 16];
     let mut iov = [IoSliceMut::new(&mut buf)];
     let mut space = nix::cmsg_space!([RawFd; 4]);

@@ -21,10 +21,14 @@
 //! is thrown away; three in a row turn the pool off (runs go on with fresh
 //! helpers), and [`Pool::status`] says why.
 //!
-//! An idle slot is two sleeping processes (the outer helper and its pid 1,
-//! both the static helper binary) with their namespaces, a 1 MiB root tmpfs
-//! holding only mount points, pid 1's detached copy of the host's mount
-//! tree (for the request's bind sources), and an empty cgroup leaf. Dropping the pool
+//! An idle slot is three sleeping processes (the outer helper, its pid 1
+//! and the command's process forked ahead, all the static helper binary)
+//! with their namespaces, a 1 MiB root tmpfs holding only mount points, a
+//! detached copy of the host's mount tree (for the request's bind sources),
+//! and an empty cgroup leaf. The request goes straight to the command's
+//! process over the slot's socket; for a root caller the library first
+//! makes the run's idmapped trees through the user namespace the slot sent
+//! with its `k`. Dropping the pool
 //! closes every slot's socket and lifeline: the helper kills its pid 1 (and
 //! with it the namespaces and mounts), exits, and its cgroup is removed.
 //! When the process holding the pool dies, the same happens through the
@@ -32,12 +36,13 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
-use portcullis_helper::spec::{Mode, SlotSpec, SPEC_VERSION};
+use portcullis_helper::report::{Step, NO_DETAIL};
+use portcullis_helper::spec::{Mode, MountOp, SlotSpec, SPEC_VERSION};
 
 use super::cgroup::{Cgroup, CgroupHost, CgroupPlan};
 use super::network::Namespaces;
@@ -66,6 +71,9 @@ pub(super) struct Slot {
     /// is only ever handed to a run of that network.
     net: Option<Arc<Namespaces>>,
     ready: bool,
+    /// Pid 1's user namespace, which the helper sends with `k` to a root
+    /// caller: the run's idmapped trees are made through it.
+    userns: Option<OwnedFd>,
 }
 
 fn same_net(a: Option<&Arc<Namespaces>>, b: Option<&Arc<Namespaces>>) -> bool {
@@ -325,13 +333,13 @@ impl Slot {
                 false => Readiness::Ready,
             };
         }
-        let mut buf = [0u8; 1];
-        match nix::sys::socket::recv(self.sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
-            Ok(1) if buf[0] == b'k' => {
+        match super::network::receive(&self.sock) {
+            Ok((msg, mut fds)) if msg == b"k" && fds.len() <= 1 => {
+                self.userns = fds.pop();
                 self.ready = true;
                 Readiness::Ready
             }
-            Err(nix::Error::EAGAIN) => Readiness::Building,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Readiness::Building,
             _ => Readiness::Failed(self.failure()),
         }
     }
@@ -352,27 +360,54 @@ impl Slot {
         }
     }
 
-    /// Hand the slot `plan`'s spec (and the observer's socket): its command
-    /// starts. Returns what a fresh spawn returns.
+    /// Hand the slot `plan`'s spec (and the observer's socket, and a root
+    /// caller's idmapped trees): its command starts. The request goes
+    /// straight to the slot's command process (`helper/src/slot.rs`).
+    /// Returns what a fresh spawn returns.
     pub(super) fn launch(
         self,
         plan: &Plan,
         observing: &mut super::observe::Setup,
     ) -> Result<(run::Launched, run::Streams), SandboxError> {
         let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
+        let trees = self.idmapped_trees(plan)?;
         let json = run::encode_spec(plan)?;
         let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
-        let mut fds: Vec<RawFd> = vec![memfd.as_raw_fd()];
+        // Without a socket (the library's observer could not start) the
+        // command installs no observer, as in a one-shot run without fd 7
+        // (the helper checks the spec asks for one).
         if let Some(o) = observing.helper_end() {
-            fds.push(o);
+            send(&self.sock, b'o', &[o]).map_err(io_err("handing the spec to a pre-made sandbox"))?;
         }
+        let mut fds: Vec<RawFd> = vec![memfd.as_raw_fd()];
+        fds.extend(trees.iter().flatten().map(|t| t.as_raw_fd()));
         send(&self.sock, b'r', &fds).map_err(io_err("handing the spec to a pre-made sandbox"))?;
-        drop(memfd);
+        drop((memfd, trees));
         observing.spawned();
         let Slot { sock, lifeline, report_r, child, .. } = self;
         drop(sock);
         let child = child.attach().map_err(io_err("waiting for a pre-made sandbox"))?;
         run::launched(child, lifeline, report_r)
+    }
+
+    /// A root caller's idmapped trees of `plan`, made here through pid 1's
+    /// user namespace as the helper makes them for a one-shot run (the same
+    /// function: [`portcullis_helper::mount_api::idmapped_trees`]); none for
+    /// a plan without idmapped binds. A failure is the `Idmap` step's, as
+    /// the helper would report it.
+    fn idmapped_trees(&self, plan: &Plan) -> Result<Vec<Option<OwnedFd>>, SandboxError> {
+        let mounts = &plan.spec.mounts;
+        if !mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })) {
+            return Ok(Vec::new());
+        }
+        let Some(userns) = self.userns.as_ref() else {
+            return Err(super::setup_error(plan, Ok(Step::Idmap), libc::EPERM, NO_DETAIL));
+        };
+        let skip_readonly = cfg!(debug_assertions) && plan.spec.test_switches.skip_readonly;
+        portcullis_helper::mount_api::idmapped_trees(mounts, skip_readonly, userns.as_fd()).map_err(|(i, e)| {
+            let detail = u32::try_from(i).unwrap_or(NO_DETAIL);
+            super::setup_error(plan, Ok(Step::Idmap), e.raw_os_error().unwrap_or(libc::EIO), detail)
+        })
     }
 
     /// The slot's cgroup leaf, for the run that took it (which kills and
@@ -452,5 +487,5 @@ fn make_slot(
     let child = launch::spawn_detached(helper, &["--slot"], &pass, None)
         .map_err(|source| SandboxError::Spawn { helper: helper.to_path_buf(), source })?;
     drop((theirs, report_w, life_r, cg_fd, net_fds));
-    Ok(Slot { sock, lifeline, report_r, child, cgroup, key: key.clone(), net, ready: false })
+    Ok(Slot { sock, lifeline, report_r, child, cgroup, key: key.clone(), net, ready: false, userns: None })
 }
