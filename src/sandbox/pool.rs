@@ -13,7 +13,8 @@
 //! with every run (its "base"): the first run of a sandbox, and the first
 //! after the base changed (another `/tmp` size, a run with the host's
 //! network), is run by a fresh helper while the pool refills for the new
-//! base. A slot is made on a thread of its own: right after one is taken
+//! base. A slot is made on the pool's maker thread (one for the pool's life,
+//! started with its first slot; slots are made one after another): right after one is taken
 //! when no other is ready, else once the run that took it has ended and
 //! its teardown is done (the sandbox's reaper starts it: `sandbox::behind`),
 //! so that it costs no time on either run's critical path (the CPU it
@@ -119,6 +120,8 @@ pub struct Pool {
     helper: PathBuf,
     cgroup: Option<CgroupHost>,
     state: Mutex<State>,
+    /// The queue of the pool's maker thread, once started.
+    maker: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -149,7 +152,7 @@ fn base_of(plan: &Plan) -> Option<SlotSpec> {
 impl Pool {
     /// A pool of `size` slots of `helper`, with leaves under `cgroup`.
     pub(super) fn new(size: usize, helper: PathBuf, cgroup: Option<CgroupHost>) -> Pool {
-        Pool { size, helper, cgroup, state: Mutex::new(State::default()) }
+        Pool { size, helper, cgroup, state: Mutex::new(State::default()), maker: Mutex::new(None) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -253,48 +256,48 @@ impl Pool {
     /// Start making slots until `size` are made or being made.
     pub(super) fn refill(self: &Arc<Self>) {
         loop {
-            let key = {
+            let job = {
                 let mut st = self.lock();
                 if st.off.is_some() || st.closed || st.slots.len() + st.making >= self.size {
                     return;
                 }
                 let Some(key) = st.key.clone() else { return };
                 st.making += 1;
-                (key, st.net.clone())
+                Job { key, net: st.net.clone() }
             };
-            let (key, net) = key;
-            let pool = Arc::clone(self);
-            let made = std::thread::Builder::new().name("portcullis-pool".into()).spawn(move || {
-                let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net);
-                let mut st = pool.lock();
-                st.making -= 1;
-                match slot {
-                    Ok(s)
-                        if !st.closed
-                            && st.key.as_ref() == Some(&s.key)
-                            && same_net(st.net.as_ref(), s.net.as_ref()) =>
-                    {
-                        st.slots.push_back(s)
-                    }
-                    Ok(s) => {
-                        drop(st);
-                        drop(s);
-                    }
-                    Err(e) => {
-                        st.failures += 1;
-                        if st.failures >= MAX_FAILURES {
-                            st.off = Some(format!("making a pre-made sandbox failed: {e}"));
-                        }
-                    }
-                }
-            });
-            if made.is_err() {
+            if !self.hand_to_maker(job) {
                 let mut st = self.lock();
                 st.making -= 1;
                 st.off = Some("no thread could be started to make pre-made sandboxes".into());
                 return;
             }
         }
+    }
+
+    /// Queue `job` for the pool's maker thread, started with the first job
+    /// (one thread for the pool's life, rather than one per slot: a thread's
+    /// start and its stack's unmapping at its end cost CPU, and each unmap
+    /// interrupts the other cores). False when no thread could be started.
+    fn hand_to_maker(self: &Arc<Self>, job: Job) -> bool {
+        let mut maker = self.maker.lock().unwrap_or_else(|p| p.into_inner());
+        let job = match maker.as_ref() {
+            Some(tx) => match tx.send(job) {
+                Ok(()) => return true,
+                // The thread is gone (it cannot be, but a new one is started).
+                Err(std::sync::mpsc::SendError(job)) => job,
+            },
+            None => job,
+        };
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let pool = Arc::downgrade(self);
+        let started =
+            std::thread::Builder::new().name("portcullis-pool".into()).spawn(move || make_slots(&pool, &rx)).is_ok();
+        if !started || tx.send(job).is_err() {
+            *maker = None;
+            return false;
+        }
+        *maker = Some(tx);
+        true
     }
 
     /// Drop every slot and make no more (`Workspace::dispose`).
@@ -414,6 +417,38 @@ impl Slot {
     /// removes it as it does a fresh one).
     pub(super) fn take_cgroup(&mut self) -> Option<Cgroup> {
         self.cgroup.take()
+    }
+}
+
+/// A slot to make, for the pool's maker thread.
+struct Job {
+    key: Key,
+    net: Option<Arc<Namespaces>>,
+}
+
+/// The pool's maker thread: one slot per job, until the pool is dropped
+/// (its sender with it, so the queue ends) or gone when a job comes.
+fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &std::sync::mpsc::Receiver<Job>) {
+    while let Ok(Job { key, net }) = jobs.recv() {
+        let Some(pool) = pool.upgrade() else { return };
+        let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net);
+        let mut st = pool.lock();
+        st.making -= 1;
+        match slot {
+            Ok(s) if !st.closed && st.key.as_ref() == Some(&s.key) && same_net(st.net.as_ref(), s.net.as_ref()) => {
+                st.slots.push_back(s)
+            }
+            Ok(s) => {
+                drop(st);
+                drop(s);
+            }
+            Err(e) => {
+                st.failures += 1;
+                if st.failures >= MAX_FAILURES {
+                    st.off = Some(format!("making a pre-made sandbox failed: {e}"));
+                }
+            }
+        }
     }
 }
 
