@@ -16,7 +16,8 @@
 //! An example rather than a binary: it is built from this repository against
 //! the library's public API only (what a host program sees), it ships with
 //! nobody's install, and `cargo test` compiles it, so it cannot rot.
-//! The runtime is the one `portcullis serve` uses (multi-thread, 2 workers),
+//! The runtime and the stdio are the ones `portcullis serve` uses (multi-thread,
+//! 2 workers; stdin and stdout read and written on the runtime when pipes),
 //! so the library and the server are compared on equal terms.
 
 use std::io::Write;
@@ -29,6 +30,9 @@ use portcullis::sandbox::Outcome;
 use portcullis::workspace::Workspace;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
+
+/// The driver's stdout.
+type Output = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
 
 struct Args {
     policy: PathBuf,
@@ -84,8 +88,13 @@ async fn run(args: Args) -> Result<(), String> {
         b = b.audit_log(log);
     }
     let ws = Arc::new(b.build().map_err(|e| portcullis::error_chain(&e))?);
-    let out = Arc::new(Mutex::new(tokio::io::stdout()));
-    let say = |out: Arc<Mutex<tokio::io::Stdout>>, line: String| async move {
+    // Stdin and stdout as `portcullis serve` reads and writes them: on the
+    // runtime's own threads when they are pipes (tokio's own stdin and
+    // stdout hand every read and write to its blocking pool and back, a
+    // wake-up of another thread each way), so that the library and the
+    // server are measured with the same I/O.
+    let out = Arc::new(Mutex::new(portcullis::mcp::stdio::stdout()));
+    let say = |out: Arc<Mutex<Output>>, line: String| async move {
         let mut o = out.lock().await;
         // A closed stdout (the harness died) ends nothing here: the input's
         // end does.
@@ -94,7 +103,7 @@ async fn run(args: Args) -> Result<(), String> {
     };
     say(out.clone(), "ready\n".into()).await;
 
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut lines = BufReader::new(portcullis::mcp::stdio::stdin()).lines();
     let mut tasks = tokio::task::JoinSet::new();
     loop {
         let line = match lines.next_line().await {
