@@ -28,7 +28,9 @@ pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 pub const RESOLVE_IN_ROOT: u64 = 0x10;
 
-fn cvt(r: libc::c_long) -> io::Result<libc::c_long> {
+/// `-1/errno` of a raw syscall as an `io::Error` (the helper binary's own
+/// wrappers use it too).
+pub fn cvt(r: libc::c_long) -> io::Result<libc::c_long> {
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -36,7 +38,8 @@ fn cvt(r: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
-fn owned(r: libc::c_long) -> io::Result<OwnedFd> {
+/// A raw syscall's new descriptor, owned.
+pub fn owned(r: libc::c_long) -> io::Result<OwnedFd> {
     let fd = RawFd::try_from(cvt(r)?).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
     // SAFETY: the kernel just returned this fd to us and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })

@@ -8,19 +8,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-fn cvt(r: libc::c_long) -> io::Result<libc::c_long> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-fn owned(r: libc::c_long) -> io::Result<OwnedFd> {
-    let fd = RawFd::try_from(cvt(r)?).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
+use portcullis_helper::mount_api::{cvt, owned};
 
 // The new mount API's calls and constants both sides use.
 pub use portcullis_helper::mount_api::{
