@@ -126,6 +126,11 @@ async fn run(args: Args) -> Result<(), String> {
         });
     }
     while tasks.join_next().await.is_some() {}
+    if std::env::var_os("BENCH_DRIVER_POOL").is_some() {
+        // How many commands found a slot ready (the rest ran in a fresh
+        // sandbox): a benchmark can say whether the pool kept up.
+        eprintln!("bench_driver: pool {:?}", ws.pool_status());
+    }
     ws.dispose().await;
     Ok(())
 }

@@ -12,7 +12,7 @@ use nix::sys::socket::{
 };
 
 /// Most fds one message carries.
-pub const MAX_FDS: usize = 64;
+pub const MAX_FDS: usize = portcullis_helper::MAX_PASSED_FDS;
 
 fn errno(e: nix::Error) -> io::Error {
     io::Error::from_raw_os_error(e as i32)

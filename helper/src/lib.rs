@@ -36,5 +36,8 @@ pub const OBSERVE_FD: i32 = 7;
 pub const USERNS_FD: i32 = 8;
 /// The workspace's network namespace, likewise.
 pub const NETNS_FD: i32 = 9;
+/// The most descriptors one message between the library, the outer helper
+/// and the sandbox's processes carries (the receiving side's room).
+pub const MAX_PASSED_FDS: usize = 64;
 /// The highest protocol fd: the helper closes every fd above it.
 pub const LAST_FD: i32 = NETNS_FD;

@@ -529,7 +529,7 @@ fn pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: OwnedFd, report
     }
     switch_ids(&spec.identity)?;
     let all: Vec<usize> = (0..spec.mounts.len()).collect();
-    let sources = mounts::open_sources(None, &spec.mounts, &all, premade_trees(&spec.mounts, trees))?;
+    let sources = mounts::open_sources(None, &spec.mounts, &all, premade_trees(&spec.mounts, trees)?)?;
     mounts::build_root(spec, &sources)?;
     drop(sources);
     nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, errno(e)))?;
@@ -561,10 +561,21 @@ pub(crate) fn switch_ids(id: &Identity) -> Result<(), Fail> {
     nix::unistd::setresuid(uid, uid, uid).map_err(|e| Fail::io(Step::SwitchIds, errno(e)))
 }
 
-/// The idmapped trees arrive in plan order, one per `idmap` bind.
-pub(crate) fn premade_trees(mounts: &[MountOp], trees: Vec<OwnedFd>) -> Vec<Option<OwnedFd>> {
+/// The idmapped trees that came with a spec, one per `idmap` bind of its
+/// mounts in order (`None` for the other mounts). Exactly as many as the
+/// spec has such binds, or `ReadSpec` refuses it with `EINVAL` (a missing
+/// tree would have the bind made from the host's path without its idmap; an
+/// extra descriptor would be taken for a tree).
+pub(crate) fn premade_trees(mounts: &[MountOp], trees: Vec<OwnedFd>) -> Result<Vec<Option<OwnedFd>>, Fail> {
+    let wanted = mounts.iter().filter(|m| matches!(m, MountOp::Bind { idmap: true, .. })).count();
+    if trees.len() != wanted {
+        return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));
+    }
     let mut trees = trees.into_iter();
-    mounts.iter().map(|m| if matches!(m, MountOp::Bind { idmap: true, .. }) { trees.next() } else { None }).collect()
+    Ok(mounts
+        .iter()
+        .map(|m| if matches!(m, MountOp::Bind { idmap: true, .. }) { trees.next() } else { None })
+        .collect())
 }
 
 /// `JoinNetwork`: with `--network none`, join the network namespace the

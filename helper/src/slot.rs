@@ -43,9 +43,11 @@
 //!   From there on nothing differs.
 //!
 //! A slot never runs more than one command: all its processes exit with it.
-//! The end of the socket or of the lifeline before a request (the pool was
-//! dropped, or its process died) kills pid 1, whose pid namespace, mounts and
-//! network die with it; a pid 1 (or a command's process, before its
+//! The end of the lifeline, or of the socket before a request (the pool was
+//! dropped, or its process died), ends the slot: the outer helper kills pid
+//! 1 (before `k`, or when the lifeline ends), or the command's process
+//! exits and pid 1 after it (the socket's end after `k`); pid 1's pid
+//! namespace, mounts and network die with it; a pid 1 (or a command's process, before its
 //! request) that fails while the slot is built reports the step on the
 //! report pipe and exits, and the outer helper with it.
 
@@ -149,7 +151,8 @@ fn start(
     chan::send(chan_outer, b'm', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
     if base.network == Network::None && base.netns == Netns::Private {
         // Made in a child, so that this process stays in the host's user
-        // namespace: it makes a root caller's idmapped trees at the request.
+        // namespace (where it removes the cgroup leaf at the end, as a
+        // one-shot outer helper does).
         let netns = netns_in_child(&userns)?;
         chan::send(chan_outer, b'n', &[netns.as_raw_fd()]).map_err(|e| Fail::io(Step::NetNamespace, e))?;
     }
@@ -308,8 +311,9 @@ fn command_ahead(
     // The library's socket, on which the request comes straight here.
     let sock = match chan::recv(&chan) {
         Ok(Some((b'q', mut fds))) if fds.len() == 1 => fds.remove(0),
-        Ok(None) | Err(_) => sys::exit_now(crate::EXIT_SETUP),
-        Ok(Some(_)) => return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)),
+        Ok(None) => sys::exit_now(crate::EXIT_SETUP),
+        Err(e) => return Err(Fail::io(Step::HandOver, e)),
+        Ok(Some(_)) => return Err(Fail::errno(Step::HandOver, libc::EINVAL)),
     };
 
     // The request.
@@ -322,7 +326,7 @@ fn command_ahead(
         prep.observer = None;
     }
     let observe = observe.filter(|_| spec.observe);
-    let premade = crate::premade_trees(&spec.mounts, trees);
+    let premade = crate::premade_trees(&spec.mounts, trees)?;
     let sources = mounts::open_sources(host.as_ref().map(|h| h.as_fd()), &spec.mounts, &own, premade)?;
     root.apply_ops(&spec.mounts, &own, &sources)?;
     drop(sources);
@@ -364,7 +368,10 @@ fn await_spec(chan: &OwnedFd) -> Result<(OwnedFd, Vec<OwnedFd>, Option<OwnedFd>)
                 let Some(memfd) = fds.next() else { return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)) };
                 return Ok((memfd, fds.collect(), observe));
             }
-            Ok(None) | Err(_) => sys::exit_now(crate::EXIT_SETUP),
+            Ok(None) => sys::exit_now(crate::EXIT_SETUP),
+            // A message cut short (more descriptors than it has room for)
+            // or a failed read: reported, never taken for a given-up slot.
+            Err(e) => return Err(Fail::io(Step::ReadSpec, e)),
             Ok(Some(_)) => return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)),
         }
     }

@@ -346,8 +346,9 @@ pub fn capset_none() -> io::Result<()> {
 
 /// Put every signal a process may catch or ignore back to its default
 /// disposition (an ignored one survives `execve`; this program, being Rust,
-/// ignores SIGPIPE), but `keep`. Signals the C library reserves for itself
-/// answer EINVAL and are left as they are.
+/// ignores SIGPIPE), but `keep`. Signals the kernel refuses to change
+/// (EINVAL: none but SIGKILL and SIGSTOP, skipped here) are left as they
+/// are.
 pub fn default_signal_dispositions(keep: Option<libc::c_int>) -> io::Result<()> {
     for sig in 1..=libc::SIGRTMAX() {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP || Some(sig) == keep {
@@ -361,14 +362,50 @@ pub fn default_signal_dispositions(keep: Option<libc::c_int>) -> io::Result<()> 
     Ok(())
 }
 
-/// Put one signal's disposition back to its default.
+/// Put one signal's disposition back to its default. The C library
+/// refuses its own reserved signals (32–34) with EINVAL, yet a caller may
+/// have left them ignored (glibc's `posix_spawn` ignores its two in the
+/// child, and an ignored signal survives `execve`): those are set with the
+/// raw `rt_sigaction` call.
 pub fn default_signal_disposition(sig: libc::c_int) -> io::Result<()> {
     // SAFETY: SIG_DFL installs no handler; the old disposition is not read.
     let r = unsafe { libc::signal(sig, libc::SIG_DFL) };
-    match r == libc::SIG_ERR {
-        true => Err(io::Error::last_os_error()),
-        false => Ok(()),
+    if r != libc::SIG_ERR {
+        return Ok(());
     }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EINVAL) {
+        return Err(e);
+    }
+    raw_default_disposition(sig)
+}
+
+/// The kernel's `struct sigaction` (x86-64, aarch64): handler, flags,
+/// restorer, mask.
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+/// `rt_sigaction(sig, {SIG_DFL}, NULL, 8)`, past the C library.
+fn raw_default_disposition(sig: libc::c_int) -> io::Result<()> {
+    let act = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+    // SAFETY: `act` is a valid kernel sigaction of the size the kernel
+    // expects for an 8-byte mask; SIG_DFL runs no code of ours, so no
+    // restorer is needed; the old action is not read (NULL).
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            std::ptr::addr_of!(act),
+            std::ptr::null_mut::<KernelSigaction>(),
+            std::mem::size_of::<u64>(),
+        )
+    })
+    .map(drop)
 }
 
 /// `execve(path, argv, envp)`; returns only on failure.

@@ -13,8 +13,8 @@
 //! with every run (its "base"): the first run of a sandbox, and the first
 //! after the base changed (another `/tmp` size, a run with the host's
 //! network), is run by a fresh helper while the pool refills for the new
-//! base. A slot is made on the pool's maker thread (one for the pool's life,
-//! started with its first slot; slots are made one after another): right after one is taken
+//! base. A slot is made on one of the pool's maker threads (as many as its
+//! size, up to the CPUs, for the pool's life, started with its first slot): right after one is taken
 //! when no other is ready, else once the run that took it has ended and
 //! its teardown is done (the sandbox's reaper starts it: `sandbox::behind`),
 //! so that it costs no time on either run's critical path (the CPU it
@@ -120,7 +120,7 @@ pub struct Pool {
     helper: PathBuf,
     cgroup: Option<CgroupHost>,
     state: Mutex<State>,
-    /// The queue of the pool's maker thread, once started.
+    /// The queue of the pool's maker threads, once started.
     maker: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
 }
 
@@ -274,25 +274,33 @@ impl Pool {
         }
     }
 
-    /// Queue `job` for the pool's maker thread, started with the first job
-    /// (one thread for the pool's life, rather than one per slot: a thread's
-    /// start and its stack's unmapping at its end cost CPU, and each unmap
-    /// interrupts the other cores). False when no thread could be started.
+    /// Queue `job` for the pool's maker threads, started with the first job:
+    /// as many as the pool's size, up to the CPUs this process may use, for
+    /// the pool's life (rather than a thread per slot: a thread's start and
+    /// its stack's unmapping at its end cost CPU, and each unmap interrupts
+    /// the other cores), so that back-to-back runs find slots made side by
+    /// side. False when no thread could be started.
     fn hand_to_maker(self: &Arc<Self>, job: Job) -> bool {
         let mut maker = self.maker.lock().unwrap_or_else(|p| p.into_inner());
         let job = match maker.as_ref() {
             Some(tx) => match tx.send(job) {
                 Ok(()) => return true,
-                // The thread is gone (it cannot be, but a new one is started).
+                // The threads are gone (they cannot be, but new ones start).
                 Err(std::sync::mpsc::SendError(job)) => job,
             },
             None => job,
         };
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        let pool = Arc::downgrade(self);
-        let started =
-            std::thread::Builder::new().name("portcullis-pool".into()).spawn(move || make_slots(&pool, &rx)).is_ok();
-        if !started || tx.send(job).is_err() {
+        let rx = Arc::new(Mutex::new(rx));
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        let mut started = 0;
+        for _ in 0..self.size.min(cpus).max(1) {
+            let (pool, rx) = (Arc::downgrade(self), Arc::clone(&rx));
+            let spawned =
+                std::thread::Builder::new().name("portcullis-pool".into()).spawn(move || make_slots(&pool, &rx));
+            started += usize::from(spawned.is_ok());
+        }
+        if started == 0 || tx.send(job).is_err() {
             *maker = None;
             return false;
         }
@@ -400,8 +408,15 @@ impl Slot {
     /// the helper would report it.
     fn idmapped_trees(&self, plan: &Plan) -> Result<Vec<Option<OwnedFd>>, SandboxError> {
         let mounts = &plan.spec.mounts;
-        if !mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })) {
+        let idmapped = mounts.iter().filter(|m| matches!(m, MountOp::Bind { idmap: true, .. })).count();
+        if idmapped == 0 {
             return Ok(Vec::new());
+        }
+        // One message carries the spec's memfd and every tree: more than
+        // the slot has room for is refused here, as a fresh run's helper
+        // refuses it (`E2BIG` while handing the trees over).
+        if idmapped + 1 > portcullis_helper::MAX_PASSED_FDS {
+            return Err(super::setup_error(plan, Ok(Step::HandOver), libc::E2BIG, NO_DETAIL));
         }
         let Some(userns) = self.userns.as_ref() else {
             return Err(super::setup_error(plan, Ok(Step::Idmap), libc::EPERM, NO_DETAIL));
@@ -426,11 +441,23 @@ struct Job {
     net: Option<Arc<Namespaces>>,
 }
 
-/// The pool's maker thread: one slot per job, until the pool is dropped
-/// (its sender with it, so the queue ends) or gone when a job comes.
-fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &std::sync::mpsc::Receiver<Job>) {
-    while let Ok(Job { key, net }) = jobs.recv() {
+/// A maker thread of the pool: one slot per job it takes from the shared
+/// queue, until the pool is dropped (its sender with it, so the queue ends)
+/// or gone when a job comes.
+fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiver<Job>>) {
+    loop {
+        // The lock is held while this thread waits; the others wait for it.
+        let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        let Ok(Job { key, net }) = job else { return };
         let Some(pool) = pool.upgrade() else { return };
+        {
+            // A job queued for a base the pool has left since: not made.
+            let mut st = pool.lock();
+            if st.closed || st.key.as_ref() != Some(&key) {
+                st.making -= 1;
+                continue;
+            }
+        }
         let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net);
         let mut st = pool.lock();
         st.making -= 1;
