@@ -49,7 +49,8 @@ use super::cgroup::{Cgroup, CgroupHost, CgroupPlan};
 use super::network::Namespaces;
 use super::{launch, run, sys, Plan, SandboxError, Stdin};
 
-/// Failed slots in a row that turn the pool off.
+/// Failed slots in a row (with no slot handed out between) that turn the
+/// pool off.
 const MAX_FAILURES: u32 = 3;
 
 /// What the slots of a pool are made for.
@@ -211,6 +212,8 @@ impl Pool {
                 }
             }
             if slot.is_some() {
+                // Failures count in a row: a slot handed out ends a run of them.
+                st.failures = 0;
                 st.taken += 1;
             } else {
                 st.missed += 1;
