@@ -598,13 +598,12 @@ fn r0831_a_command_starts_with_every_signal_at_its_default() {
 }
 
 #[test]
-fn r0832_a_slot_refuses_a_request_whose_trees_do_not_match_its_spec() {
-    // Found in review: the slot's command process paired whatever trees came
-    // with the spec's idmapped binds in order, without counting them. Driven
-    // through the library's own limit instead: more idmapped binds than one
-    // message can carry are refused by the library before anything is sent,
-    // as a fresh run's helper refuses them (E2BIG), never reported as the
-    // command's exit.
+fn r0832_more_idmapped_binds_than_a_message_carries_are_refused() {
+    // Found in review: a pooled run with 64 idmapped binds (and the spec's
+    // memfd) was cut short in transit and reported as the command's exit
+    // 125. The library refuses more than one message carries before
+    // anything is sent, as a fresh run's helper does (E2BIG). (A request
+    // whose trees do not match its spec: `r0827`.)
     let test = "r0832";
     if !is_root() {
         eprintln!("{test}: root only (only a root caller's binds are idmapped)");
