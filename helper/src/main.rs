@@ -425,7 +425,7 @@ fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &OwnedFd) -> Resul
     let userns = std::fs::File::open(format!("/proc/{pid}/ns/user"))
         .map(OwnedFd::from)
         .map_err(|e| Fail::io(Step::OpenUserns, e))?;
-    let trees = if spec.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. })) {
+    let trees = if spec.mounts.iter().any(MountOp::is_idmapped) {
         let skip_readonly = cfg!(debug_assertions) && spec.test_switches.skip_readonly;
         mounts::idmapped_trees(&spec.mounts, skip_readonly, userns.as_fd())?
     } else {
@@ -567,15 +567,12 @@ pub(crate) fn switch_ids(id: &Identity) -> Result<(), Fail> {
 /// tree would have the bind made from the host's path without its idmap; an
 /// extra descriptor would be taken for a tree).
 pub(crate) fn premade_trees(mounts: &[MountOp], trees: Vec<OwnedFd>) -> Result<Vec<Option<OwnedFd>>, Fail> {
-    let wanted = mounts.iter().filter(|m| matches!(m, MountOp::Bind { idmap: true, .. })).count();
+    let wanted = mounts.iter().filter(|m| m.is_idmapped()).count();
     if trees.len() != wanted {
         return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));
     }
     let mut trees = trees.into_iter();
-    Ok(mounts
-        .iter()
-        .map(|m| if matches!(m, MountOp::Bind { idmap: true, .. }) { trees.next() } else { None })
-        .collect())
+    Ok(mounts.iter().map(|m| if m.is_idmapped() { trees.next() } else { None }).collect())
 }
 
 /// `JoinNetwork`: with `--network none`, join the network namespace the

@@ -121,7 +121,7 @@ fn read_slot(sock: &OwnedFd) -> Result<SlotSpec, Fail> {
     let buf = crate::read_all(fd)?;
     let base: SlotSpec = serde_json::from_slice(&buf).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
     // The slot's mounts are opened as the mapped ids, never idmapped.
-    let idmapped = base.mounts.iter().any(|m| matches!(m, MountOp::Bind { idmap: true, .. }));
+    let idmapped = base.mounts.iter().any(MountOp::is_idmapped);
     let shared = matches!(base.netns, Netns::Shared { .. });
     if base.version != SPEC_VERSION || idmapped || (shared && base.network != Network::None) {
         return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));

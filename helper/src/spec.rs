@@ -275,6 +275,12 @@ pub enum MountOp {
 }
 
 impl MountOp {
+    /// A bind made through an idmapped tree (a root caller's binds): the
+    /// ones whose trees are made outside the sandbox and sent with the spec.
+    pub fn is_idmapped(&self) -> bool {
+        matches!(self, MountOp::Bind { idmap: true, .. })
+    }
+
     /// The destination path inside the sandbox.
     pub fn dst(&self) -> &[u8] {
         match self {

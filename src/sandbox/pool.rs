@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex};
 
 use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
 use portcullis_helper::report::{Step, NO_DETAIL};
-use portcullis_helper::spec::{Mode, MountOp, SlotSpec, SPEC_VERSION};
+use portcullis_helper::spec::{Mode, SlotSpec, SPEC_VERSION};
 
 use super::cgroup::{Cgroup, CgroupHost, CgroupPlan};
 use super::network::Namespaces;
@@ -411,7 +411,7 @@ impl Slot {
     /// the helper would report it.
     fn idmapped_trees(&self, plan: &Plan) -> Result<Vec<Option<OwnedFd>>, SandboxError> {
         let mounts = &plan.spec.mounts;
-        let idmapped = mounts.iter().filter(|m| matches!(m, MountOp::Bind { idmap: true, .. })).count();
+        let idmapped = mounts.iter().filter(|m| m.is_idmapped()).count();
         if idmapped == 0 {
             return Ok(Vec::new());
         }
