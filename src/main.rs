@@ -336,7 +336,15 @@ fn serve(a: ServeArgs) -> ExitCode {
         let opts = portcullis::mcp::ServerOptions { max_message, max_queued, log: true };
         let input = tokio::io::BufReader::with_capacity(64 * 1024, portcullis::mcp::stdio::stdin());
         let output = portcullis::mcp::stdio::stdout();
-        Ok(Some(portcullis::mcp::Server::new(tools, opts).serve(input, output, stop).await))
+        // The server's loop runs on a runtime worker, not on this thread:
+        // the calls it spawns then start on the worker that read them (no
+        // wake-up of another thread per request), and the answers' writer
+        // too.
+        let server = portcullis::mcp::Server::new(tools, opts);
+        tokio::spawn(server.serve(input, output, stop))
+            .await
+            .map(Some)
+            .map_err(|e| format!("the server's task ended abnormally: {e}"))
     });
     // The blocking thread reading stdin may still wait on it (a signal
     // ended the server): do not wait for it.
