@@ -383,7 +383,10 @@ impl Records {
         if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
             return Err("it is not a regular file".into());
         }
-        let mut data = Vec::new();
+        // Room for the whole record and one more byte, so that it is read in
+        // one call and the end seen in a second (not five, growing).
+        let size = u64::try_from(st.st_size).unwrap_or(0).min(MAX_RECORD_BYTES);
+        let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
         File::from(fd).take(MAX_RECORD_BYTES + 1).read_to_end(&mut data).map_err(|e| format!("cannot read it: {e}"))?;
         if data.len() as u64 > MAX_RECORD_BYTES {
             return Err(format!("it is larger than {MAX_RECORD_BYTES} bytes"));
