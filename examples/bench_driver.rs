@@ -3,13 +3,18 @@
 //! read on stdin.
 //!
 //!     bench_driver --policy P [--workspace WS] [--audit FILE] [--writable]
+//!                  [--write DIR]... [--env NAME=VALUE]... [--max-output BYTES] [--lines]
 //!
 //! Each input line is `ID LINE`; `LINE` goes to `Workspace::exec` as a host's
 //! call would (checked by the policy, gated, audited when `--audit` is given
 //! or the policy names a log, run in the sandbox), each in a task of its own,
 //! so several may be in flight. When a command has ended the driver writes
 //! `ID ok EXIT_CODE` (or `ID ended OUTCOME`, `ID refused KIND: WHY`, `ID
-//! cancelled`, `ID error MESSAGE`) and a newline, in the order the commands end. End of input: the
+//! cancelled`, `ID error MESSAGE`) and a newline, in the order the commands end; with
+//! `--lines`, `ID ok EXIT_CODE LINES`, LINES the number of lines the command
+//! wrote on stdout (`scripts/bench-workloads` checks every variant did the
+//! same work). `--write`, `--env` and `--max-output` go to every command's
+//! `ExecOptions`. End of input: the
 //! driver waits for what is in flight, disposes of the workspace and exits 0.
 //! The first line it writes is `ready`, once the workspace is built.
 //!
@@ -17,9 +22,11 @@
 //! the library's public API only (what a host program sees), it ships with
 //! nobody's install, and `cargo test` compiles it, so it cannot rot.
 //! The runtime and the stdio are the ones `portcullis serve` uses (multi-thread,
-//! 2 workers; stdin and stdout read and written on the runtime when pipes),
-//! so the library and the server are compared on equal terms.
+//! 2 workers, the loop on a worker; stdin and stdout read and written on the
+//! runtime when pipes), so the library and the server are compared on equal
+//! terms.
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,10 +46,17 @@ struct Args {
     workspace: Option<PathBuf>,
     audit: Option<PathBuf>,
     writable: bool,
+    write: Vec<PathBuf>,
+    env: Vec<(OsString, OsString)>,
+    max_output: Option<u64>,
+    lines: bool,
 }
 
 fn usage(why: &str) -> String {
-    format!("bench_driver: {why}\nusage: bench_driver --policy FILE [--workspace DIR] [--audit FILE] [--writable]")
+    format!(
+        "bench_driver: {why}\nusage: bench_driver --policy FILE [--workspace DIR] [--audit FILE] [--writable] \
+         [--write DIR]... [--env NAME=VALUE]... [--max-output BYTES] [--lines]"
+    )
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -50,6 +64,7 @@ fn parse_args() -> Result<Args, String> {
     let mut workspace = None;
     let mut audit = None;
     let mut writable = false;
+    let (mut write, mut env, mut max_output, mut lines) = (Vec::new(), Vec::new(), None, false);
     let mut it = std::env::args_os().skip(1);
     while let Some(a) = it.next() {
         let mut value =
@@ -59,17 +74,34 @@ fn parse_args() -> Result<Args, String> {
             Some("--workspace") => workspace = Some(value("--workspace")?),
             Some("--audit") => audit = Some(value("--audit")?),
             Some("--writable") => writable = true,
+            Some("--lines") => lines = true,
+            Some("--write") => write.push(value("--write")?),
+            Some("--env") => {
+                let v = value("--env")?.into_os_string();
+                let text = v.to_str().ok_or_else(|| usage("--env: not UTF-8"))?;
+                let (k, val) = text.split_once('=').ok_or_else(|| usage("--env needs NAME=VALUE"))?;
+                env.push((OsString::from(k), OsString::from(val)));
+            }
+            Some("--max-output") => {
+                let v = value("--max-output")?;
+                let n = v.to_str().and_then(|t| t.parse::<u64>().ok());
+                max_output = Some(n.ok_or_else(|| usage("--max-output needs a number of bytes"))?);
+            }
             _ => return Err(usage(&format!("unknown argument {}", a.to_string_lossy()))),
         }
     }
     let policy = policy.ok_or_else(|| usage("--policy is required"))?;
-    Ok(Args { policy, workspace, audit, writable })
+    Ok(Args { policy, workspace, audit, writable, write, env, max_output, lines })
 }
 
 /// One answer line for a finished command.
-fn answer(id: &str, done: Result<Exec, portcullis::workspace::WorkspaceError>) -> String {
+fn answer(id: &str, done: Result<Exec, portcullis::workspace::WorkspaceError>, lines: bool) -> String {
     match done {
         Ok(Exec::Ran(r)) => match r.result.outcome {
+            Outcome::Exited { code } if lines => {
+                let n = r.result.stdout.iter().filter(|b| **b == b'\n').count();
+                format!("{id} ok {code} {n}\n")
+            }
             Outcome::Exited { code } => format!("{id} ok {code}\n"),
             other => format!("{id} ended {other:?}\n"),
         },
@@ -119,10 +151,17 @@ async fn run(args: Args) -> Result<(), String> {
         };
         let (id, cmd) = (id.to_owned(), cmd.to_owned());
         let (ws, out) = (ws.clone(), out.clone());
-        let opts = ExecOptions { writable: args.writable, ..ExecOptions::default() };
+        let opts = ExecOptions {
+            writable: args.writable,
+            write: args.write.clone(),
+            env: args.env.clone(),
+            max_output: args.max_output,
+            ..ExecOptions::default()
+        };
+        let lines = args.lines;
         tasks.spawn(async move {
             let done = ws.exec(&cmd, opts).await;
-            say(out, answer(&id, done)).await;
+            say(out, answer(&id, done, lines)).await;
         });
     }
     while tasks.join_next().await.is_some() {}
@@ -150,7 +189,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(args)) {
+    // On a worker, as `portcullis serve` runs its loop.
+    let ran = rt.block_on(async { tokio::spawn(run(args)).await.unwrap_or_else(|e| Err(format!("{e}"))) });
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(m) => {
             eprintln!("bench_driver: {m}");
