@@ -35,23 +35,10 @@
 //! The mounts are read while the run is planned; one the host adds between
 //! the plan and the run is not seen (making it needs privileges on the host
 //! that a sandboxed command does not have).
-//!
-//! Reading `/proc/self/mountinfo` costs 30–90 µs on every writable run (the
-//! kernel formats every mount), so the parsed table is kept ([`mounts`])
-//! and read again only when the kernel says the mount namespace changed: an
-//! open `mountinfo` polls `POLLPRI` (with `POLLERR`) once after any mount,
-//! unmount, move or propagation in its namespace (see proc(5)), and the
-//! table is kept only while the process is still in the namespace it was
-//! read in. Every plan judges what a fresh read would show at that moment.
 
 use std::ffi::OsStr;
-use std::fs::File;
-use std::io::{self, Read};
-use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use super::{PathRefusal, SandboxError};
 
@@ -171,64 +158,11 @@ pub fn check(writable: &[PathBuf], read_only: &[PathBuf]) -> Result<(), SandboxE
     if writable.is_empty() || read_only.is_empty() {
         return Ok(());
     }
-    let mounts = mounts().map_err(|source| SandboxError::Io {
+    let text = super::cgroup::read_pseudo("/proc/self/mountinfo").map_err(|source| SandboxError::Io {
         stage: "reading /proc/self/mountinfo for mounts inside the grants",
         source,
     })?;
-    check_with(&mounts, writable, read_only)
-}
-
-/// The caller's mount table as last read, with the open `mountinfo` that
-/// tells when it changed.
-struct Table {
-    file: File,
-    /// The mount namespace it was read in (`/proc/self/ns/mnt`: device, inode).
-    ns: (u64, u64),
-    mounts: Arc<Vec<Mount>>,
-}
-
-static TABLE: Mutex<Option<Table>> = Mutex::new(None);
-
-fn mount_ns() -> io::Result<(u64, u64)> {
-    let m = std::fs::metadata("/proc/self/ns/mnt")?;
-    Ok((m.dev(), m.ino()))
-}
-
-/// Whether the kernel says the mount table behind `file` changed since it
-/// was opened or last asked (an error counts as a change).
-fn changed(file: &File) -> bool {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLPRI)];
-    match poll(&mut fds, PollTimeout::ZERO) {
-        Ok(0) => false,
-        Ok(_) => true,
-        Err(_) => true,
-    }
-}
-
-/// The caller's mounts, as `/proc/self/mountinfo` shows them now: read
-/// again only when the table changed (see the module's documentation).
-pub(crate) fn mounts() -> io::Result<Arc<Vec<Mount>>> {
-    let ns = mount_ns()?;
-    let mut table = TABLE.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(t) = table.as_ref() {
-        if t.ns == ns && !changed(&t.file) {
-            return Ok(Arc::clone(&t.mounts));
-        }
-    }
-    *table = None;
-    // Opened before it is read: a change after the open is reported at the
-    // next call (the open takes the namespace's event count).
-    let mut file = File::open("/proc/self/mountinfo")?;
-    let mut buf = Vec::with_capacity(16 * 1024);
-    file.read_to_end(&mut buf)?;
-    let text = String::from_utf8(buf).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
-    let mounts = Arc::new(parse(&text));
-    // Moved to another namespace while reading: keep nothing.
-    if mount_ns()? == ns {
-        *table = Some(Table { file, ns, mounts: Arc::clone(&mounts) });
-    }
-    Ok(mounts)
+    check_with(&parse(&text), writable, read_only)
 }
 
 pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[PathBuf]) -> Result<(), SandboxError> {
@@ -372,17 +306,6 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_mount_table_is_read_again_only_after_a_change() {
-        let fresh = parse(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_else(|e| panic!("{e}")));
-        let a = mounts().unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(*a, fresh, "the first read is what mountinfo shows");
-        // Nothing mounted since (unit tests mount nothing in this namespace;
-        // tests/suite/links_review.rs r0095 and r0108 mount between runs).
-        let b = mounts().unwrap_or_else(|e| panic!("{e}"));
-        assert!(Arc::ptr_eq(&a, &b), "an unchanged table is not read again");
-    }
 
     fn m(dev: &str, root: &str, point: &str) -> Mount {
         Mount { dev: dev.into(), root: root.into(), point: point.into(), fstype: "ext4".into(), opts: "rw".into() }
