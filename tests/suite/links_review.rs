@@ -585,3 +585,40 @@ fn r0115_a_search_only_directory_the_walk_cannot_list_is_masked() {
 }
 
 const ORIGINAL_TOOL: &str = "#!/bin/sh\necho original program\n";
+
+/// A host mount that a plain rename carries into a grant between two runs
+/// of one process (the library's, so nothing read before is trusted): a
+/// rename moves no mount and raises no mount event, yet the mount's path
+/// changes. The second run must judge the table as it is then. (Found by
+/// a review of a cache of the mount table, kept until `mountinfo` polled a
+/// change: it let this write land, and was reverted.)
+#[test]
+fn r0854_a_host_alias_renamed_into_a_grant_between_two_runs_is_refused() {
+    if !in_root_pass("r0854", "a host bind mount needs root") {
+        return;
+    }
+    let ws = Ws::new();
+    let src = ws.join("src/main.rs");
+    let before = sha(&src);
+    for d in ["stash/x/view", "target"] {
+        fs::create_dir_all(ws.join(d)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    // Unmounted at its final path (after the rename) when the test ends.
+    let _m = HostMount::bind(&ws.join("src"), &ws.join("stash/x/view"));
+    let _moved = HostMount(ws.join("target/x/view"));
+    let append = |f: &str| {
+        let mut req = ws.req(&["sh", "-c", &format!("echo PWNED >> {f}")]);
+        req.write.push("target".into());
+        req
+    };
+    // Control: outside the grant the alias harms nothing, and the run
+    // works (its plan read the mount table).
+    let r = run_ok(&append("target/other"));
+    assert_eq!(r.outcome.code(), Some(0), "{}", stderr(&r));
+    // A rename any writer of the workspace may make (a command of an
+    // earlier writable run too): no mount event.
+    fs::rename(ws.join("stash/x"), ws.join("target/x")).unwrap_or_else(|e| panic!("{e}"));
+    let view = real(&ws.join("target/x/view")).display().to_string();
+    refused(&run(&append("target/x/view/main.rs")), &["mount at", &view, "umount"]);
+    assert_eq!(sha(&src), before, "src/main.rs (read-only) was written through the renamed alias");
+}
