@@ -298,6 +298,18 @@ pub enum SandboxError {
         /// Where it was looked for.
         searched: Vec<PathBuf>,
     },
+    /// The helper could not read the spawn spec this library wrote: the two
+    /// are from different builds (a spec's version or fields differ).
+    #[error(
+        "the helper could not read this library's spawn spec: portcullis-helper is from another build of \
+         portcullis than this program (rebuild both together with scripts/build-static, or point \
+         PORTCULLIS_HELPER at the helper built with it)"
+    )]
+    HelperMismatch {
+        /// The helper's errno (`EINVAL`).
+        #[source]
+        source: io::Error,
+    },
     /// The helper could not be started.
     #[error("cannot start the helper {helper}")]
     Spawn {
@@ -1328,6 +1340,9 @@ fn setup_error(plan: &Plan, step: Result<Step, u16>, errno: i32, detail: u32) ->
             let hint = if errno == libc::ENOENT { hint::not_found(plan, &program) } else { String::new() };
             SandboxError::Exec { program, hint, source }
         }
+        // A spec the helper cannot decode, or of another version: the
+        // helper's own answer to a library of another build.
+        (Some(Step::ReadSpec), libc::EINVAL) => SandboxError::HelperMismatch { source },
         (Some(Step::JoinCgroup), _) => SandboxError::Io {
             stage: "moving pid 1 into its cgroup through cgroup.procs (clone3 is refused here, so CLONE_INTO_CGROUP \
                     is not available)",
@@ -1420,6 +1435,13 @@ mod tests {
             }
             assert_eq!(io_errno(&e), Some(libc::EIO), "{s:?} keeps its errno");
         }
+        // A spec the helper cannot read: a helper of another build, and
+        // the error says what to do.
+        let e = setup_error(&plan, Ok(Step::ReadSpec), libc::EINVAL, NO_DETAIL);
+        assert!(matches!(e, SandboxError::HelperMismatch { .. }), "{e:?}");
+        assert!(e.to_string().contains("another build") && e.to_string().contains("scripts/build-static"), "{e}");
+        let e = setup_error(&plan, Ok(Step::ReadSpec), libc::EPERM, NO_DETAIL);
+        assert!(matches!(e, SandboxError::Setup { step: Some(Step::ReadSpec), .. }), "{e:?}");
         // An unknown step (a newer helper) is still an error, not a panic.
         let e = setup_error(&plan, Err(999), libc::EIO, NO_DETAIL);
         assert!(matches!(e, SandboxError::Setup { step: None, .. }), "{e:?}");

@@ -364,6 +364,13 @@ impl Slot {
         let _ = sys::set_nonblocking(&self.report_r);
         match nix::unistd::read(&self.report_r, &mut rec) {
             Ok(n) if n == rec.len() => match portcullis_helper::report::Record::decode(&rec) {
+                Some(portcullis_helper::report::Record::Error {
+                    step: Ok(Step::ReadSpec),
+                    errno: libc::EINVAL,
+                    ..
+                }) => "a pre-made sandbox's helper could not read this library's slot spec: portcullis-helper is \
+                     from another build of portcullis (rebuild both together with scripts/build-static)"
+                    .to_string(),
                 Some(portcullis_helper::report::Record::Error { step, errno, .. }) => {
                     let step = step.map(|s| s.describe()).unwrap_or("an unknown step");
                     format!("a pre-made sandbox failed while {step}: {}", io::Error::from_raw_os_error(errno))

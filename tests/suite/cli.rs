@@ -340,3 +340,36 @@ fn r0118_a_grant_under_dev_is_refused_not_ignored() {
     assert!(host.exists());
     let _ = std::fs::remove_file(host);
 }
+
+/// A helper of another build than the CLI (here one handed a spec it
+/// cannot decode, as an older helper is by a newer library) is named as
+/// that, with what to do, and nothing runs. Control: the same command
+/// with the helper built with the CLI runs and writes its marker.
+#[test]
+fn r0855_a_helper_of_another_build_is_named_with_what_to_do() {
+    if !sandbox_works("r0855") {
+        return;
+    }
+    let dir = open_dir("pc-mismatch-");
+    let spec = dir.path().join("spec.json");
+    fs::write(&spec, br#"{"version":999}"#).unwrap_or_else(|e| panic!("{e}"));
+    fs::set_permissions(&spec, fs::Permissions::from_mode(0o644)).unwrap_or_else(|e| panic!("{e}"));
+    // The real helper, with the library's spec (fd 3) swapped for that one.
+    let wrapper = dir.path().join("portcullis-helper");
+    let real = super::util::bin_dir().join("portcullis-helper");
+    fs::write(&wrapper, format!("#!/bin/sh\nexec 3<'{}'\nexec '{}' \"$@\"\n", spec.display(), real.display()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
+    let ws = Ws::new();
+    let w = ws.path().display().to_string();
+    let args = ["exec", "--workspace", &w, "--writable", "--", "sh", "-c", "echo ran > marker"];
+    let o = run(&args);
+    assert_eq!(code(&o), 0, "control: {}", err(&o));
+    assert!(ws.join("marker").exists(), "control: the command ran");
+    fs::remove_file(ws.join("marker")).unwrap_or_else(|e| panic!("{e}"));
+    let o = run_with(cli().env("PORTCULLIS_HELPER", &wrapper).args(args));
+    assert_eq!(code(&o), 125, "{}", err(&o));
+    let e = err(&o);
+    assert!(e.contains("another build") && e.contains("scripts/build-static"), "{e}");
+    assert!(!ws.join("marker").exists(), "nothing ran");
+}
