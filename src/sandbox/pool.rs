@@ -368,9 +368,10 @@ impl Slot {
                     step: Ok(Step::ReadSpec),
                     errno: libc::EINVAL,
                     ..
-                }) => "a pre-made sandbox's helper could not read this library's slot spec: portcullis-helper is \
-                     from another build of portcullis (rebuild both together with scripts/build-static)"
-                    .to_string(),
+                }) => {
+                    let e = SandboxError::HelperMismatch { source: io::Error::from_raw_os_error(libc::EINVAL) };
+                    format!("a pre-made sandbox failed: {e}")
+                }
                 Some(portcullis_helper::report::Record::Error { step, errno, .. }) => {
                     let step = step.map(|s| s.describe()).unwrap_or("an unknown step");
                     format!("a pre-made sandbox failed while {step}: {}", io::Error::from_raw_os_error(errno))
