@@ -1343,6 +1343,21 @@ fn setup_error(plan: &Plan, step: Result<Step, u16>, errno: i32, detail: u32) ->
         // A spec the helper cannot decode, or of another version: the
         // helper's own answer to a library of another build.
         (Some(Step::ReadSpec), libc::EINVAL) => SandboxError::HelperMismatch { source },
+        // The command's user cannot enter its working directory (a
+        // workspace under a directory it may not search, as /root is for
+        // another user): say whose permission is missing.
+        (Some(Step::Chdir), libc::EACCES | libc::EPERM) => {
+            let cwd = String::from_utf8_lossy(&plan.spec.cwd).into_owned();
+            SandboxError::invalid(
+                "workspace",
+                format!(
+                    "the command cannot enter its working directory {cwd}: {source}; its user (host uid {}) needs \
+                     search permission (x) on it and on every directory above it: grant that (chmod o+x, or a \
+                     group), or choose a workspace this user can enter; nothing ran",
+                    plan.spec.identity.outside_uid
+                ),
+            )
+        }
         (Some(Step::JoinCgroup), _) => SandboxError::Io {
             stage: "moving pid 1 into its cgroup through cgroup.procs (clone3 is refused here, so CLONE_INTO_CGROUP \
                     is not available)",
@@ -1440,6 +1455,13 @@ mod tests {
         let e = setup_error(&plan, Ok(Step::ReadSpec), libc::EINVAL, NO_DETAIL);
         assert!(matches!(e, SandboxError::HelperMismatch { .. }), "{e:?}");
         assert!(e.to_string().contains("another build") && e.to_string().contains("scripts/build-static"), "{e}");
+        // A working directory its user cannot enter says what to grant.
+        let e = setup_error(&plan, Ok(Step::Chdir), libc::EACCES, NO_DETAIL);
+        assert!(
+            matches!(&e, SandboxError::Invalid { what: "workspace", message } if message.contains("search permission")
+                && message.contains("Permission denied")),
+            "{e:?}"
+        );
         let e = setup_error(&plan, Ok(Step::ReadSpec), libc::EPERM, NO_DETAIL);
         assert!(matches!(e, SandboxError::Setup { step: Some(Step::ReadSpec), .. }), "{e:?}");
         // An unknown step (a newer helper) is still an error, not a panic.

@@ -373,3 +373,35 @@ fn r0855_a_helper_of_another_build_is_named_with_what_to_do() {
     assert!(e.contains("another build") && e.contains("scripts/build-static"), "{e}");
     assert!(!ws.join("marker").exists(), "nothing ran");
 }
+
+/// A workspace its caller may not enter (a directory of mode 700 of
+/// another user, as /root is) fails before anything runs with what to
+/// grant, not with a bare step name. Control: made searchable, the same
+/// command runs.
+#[test]
+fn r0856_a_workspace_its_user_cannot_enter_says_what_to_grant() {
+    if !super::util::in_root_pass("r0856", "needs root to make a directory uid 65534 cannot enter") {
+        return;
+    }
+    let dir = open_dir("pc-noenter-");
+    let ws = dir.path().join("ws");
+    fs::create_dir(&ws).unwrap_or_else(|e| panic!("{e}"));
+    fs::set_permissions(&ws, fs::Permissions::from_mode(0o700)).unwrap_or_else(|e| panic!("{e}"));
+    let as_nobody = || {
+        run_with(
+            Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env", "-i", "PATH=/usr/bin:/bin"])
+                .arg(super::util::bin_dir().join("portcullis"))
+                .args(["exec", "--workspace"])
+                .arg(&ws)
+                .args(["--", "true"]),
+        )
+    };
+    let o = as_nobody();
+    assert_eq!(code(&o), 125, "{}", err(&o));
+    let e = err(&o);
+    assert!(e.contains("cannot enter its working directory") && e.contains("search permission"), "{e}");
+    fs::set_permissions(&ws, fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
+    let o = as_nobody();
+    assert_eq!(code(&o), 0, "control: {}", err(&o));
+}
