@@ -468,7 +468,8 @@ fn options(a: &ExecArgs) -> Result<ExecOptions, String> {
 }
 
 fn runner(a: &ExecArgs) -> Result<Runner, RunError> {
-    let mut b = Runner::builder();
+    // One command: its sandbox's teardown is finished by the settle below.
+    let mut b = Runner::builder().one_shot();
     if let Some(f) = &a.policy {
         b = b.policy_file(f)?;
     }

@@ -478,6 +478,7 @@ pub struct RunnerBuilder {
     without_sandbox: bool,
     pool: usize,
     shared_network: bool,
+    one_shot: bool,
 }
 
 impl RunnerBuilder {
@@ -540,6 +541,15 @@ impl RunnerBuilder {
     /// command, as `portcullis exec`'s, gains nothing from them).
     pub fn pool(mut self, size: usize) -> Self {
         self.pool = size;
+        self
+    }
+
+    /// A runner of one command ([`Sandbox::one_shot`]): the sandbox it
+    /// makes leaves the teardown behind each result to
+    /// [`Sandbox::settle`], which the caller calls next (`portcullis
+    /// exec`). Without effect on a sandbox given to the builder.
+    pub fn one_shot(mut self) -> Self {
+        self.one_shot = true;
         self
     }
 
@@ -624,7 +634,10 @@ impl RunnerBuilder {
             }
             (Some(s), _) => Some(Arc::new(shared(s).with_pool(self.pool))),
             (None, true) => None,
-            (None, false) => Some(Arc::new(shared(Sandbox::new()?).with_pool(self.pool))),
+            (None, false) => {
+                let sandbox = if self.one_shot { Sandbox::new()?.one_shot() } else { Sandbox::new()? };
+                Some(Arc::new(shared(sandbox).with_pool(self.pool)))
+            }
         };
         // Compiled once: the checker (its jail re-checked before each use)
         // and the access profile (pure: see `sandbox::profile`).

@@ -152,17 +152,25 @@ impl Spawned {
 impl Drop for Spawned {
     fn drop(&mut self) {
         let Some(pidfd) = self.pidfd.take() else { return };
-        // An unused slot: its lifeline and socket are closed already (the
-        // slot drops them first), on which the helper kills its pid 1 and
-        // exits. Give it a bounded moment, then kill it.
-        for _ in 0..500 {
+        // An unused slot or head start: its lifeline or socket is closed
+        // already (dropped first), on which the helper kills its pid 1 (if
+        // any) and exits. Give it a bounded moment, then kill it.
+        let deadline = std::time::Instant::now() + Duration::from_millis(500);
+        loop {
             let mut status = 0;
             // SAFETY: waitpid on our own, not yet reaped child.
             let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
             if r != 0 {
                 return;
             }
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+            let mut fds = [libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+            // SAFETY: poll on one pidfd we own; the array outlives the call.
+            unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
         }
         // SAFETY: a plain syscall on our own pidfd; NULL siginfo is allowed.
         unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
@@ -281,6 +289,11 @@ impl Helper {
         } else {
             Exit::Code(libc::WEXITSTATUS(status))
         }))
+    }
+
+    /// Whether it has been reaped.
+    pub fn reaped(&self) -> bool {
+        self.reaped
     }
 
     /// Its pid.

@@ -813,6 +813,18 @@ impl Sandbox {
         }
     }
 
+    /// A sandbox for one command, such as `portcullis exec`'s: what its
+    /// runs leave behind their results (the helper's exit, the namespaces'
+    /// teardown, the cgroup leaf) is finished by [`Sandbox::settle`] on the
+    /// caller's task, which calls it right after the result, or else by the
+    /// sandbox's drop, not by a thread of the sandbox's own (see
+    /// `sandbox::behind`). A caller that keeps the sandbox for more commands
+    /// without settling after each would keep their teardowns until then.
+    pub fn one_shot(mut self) -> Sandbox {
+        self.behind = behind::Behind::kept();
+        self
+    }
+
     /// Run every `network = "none"` command of the full mode in one network
     /// namespace with only loopback, made on the first such run and kept
     /// until [`Sandbox::release_network`] or the sandbox is dropped: the

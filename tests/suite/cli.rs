@@ -405,3 +405,78 @@ fn r0856_a_workspace_its_user_cannot_enter_says_what_to_grant() {
     let o = as_nobody();
     assert_eq!(code(&o), 0, "control: {}", err(&o));
 }
+
+/// `portcullis exec` finishes its sandbox's teardown (the helper's exit,
+/// the namespaces, the cgroup leaf) before it exits, on its own task and
+/// with no thread of the sandbox's (`Sandbox::one_shot`): once it has
+/// exited, no process it started is left — none has its working directory,
+/// which every process it starts outside the sandbox inherits — and no
+/// cgroup leaf named after it. Controls: the same scan finds a process
+/// started there, and while a command runs its leaf is there.
+#[test]
+fn r0857_exec_leaves_nothing_of_its_sandbox_when_it_exits() {
+    let test = "r0857";
+    if !sandbox_works(test) {
+        return;
+    }
+    let dir = open_dir("pc-oneshot-");
+    let ws = Ws::new();
+    let started_there = || -> Vec<String> {
+        let Ok(rd) = fs::read_dir("/proc") else { return Vec::new() };
+        rd.flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            .filter(|n| fs::read_link(format!("/proc/{n}/cwd")).is_ok_and(|p| p == dir.path()))
+            .collect()
+    };
+    let parent = sandbox().cgroup_host().ok().map(|h| h.parent.clone());
+    let leaves = |pid: u32| -> Vec<String> {
+        let Some(Ok(rd)) = parent.as_ref().map(fs::read_dir) else { return Vec::new() };
+        let prefix = format!("portcullis-{pid}-");
+        rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(&prefix)).collect()
+    };
+    // CONTROL: the scan finds a process started in the directory.
+    let mut sleeper = Command::new("sleep")
+        .arg("30")
+        .current_dir(dir.path())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{test}: sleep: {e}"));
+    assert!(started_there().contains(&sleeper.id().to_string()), "{test}: control: the scan missed a process");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let exec = |cmd: &[&str]| {
+        let mut c = cli();
+        c.args(["exec", "--workspace"]).arg(ws.path()).arg("--").args(cmd).current_dir(dir.path());
+        c.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+        c.stderr(std::process::Stdio::piped()).spawn().unwrap_or_else(|e| panic!("{test}: portcullis: {e}"))
+    };
+    for i in 0..10 {
+        let child = exec(&["/bin/true"]);
+        let pid = child.id();
+        let o = child.wait_with_output().unwrap_or_else(|e| panic!("{test}: {e}"));
+        // At once, before anything else.
+        let (left, leaf) = (started_there(), leaves(pid));
+        assert_eq!(code(&o), 0, "{test}: run {i}: {}", err(&o));
+        assert!(left.is_empty(), "{test}: run {i}: processes outlived portcullis exec: {left:?}");
+        assert!(leaf.is_empty(), "{test}: run {i}: its cgroup leaf outlived it: {leaf:?}");
+    }
+    // CONTROL: while a command runs, its leaf and its helper are there.
+    let child = exec(&["sh", "-c", "sleep 2"]);
+    let pid = child.id();
+    let t = std::time::Instant::now();
+    let (mut leaf, mut helper) = (Vec::new(), Vec::new());
+    while t.elapsed() < std::time::Duration::from_millis(1500) && (helper.is_empty() || leaf.is_empty()) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        (leaf, helper) = (leaves(pid), started_there().into_iter().filter(|p| *p != pid.to_string()).collect());
+    }
+    let o = child.wait_with_output().unwrap_or_else(|e| panic!("{test}: {e}"));
+    assert_eq!(code(&o), 0, "{test}: {}", err(&o));
+    assert!(!helper.is_empty(), "{test}: control: no helper was seen while the command ran");
+    if parent.is_some() {
+        assert!(!leaf.is_empty(), "{test}: control: no leaf was seen while the command ran");
+    } else {
+        super::util::skipped(test, "no cgroup v2 here: the leaf part has nothing to check");
+    }
+    let (left, leaf) = (started_there(), leaves(pid));
+    assert!(left.is_empty() && leaf.is_empty(), "{test}: after the control: {left:?} {leaf:?}");
+}

@@ -119,3 +119,39 @@ fn r0832_writable_runs_meet_leaves_being_removed_behind_them() {
     assert!(rt.block_on(sb.settle(Duration::from_secs(10))), "{test}: the teardowns never finished");
     println!("{test}: 120 writable runs in {:?}", started.elapsed());
 }
+
+/// A sandbox of one command (`Sandbox::one_shot`, `portcullis exec`'s)
+/// keeps what its run leaves behind for `settle`, which finishes it on the
+/// caller's task: right after the result `settle(0)` is cut short (the
+/// helper is still exiting) and keeps what it had not finished, and a
+/// settle with a bound, alone or two at once, then finishes it. The
+/// control: an unsettled one-shot sandbox's teardown is finished by its
+/// drop, bounded. (`cli::r0857` checks from outside that nothing is left.)
+#[test]
+fn r0858_a_one_shot_sandbox_finishes_its_teardown_in_settle() {
+    let test = "r0858";
+    let ws = Ws::new();
+    let rt = rt();
+    let mut cut_short = 0;
+    for i in 0..10 {
+        let sb = sandbox().one_shot();
+        let r = run_in(&rt, &sb, &ws.req(&["/bin/true"]), &format!("{test}: run {i}"));
+        assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: run {i}");
+        if !rt.block_on(sb.settle(Duration::ZERO)) {
+            cut_short += 1;
+        }
+        let t = Instant::now();
+        let (a, b) =
+            rt.block_on(async { tokio::join!(sb.settle(Duration::from_secs(10)), sb.settle(Duration::from_secs(10))) });
+        assert!(a && b, "{test}: run {i}: not settled in 10 s ({a}, {b})");
+        assert!(t.elapsed() < Duration::from_secs(5), "{test}: run {i}: settling took {:?}", t.elapsed());
+    }
+    assert!(cut_short > 0, "{test}: settle(0) never found a teardown going");
+    // CONTROL: dropped unsettled, the run's rest is finished by the drop.
+    let sb = sandbox().one_shot();
+    let r = run_in(&rt, &sb, &ws.req(&["/bin/true"]), &format!("{test}: unsettled run"));
+    assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: unsettled run");
+    let t = Instant::now();
+    drop(sb);
+    assert!(t.elapsed() < Duration::from_secs(5), "{test}: the drop took {:?}", t.elapsed());
+}
