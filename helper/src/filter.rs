@@ -583,6 +583,14 @@ fn base_entries(sockets: &'static [u64]) -> Vec<Entry> {
         entry!(pivot_root, Always, "no changing the root"),
         entry!(move_mount, Always, "new mount API: no mounts"),
         entry!(open_tree, Always, "new mount API: no cloning mounts"),
+        // Linux 6.15 (not yet in libc): <asm/unistd_64.h>.
+        Entry {
+            name: "open_tree_attr",
+            nr: 467,
+            when: Always,
+            why: "new mount API: no cloning mounts (with attributes)",
+            errno: libc::EPERM,
+        },
         entry!(fsopen, Always, "new mount API: no new filesystems"),
         entry!(fsmount, Always, "new mount API: no new filesystems"),
         entry!(fspick, Always, "new mount API: no reconfiguring mounts"),

@@ -171,6 +171,9 @@ const REFUSED: &[(&str, &str)] = &[
     ("sys:perf_event_open:0:0:0:0:0", "EPERM"),
     ("sys:setns:0:0", "EPERM"),
     ("sys:open_tree:0:0:0", "EPERM"),
+    // Linux 6.15: open_tree with mount attributes; the host answers EBADF
+    // (or ENOSYS before 6.15).
+    ("sys:open_tree_attr:0:0:0:0:0", "EPERM"),
 ];
 
 #[test]
