@@ -216,3 +216,50 @@ fn spawn_reaper(inner: Weak<Inner>) -> Option<mpsc::Sender<Rest>> {
     });
     started.ok().map(|_| tx)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// A kept rest is finished by `settle`, not before: `settle(0)` while
+    /// its process still runs is cut short and keeps it (nothing lost), a
+    /// settle with a bound finishes it, and two at once both see it done.
+    /// The control: a rest handed to the reaper is finished without any
+    /// settle.
+    #[test]
+    fn a_kept_rest_waits_for_settle_and_survives_a_cut_short_one() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("runtime: {e}"));
+        rt.block_on(async {
+            let spawn = |secs: &str| {
+                let s = launch::spawn_detached(Path::new("/bin/sleep"), &[secs], &[], None);
+                let s = s.unwrap_or_else(|e| panic!("spawn sleep: {e}"));
+                s.attach().unwrap_or_else(|e| panic!("attach: {e}"))
+            };
+            let kept = Behind::kept();
+            let child = spawn("0.3");
+            let pid = child.pid();
+            kept.start(Rest::new(None, child, None));
+            assert!(!kept.settle(Duration::ZERO).await, "settle(0) finished a rest whose process still runs");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            // The process has exited, but nothing reaped it: a kept rest
+            // waits for settle.
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            assert!(stat.contains(") Z "), "not a zombie before settle: {stat}");
+            let (a, b) = tokio::join!(kept.settle(Duration::from_secs(5)), kept.settle(Duration::from_secs(5)));
+            assert!(a && b, "not settled: {a} {b}");
+            assert!(!Path::new(&format!("/proc/{pid}")).exists(), "not reaped after settle");
+            // CONTROL: the reaper finishes a rest with no settle at all.
+            let reaped = Behind::default();
+            let child = spawn("0.1");
+            let pid = child.pid();
+            reaped.start(Rest::new(None, child, None));
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the reaper did not reap");
+            assert!(reaped.settle(Duration::ZERO).await);
+        });
+    }
+}
