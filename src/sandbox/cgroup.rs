@@ -455,8 +455,10 @@ mod tests {
         let child = slow.parent.join(format!("portcullis-usual-{}", std::process::id()));
         if fs::create_dir(&child).is_ok() {
             let rel = child.strip_prefix(&slow.mount).map(|r| r.display().to_string()).unwrap_or_default();
-            assert!(discover_usual(&format!("0::/{rel}\n")).is_none(), "{rel}");
+            let taken = discover_usual(&format!("0::/{rel}\n")).is_some();
+            // Removed before the verdict, so a failure leaves nothing behind.
             let _ = fs::remove_dir(&child);
+            assert!(!taken, "{rel}");
         }
     }
 
