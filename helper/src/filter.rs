@@ -656,6 +656,8 @@ fn base_entries(sockets: &'static [u64]) -> Vec<Entry> {
         entry!(syslog, Always, "no kernel log"),
         entry!(vhangup, Always, "no hanging up terminals"),
         entry!(quotactl, Always, "no quota changes"),
+        // Linux 5.14 (not yet in libc): quotactl on an open file's filesystem.
+        Entry { name: "quotactl_fd", nr: 443, when: Always, why: "no quota changes", errno: libc::EPERM },
         // A root caller's command writes files that are owned by host root
         // on disk (idmapped workspace and grants); a setuid bit there would
         // hand root to whoever runs the file on the host later.

@@ -148,7 +148,9 @@ impl Behind {
     pub(super) fn start(&self, rest: Rest) {
         self.inner.going.fetch_add(1, Ordering::SeqCst);
         if let Some(kept) = &self.inner.kept {
-            kept.lock().unwrap_or_else(|p| p.into_inner()).push(rest);
+            lock(kept).push(rest);
+            // A settle waiting for others' rests takes this one too.
+            self.inner.idle.notify_waiters();
             return;
         }
         let mut reaper = self.inner.reaper.lock().unwrap_or_else(|p| p.into_inner());
@@ -171,34 +173,61 @@ impl Behind {
     }
 
     /// Wait until no teardown is going, at most `bound`; whether none is.
+    /// With kept rests, every settle takes what is kept and finishes it, and
+    /// looks again whenever woken (another settle put back what its bound
+    /// cut short, or a run added a rest).
     pub(super) async fn settle(&self, bound: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + bound;
-        if let Some(kept) = &self.inner.kept {
-            let rests = std::mem::take(&mut *kept.lock().unwrap_or_else(|p| p.into_inner()));
-            let mut left = Vec::new();
-            for mut rest in rests {
-                // Past the bound, the rest waits for the next settle (or
-                // the sandbox's drop), where it was.
-                if tokio::time::timeout_at(deadline, rest.finish_here()).await.is_ok() {
-                    done(&self.inner);
-                } else {
-                    left.push(rest);
-                }
-            }
-            kept.lock().unwrap_or_else(|p| p.into_inner()).extend(left);
-            // Another settle may be finishing rests it took: wait for them
-            // below, as for the reaper's.
-        }
         loop {
             // Made before the count is read, so a wake-up in between is kept.
             let idle = self.inner.idle.notified();
+            if let Some(kept) = &self.inner.kept {
+                let mut taken = Taken { inner: &self.inner, rests: Vec::new() };
+                taken.rests = std::mem::take(&mut *lock(kept)).into_iter().map(Some).collect();
+                for slot in &mut taken.rests {
+                    let Some(rest) = slot.as_mut() else { continue };
+                    // Past the bound, the rest goes back (the guard's drop),
+                    // for the next settle or the sandbox's drop.
+                    if tokio::time::timeout_at(deadline, rest.finish_here()).await.is_ok() {
+                        *slot = None;
+                        done(&self.inner);
+                    }
+                }
+            }
             if self.inner.going.load(Ordering::SeqCst) == 0 {
                 return true;
             }
-            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+            // Checked here, not only by the timeout below: a put-back of this
+            // settle's own (its bound cut it short) wakes `idle` at once.
+            if tokio::time::Instant::now() >= deadline || tokio::time::timeout_at(deadline, idle).await.is_err() {
                 return self.inner.going.load(Ordering::SeqCst) == 0;
             }
         }
+    }
+}
+
+fn lock(kept: &Mutex<Vec<Rest>>) -> std::sync::MutexGuard<'_, Vec<Rest>> {
+    kept.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The rests one settle took: what it has not finished goes back to the
+/// kept list when it ends, or when it is dropped midway (a caller's own
+/// timeout around it), and the other settles are woken to take it.
+struct Taken<'a> {
+    inner: &'a Inner,
+    rests: Vec<Option<Rest>>,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        let left: Vec<Rest> = self.rests.drain(..).flatten().collect();
+        if left.is_empty() {
+            return;
+        }
+        if let Some(kept) = &self.inner.kept {
+            lock(kept).extend(left);
+        }
+        self.inner.idle.notify_waiters();
     }
 }
 
@@ -260,6 +289,65 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(600)).await;
             assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the reaper did not reap");
             assert!(reaped.settle(Duration::ZERO).await);
+        });
+    }
+
+    fn sleeper(secs: &str) -> launch::Helper {
+        let s = launch::spawn_detached(Path::new("/bin/sleep"), &[secs], &[], None);
+        let s = s.unwrap_or_else(|e| panic!("spawn sleep: {e}"));
+        s.attach().unwrap_or_else(|e| panic!("attach: {e}"))
+    }
+
+    /// A settle dropped midway (the caller's own timeout around it) puts
+    /// back what it took, at once and without blocking: a later settle
+    /// finishes it, and the count stays right.
+    #[test]
+    fn a_settle_dropped_midway_loses_nothing() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        let rt = rt.unwrap_or_else(|e| panic!("runtime: {e}"));
+        rt.block_on(async {
+            let kept = Behind::kept();
+            kept.start(Rest::new(None, sleeper("0.6"), None));
+            let t = std::time::Instant::now();
+            let cut = tokio::time::timeout(Duration::from_millis(100), kept.settle(Duration::from_secs(10))).await;
+            assert!(cut.is_err(), "the settle ended before its caller's timeout");
+            assert!(t.elapsed() < Duration::from_millis(400), "the dropped settle blocked for {:?}", t.elapsed());
+            assert!(kept.settle(Duration::from_secs(5)).await, "the rest was lost");
+            assert!(kept.settle(Duration::ZERO).await, "the count is off");
+        });
+    }
+
+    /// Two settles at once: the one holding the rests runs out of time and
+    /// puts them back; the other, still within its bound, takes and
+    /// finishes them (it is woken, not left waiting until its own bound).
+    /// A rest added while a settle waits is taken by it too.
+    #[test]
+    fn a_waiting_settle_takes_what_another_put_back() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        let rt = rt.unwrap_or_else(|e| panic!("runtime: {e}"));
+        rt.block_on(async {
+            let kept = Behind::kept();
+            kept.start(Rest::new(None, sleeper("0.8"), None));
+            let t = std::time::Instant::now();
+            let short = kept.settle(Duration::from_millis(300));
+            let long = async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                kept.settle(Duration::from_secs(4)).await
+            };
+            let (a, b) = tokio::join!(short, long);
+            assert!(!a, "the short settle finished a rest that runs 0.8 s");
+            assert!(b, "the long settle did not finish the rest put back");
+            assert!(t.elapsed() < Duration::from_secs(2), "the long settle waited {:?}", t.elapsed());
+            // A rest added while a settle waits for another's.
+            kept.start(Rest::new(None, sleeper("0.4"), None));
+            let t = std::time::Instant::now();
+            let (a, b) = tokio::join!(kept.settle(Duration::from_secs(4)), async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                kept.start(Rest::new(None, sleeper("0.2"), None));
+                kept.settle(Duration::from_secs(4)).await
+            });
+            assert!(a && b, "not settled: {a} {b}");
+            assert!(t.elapsed() < Duration::from_secs(2), "settling took {:?}", t.elapsed());
         });
     }
 }

@@ -61,11 +61,24 @@ pub fn discover() -> Result<CgroupHost, NoCgroup> {
         return Ok(host);
     }
     let mountinfo = read_pseudo("/proc/self/mountinfo").map_err(|_| NoCgroup::NotMounted)?;
-    discover_from(&mountinfo, &own)
+    let host = discover_from(&mountinfo, &own)?;
+    // The first cgroup2 mount in the table may show another part of the
+    // hierarchy at the path this process's cgroup has (a bind over it in
+    // the caller's mount namespace): leaves made there would escape the
+    // caller's limits. A directory that says who is in it and does not
+    // list this process is not its cgroup.
+    if lists_this_process(&host.parent) == Some(false) {
+        return Err(NoCgroup::NotVisible);
+    }
+    Ok(host)
 }
 
-/// `CGROUP2_SUPER_MAGIC` (<linux/magic.h>).
-const CGROUP2_MAGIC: i64 = 0x6367_7270;
+/// Whether `dir/cgroup.procs` lists this process: `None` when it cannot
+/// be read (a threaded cgroup answers `EOPNOTSUPP`).
+fn lists_this_process(dir: &Path) -> Option<bool> {
+    let me = std::process::id().to_string();
+    read_pseudo(dir.join("cgroup.procs")).ok().map(|procs| procs.lines().any(|p| p == me))
+}
 
 /// The cgroup2 mount at its usual places (`/sys/fs/cgroup`; a hybrid
 /// host's `/sys/fs/cgroup/unified`), without reading `mountinfo`, whose
@@ -77,16 +90,26 @@ const CGROUP2_MAGIC: i64 = 0x6367_7270;
 /// container's bind of its own subtree, a cgroup namespace's view) shows
 /// another directory at that path, or none, and `mountinfo` decides.
 fn discover_usual(own: &str) -> Option<CgroupHost> {
-    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let me = std::process::id().to_string();
+    let path = Path::new(own.lines().find_map(|l| l.strip_prefix("0::"))?);
+    // A process outside its cgroup namespace's root sees `/../x`: a join
+    // would leave the mount (on a hybrid host, into a v1 hierarchy whose
+    // cgroup.procs lists it too). Such paths go to `mountinfo`.
+    if !path.components().all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_))) {
+        return None;
+    }
+    let cgroup2 = |p: &Path| {
+        nix::sys::statfs::statfs(p).is_ok_and(|st| st.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+    };
     ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"].into_iter().find_map(|mount| {
-        let st = nix::sys::statfs::statfs(mount).ok()?;
-        if st.filesystem_type().0 as i64 != CGROUP2_MAGIC {
+        if !cgroup2(Path::new(mount)) {
             return None;
         }
-        let parent = Path::new(mount).join(path.trim_start_matches('/'));
-        let procs = read_pseudo(parent.join("cgroup.procs")).ok()?;
-        procs.lines().any(|p| p == me).then(|| CgroupHost {
+        let parent = Path::new(mount).join(path.strip_prefix("/").unwrap_or(path));
+        // The directory itself on cgroup2 too, not only the mount.
+        if !cgroup2(&parent) {
+            return None;
+        }
+        (lists_this_process(&parent) == Some(true)).then(|| CgroupHost {
             mount: PathBuf::from(mount),
             controllers: read_controllers(&parent),
             parent,
@@ -450,6 +473,11 @@ mod tests {
         } else {
             eprintln!("the cgroup2 mount is not at a usual place here: {}", slow.mount.display());
         }
+        // Nor a path that climbs out of the mount (what a process outside its
+        // cgroup namespace's root sees).
+        let own_path = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("/");
+        let climbing = discover_usual(&format!("0::/../{}\n", own_path.trim_start_matches('/'))).is_some();
+        assert!(!climbing, "a path with .. was taken");
         // Another cgroup than this process's (a child made for the test, when
         // one can be) is never taken.
         let child = slow.parent.join(format!("portcullis-usual-{}", std::process::id()));
@@ -460,6 +488,22 @@ mod tests {
             let _ = fs::remove_dir(&child);
             assert!(!taken, "{rel}");
         }
+    }
+
+    /// `cgroup.procs` decides: a directory that lists this process is its
+    /// cgroup, one that lists others is not, one without the file says
+    /// nothing.
+    #[test]
+    fn a_cgroup_directory_says_who_is_in_it() {
+        let d = std::env::temp_dir().join(format!("portcullis-procs-{}", std::process::id()));
+        let _ = fs::create_dir(&d);
+        assert_eq!(lists_this_process(&d), None);
+        let _ = fs::write(d.join("cgroup.procs"), "1\n22\n");
+        assert_eq!(lists_this_process(&d), Some(false));
+        let _ = fs::write(d.join("cgroup.procs"), format!("1\n{}\n22\n", std::process::id()));
+        let listed = lists_this_process(&d);
+        let _ = fs::remove_dir_all(&d);
+        assert_eq!(listed, Some(true));
     }
 
     #[test]

@@ -174,6 +174,8 @@ const REFUSED: &[(&str, &str)] = &[
     // Linux 6.15: open_tree with mount attributes; the host answers EBADF
     // (or ENOSYS before 6.15).
     ("sys:open_tree_attr:0:0:0:0:0", "EPERM"),
+    // quotactl on an open file's filesystem (Linux 5.14), as quotactl is.
+    ("sys:quotactl_fd:0:0:0:0", "EPERM"),
 ];
 
 #[test]
