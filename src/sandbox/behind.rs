@@ -251,6 +251,18 @@ mod tests {
     use super::*;
     use std::path::Path;
 
+    fn rt() -> tokio::runtime::Runtime {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        rt.unwrap_or_else(|e| panic!("runtime: {e}"))
+    }
+
+    /// A helper stand-in: `/bin/sleep secs`, attached to the current runtime.
+    fn sleeper(secs: &str) -> launch::Helper {
+        let s = launch::spawn_detached(Path::new("/bin/sleep"), &[secs], &[], None);
+        let s = s.unwrap_or_else(|e| panic!("spawn sleep: {e}"));
+        s.attach().unwrap_or_else(|e| panic!("attach: {e}"))
+    }
+
     /// A kept rest is finished by `settle`, not before: `settle(0)` while
     /// its process still runs is cut short and keeps it (nothing lost), a
     /// settle with a bound finishes it, and two at once both see it done.
@@ -258,18 +270,9 @@ mod tests {
     /// settle.
     #[test]
     fn a_kept_rest_waits_for_settle_and_survives_a_cut_short_one() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap_or_else(|e| panic!("runtime: {e}"));
-        rt.block_on(async {
-            let spawn = |secs: &str| {
-                let s = launch::spawn_detached(Path::new("/bin/sleep"), &[secs], &[], None);
-                let s = s.unwrap_or_else(|e| panic!("spawn sleep: {e}"));
-                s.attach().unwrap_or_else(|e| panic!("attach: {e}"))
-            };
+        rt().block_on(async {
             let kept = Behind::kept();
-            let child = spawn("0.3");
+            let child = sleeper("0.3");
             let pid = child.pid();
             kept.start(Rest::new(None, child, None));
             assert!(!kept.settle(Duration::ZERO).await, "settle(0) finished a rest whose process still runs");
@@ -283,7 +286,7 @@ mod tests {
             assert!(!Path::new(&format!("/proc/{pid}")).exists(), "not reaped after settle");
             // CONTROL: the reaper finishes a rest with no settle at all.
             let reaped = Behind::default();
-            let child = spawn("0.1");
+            let child = sleeper("0.1");
             let pid = child.pid();
             reaped.start(Rest::new(None, child, None));
             tokio::time::sleep(Duration::from_millis(600)).await;
@@ -292,20 +295,12 @@ mod tests {
         });
     }
 
-    fn sleeper(secs: &str) -> launch::Helper {
-        let s = launch::spawn_detached(Path::new("/bin/sleep"), &[secs], &[], None);
-        let s = s.unwrap_or_else(|e| panic!("spawn sleep: {e}"));
-        s.attach().unwrap_or_else(|e| panic!("attach: {e}"))
-    }
-
     /// A settle dropped midway (the caller's own timeout around it) puts
     /// back what it took, at once and without blocking: a later settle
     /// finishes it, and the count stays right.
     #[test]
     fn a_settle_dropped_midway_loses_nothing() {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
-        let rt = rt.unwrap_or_else(|e| panic!("runtime: {e}"));
-        rt.block_on(async {
+        rt().block_on(async {
             let kept = Behind::kept();
             kept.start(Rest::new(None, sleeper("0.6"), None));
             let t = std::time::Instant::now();
@@ -323,9 +318,7 @@ mod tests {
     /// A rest added while a settle waits is taken by it too.
     #[test]
     fn a_waiting_settle_takes_what_another_put_back() {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
-        let rt = rt.unwrap_or_else(|e| panic!("runtime: {e}"));
-        rt.block_on(async {
+        rt().block_on(async {
             let kept = Behind::kept();
             kept.start(Rest::new(None, sleeper("0.8"), None));
             let t = std::time::Instant::now();
