@@ -5,6 +5,7 @@
 //! - [`lexical`]: a path with `.` and `..` applied, without the filesystem;
 //! - [`walk`]: the kernel-like resolution (links followed, `..` after a link
 //!   applied to its target) and the links met on the way;
+//! - [`memo`]: path lookups remembered for the length of one plan;
 //! - [`glob`]: the deny globs ([`DenyGlobs`], [`normalize_glob`]) and the
 //!   walk that expands them into the paths the sandbox masks;
 //! - [`SYSTEM_ROOTS`] and the small predicates built on them.
@@ -13,6 +14,7 @@
 
 pub mod dir;
 pub mod glob;
+pub mod memo;
 pub mod walk;
 
 use std::path::{Component, Path, PathBuf};

@@ -6,9 +6,10 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+
+use super::memo;
 
 /// Most symbolic links followed while resolving one path (the kernel's own
 /// limit).
@@ -114,13 +115,13 @@ fn physical_into(
         if cur.starts_with("/proc") {
             return Err(WalkError::Escape("goes through /proc, whose links lead anywhere".into()));
         }
-        match fs::symlink_metadata(&cur) {
+        match memo::symlink_metadata(&cur) {
             Ok(m) if m.file_type().is_symlink() => {
                 links.push(cur.clone());
                 if links.len() > MAX_LINKS {
                     return Err(WalkError::Escape("too many levels of symbolic links".into()));
                 }
-                let target = fs::read_link(&cur).map_err(WalkError::Io)?;
+                let target = memo::read_link(&cur).map_err(WalkError::Io)?;
                 cur.pop();
                 if target.is_absolute() {
                     cur = PathBuf::from("/");
@@ -155,6 +156,7 @@ fn push_front(q: &mut VecDeque<OsString>, p: &Path) {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use super::*;
     use std::os::unix::fs::symlink;
 

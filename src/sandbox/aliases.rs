@@ -41,6 +41,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::{PathRefusal, SandboxError};
+use crate::path::memo;
 
 /// One line of `/proc/self/mountinfo`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,7 +248,7 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
         // overlay `at` shows) and its work directory, past every bind the
         // sandbox lays over those paths.
         for (which, dir) in overlay_writes(m) {
-            let found = if dir.is_absolute() { std::fs::canonicalize(&dir).ok() } else { None };
+            let found = if dir.is_absolute() { memo::canonicalize(&dir).ok() } else { None };
             let Some((real, (dm, dfs))) = found.and_then(|r| locate(mounts, &r).map(|l| (r, l))) else {
                 if !*mounted {
                     // A container's root: its layers are named in the host's

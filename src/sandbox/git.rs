@@ -21,7 +21,7 @@ use std::path::{Component, Path, PathBuf};
 
 use super::{PathRefusal, SandboxError};
 use crate::path::walk::WalkError;
-use crate::path::{in_areas, lexical, replaceable_link, walk_as_far_as_possible};
+use crate::path::{in_areas, lexical, memo, replaceable_link, walk_as_far_as_possible};
 
 /// Files in a git dir that make git read config and hooks elsewhere.
 /// A missing `hooks` directory is guarded the same way.
@@ -158,7 +158,7 @@ impl Layout {
     /// planted) are judged.
     pub fn check_files(&self, ws: &Path, ours: &dyn Fn(&Path) -> bool) -> Result<(), SandboxError> {
         let dotgit = ws.join(".git");
-        if !dotgit.is_dir() {
+        if !memo::is_dir(&dotgit) {
             check_git_file(&dotgit)?;
         }
         for f in self.gitfiles.iter().filter(|f| ours(f)) {
@@ -287,7 +287,7 @@ impl Layout {
         out.into_iter()
             .filter(|f| {
                 let l = lexical(f);
-                fs::symlink_metadata(f).is_err() && writable_areas.iter().any(|a| l.starts_with(a) && l != *a)
+                memo::symlink_metadata(f).is_err() && writable_areas.iter().any(|a| l.starts_with(a) && l != *a)
             })
             .collect()
     }
@@ -297,15 +297,15 @@ impl Layout {
 /// target the real path of its deepest existing ancestor with the rest
 /// appended (`None` when a `..` follows a missing component).
 fn link_target(entry: &Path) -> Option<PathBuf> {
-    if let Ok(real) = fs::canonicalize(entry) {
+    if let Ok(real) = memo::canonicalize(entry) {
         return Some(real);
     }
-    let t = fs::read_link(entry).ok()?;
+    let t = memo::read_link(entry).ok()?;
     let t = if t.is_absolute() { t } else { entry.parent()?.join(t) };
     let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
     let mut cur = t.as_path();
     loop {
-        if let Ok(real) = fs::canonicalize(cur) {
+        if let Ok(real) = memo::canonicalize(cur) {
             let mut out = real;
             for c in rest.iter().rev() {
                 out.push(c);
@@ -366,14 +366,14 @@ impl Discovery<'_> {
         let ws = self.ws.to_path_buf();
         self.trees.insert(ws.clone());
         let dotgit = ws.join(".git");
-        if dotgit.is_dir() {
-            if fs::symlink_metadata(&dotgit).is_ok_and(|m| m.file_type().is_symlink()) {
+        if memo::is_dir(&dotgit) {
+            if memo::symlink_metadata(&dotgit).is_ok_and(|m| m.file_type().is_symlink()) {
                 self.layout.spelled.push(dotgit.clone());
             }
-            if let Ok(gd) = fs::canonicalize(&dotgit) {
+            if let Ok(gd) = memo::canonicalize(&dotgit) {
                 self.git_dir(gd, Some(ws), 0)?;
             }
-        } else if dotgit.is_file() {
+        } else if memo::is_file(&dotgit) {
             self.layout.gitfiles.push(dotgit.clone());
             if let Some(gd) = self.follow_gitfile(&dotgit) {
                 self.git_dir(gd, Some(ws), 0)?;
@@ -389,7 +389,7 @@ impl Discovery<'_> {
         let p = Path::new(line);
         let p = if p.is_absolute() { p.to_path_buf() } else { dotgit.parent()?.join(p) };
         self.layout.spelled.push(p.clone());
-        let real = fs::canonicalize(&p).ok();
+        let real = memo::canonicalize(&p).ok();
         if real.is_none() {
             // A gitfile naming a git dir that does not exist yet: nothing is
             // there to protect, and a command that makes it there makes the
@@ -416,7 +416,7 @@ impl Discovery<'_> {
             if let Some(c) = read_small(&gd.join("commondir")) {
                 let spelled = gd.join(c.trim());
                 self.layout.spelled.push(spelled.clone());
-                match fs::canonicalize(&spelled) {
+                match memo::canonicalize(&spelled) {
                     Ok(common) => self.git_dir(common, None, nesting)?,
                     // A common dir that does not exist yet: guarded, as a
                     // gitfile's missing target is.
@@ -440,7 +440,7 @@ impl Discovery<'_> {
             if self.deep {
                 for (private, wt) in linked {
                     let Some(wt) = wt else { continue };
-                    let real = fs::canonicalize(&wt).unwrap_or_else(|_| lexical(&wt));
+                    let real = memo::canonicalize(&wt).unwrap_or_else(|_| lexical(&wt));
                     if self.ours(&real) {
                         self.tree(real.clone(), nesting)?;
                         self.git_dir(private, Some(real), nesting)?;
@@ -509,7 +509,7 @@ impl Discovery<'_> {
     /// A working tree named by a module git dir's `core.worktree`: looked at
     /// only inside the workspace or a writable area.
     fn tree_from_worktree_setting(&mut self, wt: &Path, nesting: usize) -> Result<(), SandboxError> {
-        let real = fs::canonicalize(wt).unwrap_or_else(|_| lexical(wt));
+        let real = memo::canonicalize(wt).unwrap_or_else(|_| lexical(wt));
         if !self.ours(&real) || real == self.ws {
             return Ok(());
         }
@@ -533,7 +533,7 @@ impl Discovery<'_> {
                 Component::Normal(n) if !n.eq_ignore_ascii_case(".git") => cur.push(n),
                 _ => return Ok(()),
             }
-            match fs::symlink_metadata(&cur) {
+            match memo::symlink_metadata(&cur) {
                 Ok(m) if m.is_dir() => {}
                 Ok(m) if m.file_type().is_symlink() => {
                     if in_areas(&cur, self.areas) {
@@ -585,7 +585,7 @@ impl Discovery<'_> {
         self.trees.insert(wt.clone());
         self.too_many()?;
         let dotgit = wt.join(".git");
-        match fs::symlink_metadata(&dotgit) {
+        match memo::symlink_metadata(&dotgit) {
             Err(_) => {
                 self.layout.unpopulated.push(dotgit);
             }
@@ -593,8 +593,8 @@ impl Discovery<'_> {
                 // git follows a `.git` link; the link itself could be
                 // repointed, which `check_spelled` refuses in a writable area.
                 self.layout.spelled.push(dotgit.clone());
-                if let Ok(real) = fs::canonicalize(&dotgit) {
-                    if real.is_dir() {
+                if let Ok(real) = memo::canonicalize(&dotgit) {
+                    if memo::is_dir(&real) {
                         self.git_dir(real, Some(wt), nesting)?;
                     } else if let Some(gd) = self.follow_gitfile(&dotgit) {
                         self.layout.gitfiles.push(dotgit);
@@ -603,7 +603,7 @@ impl Discovery<'_> {
                 }
             }
             Ok(m) if m.is_dir() => {
-                if let Ok(real) = fs::canonicalize(&dotgit) {
+                if let Ok(real) = memo::canonicalize(&dotgit) {
                     self.git_dir(real, Some(wt), nesting)?;
                 }
             }
@@ -625,7 +625,7 @@ impl Discovery<'_> {
 /// `gitdir` file that is a link.
 pub(super) fn linked_worktrees(gd: &Path) -> Vec<(PathBuf, Option<PathBuf>)> {
     let dir = gd.join("worktrees");
-    if !fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+    if !memo::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
         return Vec::new();
     }
     let Ok(rd) = fs::read_dir(&dir) else { return Vec::new() };
@@ -654,7 +654,7 @@ fn nested_too_deep(p: &Path) -> SandboxError {
 
 /// A directory git could take for a module git dir.
 fn looks_like_git_dir(p: &Path) -> bool {
-    p.join("config").is_file() || p.join("HEAD").is_file()
+    memo::is_file(&p.join("config")) || memo::is_file(&p.join("HEAD"))
 }
 
 /// `core.worktree` of a git dir, resolved against it.
@@ -723,6 +723,11 @@ pub(super) fn read_small(p: &Path) -> Option<String> {
 }
 
 fn read_small_as(p: &Path, follow: bool) -> Option<String> {
+    // A plan reads `.git/config` from several of its parts: once is enough.
+    memo::text(p, follow, || read_small_now(p, follow))
+}
+
+fn read_small_now(p: &Path, follow: bool) -> Option<String> {
     let (f, len) = open_regular(p, follow).ok()??;
     if len > GIT_FILE_MAX {
         return None;
@@ -749,7 +754,7 @@ fn check_gitmodules(p: &Path) -> Result<(), SandboxError> {
             ),
         ))
     };
-    match fs::symlink_metadata(p) {
+    match memo::symlink_metadata(p) {
         Err(_) => Ok(()),
         Ok(m) if m.file_type().is_symlink() => refuse("a symbolic link"),
         Ok(m) if !m.is_file() => refuse("not a regular file"),
@@ -762,7 +767,7 @@ fn check_gitmodules(p: &Path) -> Result<(), SandboxError> {
 /// would hang planning, `/dev/zero` exhaust memory; silently skipping it
 /// would leave its redirections unguarded).
 pub(super) fn check_git_file(p: &Path) -> Result<(), SandboxError> {
-    match fs::metadata(p) {
+    match memo::metadata(p) {
         Ok(m) if !m.is_file() => Err(SandboxError::unsafe_path(
             p.to_path_buf(),
             PathRefusal::NotRegularFile,
@@ -924,7 +929,7 @@ pub(super) fn gitlinks_into(index: &Path, sha256: bool, out: &mut Found) -> Resu
         // Any of its entries may have been replaced by a gitlink.
         match read_index(&p, sha256, out, true) {
             Ok(s) if s.split => return Err((p, Unreadable::Damaged(bad("a shared index names another")))),
-            Ok(_) if fs::symlink_metadata(&p).is_err() => return Err((p.clone(), Unreadable::NoShared(p))),
+            Ok(_) if memo::symlink_metadata(&p).is_err() => return Err((p.clone(), Unreadable::NoShared(p))),
             Ok(s) => {
                 if let Some(why) = s.verdict() {
                     return Err((p, why));

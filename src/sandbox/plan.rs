@@ -9,7 +9,6 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
-use std::fs;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
@@ -23,7 +22,7 @@ use super::git;
 use super::profile::Profile;
 use super::{grants, ExecRequest, GrantRefusal, PathRefusal, SandboxError};
 use crate::path::glob::{self as deny_glob, MaskError};
-use crate::path::{in_areas, lexical, normalize_glob, replaceable_link, touches_system_root, SYSTEM_ROOTS};
+use crate::path::{in_areas, lexical, memo, normalize_glob, replaceable_link, touches_system_root, SYSTEM_ROOTS};
 
 /// Device nodes bound from the host into the sandbox's `/dev`.
 pub const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
@@ -113,7 +112,7 @@ fn bytes(p: &Path) -> Vec<u8> {
 }
 
 fn canon(p: &Path, what: &'static str) -> Result<PathBuf, SandboxError> {
-    fs::canonicalize(p).map_err(|source| SandboxError::Path { what, path: p.to_path_buf(), source })
+    memo::canonicalize(p).map_err(|source| SandboxError::Path { what, path: p.to_path_buf(), source })
 }
 
 fn depth(p: &[u8]) -> usize {
@@ -138,6 +137,8 @@ pub fn build(
     profile: Option<&Profile>,
 ) -> Result<Plan, SandboxError> {
     check_request(req)?;
+    // The plan's lookups are remembered until it is made (`path::memo`).
+    let _memo = memo::scope();
     let at = Resolver::workspace(req)?;
     let mut base = system_mounts();
     let access = resolve_grants(req, &at)?;
@@ -226,7 +227,7 @@ impl<'a> Resolver<'a> {
     /// Resolve the workspace: a directory, not `/`.
     fn workspace(req: &'a ExecRequest) -> Result<Resolver<'a>, SandboxError> {
         let ws = canon(&req.workspace, "workspace")?;
-        if !ws.is_dir() {
+        if !memo::is_dir(&ws) {
             return Err(SandboxError::NotADirectory { what: "workspace", path: ws });
         }
         if ws == Path::new("/") {
@@ -298,11 +299,11 @@ fn system_mounts() -> Vec<MountOp> {
     let mut base: Vec<MountOp> = Vec::new();
     for root in SYSTEM_ROOTS {
         let p = Path::new(root);
-        let Ok(meta) = fs::symlink_metadata(p) else {
+        let Ok(meta) = memo::symlink_metadata(p) else {
             continue;
         };
         if meta.file_type().is_symlink() {
-            if let Ok(t) = fs::read_link(p) {
+            if let Ok(t) = memo::read_link(p) {
                 base.push(MountOp::Symlink { target: bytes(&t), dst: bytes(p) });
             }
         } else if meta.is_dir() {
@@ -498,7 +499,7 @@ fn add_sandbox_mounts(base: &mut Vec<MountOp>, ws: &Path, access: &Access, remap
     base.push(MountOp::Proc { dst: b"/proc".to_vec() });
     for n in DEV_NODES {
         let host = Path::new("/dev").join(n);
-        if host.exists() {
+        if memo::exists(&host) {
             base.push(MountOp::Bind { src: bytes(&host), dst: bytes(&host), writable: true, idmap: false });
         }
     }
@@ -583,7 +584,7 @@ struct GitPlan {
 /// The real path of `parent`, the directory the workspace `ws` (a real
 /// path) is a scope of ([`ExecRequest::scope_of`]), which must hold it.
 pub(super) fn scope_parent(ws: &Path, parent: &Path) -> Result<PathBuf, SandboxError> {
-    let real = fs::canonicalize(parent).map_err(|source| SandboxError::Path {
+    let real = memo::canonicalize(parent).map_err(|source| SandboxError::Path {
         what: "workspace the scope was made from",
         path: parent.to_path_buf(),
         source,
@@ -702,7 +703,7 @@ fn deny_masks_for(
     });
     masked.sort();
     masked.dedup();
-    let dirs: Vec<PathBuf> = masked.iter().filter(|m| m.is_dir()).cloned().collect();
+    let dirs: Vec<PathBuf> = masked.iter().filter(|m| memo::is_dir(m)).cloned().collect();
     masked.retain(|m| !dirs.iter().any(|d| m.starts_with(d) && m != d));
     masked.sort_by_key(|p| depth(p.as_os_str().as_bytes()));
     Ok(masked)
@@ -756,7 +757,7 @@ fn read_only_names(
     // A host mount inside a writable area (or a grant that is one) must not
     // show a read-only area at another path: it would be writable there.
     let system: Vec<PathBuf> =
-        SYSTEM_ROOTS.iter().map(PathBuf::from).filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())).collect();
+        SYSTEM_ROOTS.iter().map(PathBuf::from).filter(|p| memo::symlink_metadata(p).is_ok_and(|m| m.is_dir())).collect();
     let kept: Vec<PathBuf> = not_writable.iter().chain(&system).cloned().collect();
     super::aliases::check(protect_areas, &kept)?;
     // A grant still to be created (only `--explain` plans one) holds nothing.
@@ -853,7 +854,7 @@ fn landlock_rules(
         // No private /tmp or /dev: the host's device nodes, one by one (a
         // rule on /dev would open the host's /dev/shm), and /tmp only when
         // granted.
-        DEV_NODES.iter().map(|n| Path::new("/dev").join(n)).filter(|p| p.exists()).collect()
+        DEV_NODES.iter().map(|n| Path::new("/dev").join(n)).filter(|p| memo::exists(p)).collect()
     } else {
         vec![PathBuf::from("/dev"), PathBuf::from("/tmp")]
     };
@@ -925,11 +926,11 @@ fn landlock_rules(
         landlock_readable = SYSTEM_ROOTS
             .iter()
             .map(Path::new)
-            .filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
+            .filter(|p| memo::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
             .map(Path::to_path_buf)
             // The device nodes one by one, not /dev (other ptys of the user,
             // the host's /dev/shm).
-            .chain(DEV_NODES.iter().map(|n| Path::new("/dev").join(n)).filter(|p| p.exists()))
+            .chain(DEV_NODES.iter().map(|n| Path::new("/dev").join(n)).filter(|p| memo::exists(p)))
             .chain([ws.to_path_buf(), PathBuf::from("/proc")])
             .chain(read_roots.iter().cloned())
             .collect();
@@ -1214,13 +1215,13 @@ fn protected_paths(
                 ),
             ));
         }
-        let target = match fs::canonicalize(&w) {
+        let target = match memo::canonicalize(&w) {
             Ok(real) => real,
             Err(_) => {
                 // Missing: protect the nearest existing parent, unless that
                 // is a writable root itself or a git dir (whose other files
                 // must stay writable for git to work).
-                let Some(parent) = w.parent().and_then(|p| fs::canonicalize(p).ok()) else {
+                let Some(parent) = w.parent().and_then(|p| memo::canonicalize(p).ok()) else {
                     continue;
                 };
                 if writable_areas.contains(&parent) || gitdirs.contains(&parent.as_path()) {
@@ -1276,6 +1277,7 @@ fn deny_masks(
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use super::*;
 
     /// The containment of a host without a cgroup.

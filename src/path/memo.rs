@@ -1,0 +1,324 @@
+//! Path lookups remembered for the length of one plan.
+//!
+//! Planning a run asks the filesystem the same questions many times: the
+//! workspace's real path, whether `.git` is a directory, what a link on the
+//! way to a protected file points at, the text of `.git/config`. Each of
+//! those is a path walk in the kernel (a `realpath` is one `readlink` per
+//! component), and a writable run in a git workspace made some 150 of them
+//! per plan, most of them repeats. Inside a [`Scope`] the functions here
+//! answer a repeated question from the first answer; outside one they are
+//! the plain `std::fs` calls.
+//!
+//! A plan is a snapshot of the tree taken at one moment; remembering the
+//! answers makes it a consistent one (two parts of one plan can no longer
+//! see a path differently because it changed between their lookups) and
+//! changes nothing the plan relies on: what the plan decides is enforced
+//! by the kernel at the run (bind sources opened with `RESOLVE_NO_SYMLINKS`,
+//! destinations walked with `O_NOFOLLOW`), and a run that writes is planned
+//! under the workspace's lock. A scope lives on one thread and cannot be
+//! held across an `.await` (it is not `Send`); it ends with the plan, so
+//! the next plan asks the filesystem again. Errors the kernel gave are
+//! remembered as their errno; any other error is not remembered.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs;
+use std::hash::Hash;
+use std::io;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+#[derive(Default)]
+struct Memo {
+    lstat: HashMap<PathBuf, Result<fs::Metadata, i32>>,
+    stat: HashMap<PathBuf, Result<fs::Metadata, i32>>,
+    link: HashMap<PathBuf, Result<PathBuf, i32>>,
+    real: HashMap<PathBuf, Result<PathBuf, i32>>,
+    text: HashMap<(PathBuf, bool), Option<String>>,
+}
+
+thread_local! {
+    static MEMO: RefCell<Option<Memo>> = const { RefCell::new(None) };
+}
+
+/// While it lives, this thread's lookups through this module are
+/// remembered. Scopes nest: only the outermost one forgets on drop.
+#[must_use = "the lookups are remembered only while the scope lives"]
+pub struct Scope {
+    owner: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+/// Start remembering (see [`Scope`]).
+pub fn scope() -> Scope {
+    let owner = MEMO.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.is_some() {
+            false
+        } else {
+            *m = Some(Memo::default());
+            true
+        }
+    });
+    Scope { owner, _not_send: PhantomData }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        if self.owner {
+            MEMO.with(|m| *m.borrow_mut() = None);
+        }
+    }
+}
+
+/// Whether a scope is active on this thread (for tests).
+pub fn active() -> bool {
+    MEMO.with(|m| m.borrow().is_some())
+}
+
+fn remembered<K, T>(
+    table: fn(&mut Memo) -> &mut HashMap<K, Result<T, i32>>,
+    key: K,
+    ask: impl FnOnce() -> io::Result<T>,
+) -> io::Result<T>
+where
+    K: Eq + Hash,
+    T: Clone,
+{
+    let hit = MEMO.with(|m| m.borrow_mut().as_mut().map(|memo| table(memo).get(&key).cloned()));
+    match hit {
+        // No scope: ask, remember nothing.
+        None => ask(),
+        Some(Some(answer)) => answer.map_err(io::Error::from_raw_os_error),
+        Some(None) => {
+            let answer = ask();
+            let kept = match &answer {
+                Ok(v) => Some(Ok(v.clone())),
+                Err(e) => e.raw_os_error().map(Err),
+            };
+            if let Some(kept) = kept {
+                MEMO.with(|m| {
+                    if let Some(memo) = m.borrow_mut().as_mut() {
+                        table(memo).insert(key, kept);
+                    }
+                });
+            }
+            answer
+        }
+    }
+}
+
+/// [`fs::symlink_metadata`] (`lstat`), remembered in a scope.
+pub fn symlink_metadata(p: &Path) -> io::Result<fs::Metadata> {
+    remembered(|m| &mut m.lstat, p.to_path_buf(), || fs::symlink_metadata(p))
+}
+
+/// [`fs::metadata`] (`stat`), remembered in a scope.
+pub fn metadata(p: &Path) -> io::Result<fs::Metadata> {
+    remembered(|m| &mut m.stat, p.to_path_buf(), || fs::metadata(p))
+}
+
+/// [`fs::read_link`], remembered in a scope.
+pub fn read_link(p: &Path) -> io::Result<PathBuf> {
+    remembered(|m| &mut m.link, p.to_path_buf(), || fs::read_link(p))
+}
+
+/// [`fs::canonicalize`] (`realpath`), remembered in a scope. There an
+/// absolute path is resolved as `realpath` does it, a component at a time
+/// (a link replaced by its target, `..` applied to where the walk is), but
+/// from the remembered `lstat`s and `readlink`s, so that paths sharing a
+/// prefix (`ws`, `ws/.git`, `ws/.git/config`) walk it once. Whatever that
+/// walk cannot finish (a missing component, one that is not a directory, a
+/// loop, an unreadable link), and anything but a plain absolute path, is
+/// left to `realpath` itself, so the answer and its error are the same.
+pub fn canonicalize(p: &Path) -> io::Result<PathBuf> {
+    remembered(|m| &mut m.real, p.to_path_buf(), || {
+        if active() {
+            if let Some(real) = walk(p) {
+                return Ok(real);
+            }
+        }
+        fs::canonicalize(p)
+    })
+}
+
+/// The walk [`canonicalize`] does in a scope; `None` for "ask `realpath`".
+fn walk(p: &Path) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Component;
+    let raw = p.as_os_str().as_bytes();
+    // A trailing `/` or `/.` asks for a directory, which the components no
+    // longer say; /proc's links are left to the kernel's own walk.
+    if !p.is_absolute() || (raw.len() > 1 && (raw.ends_with(b"/") || raw.ends_with(b"/."))) || p.starts_with("/proc")
+    {
+        return None;
+    }
+    let mut pending: std::collections::VecDeque<PathBuf> = std::collections::VecDeque::new();
+    let push_front = |q: &mut std::collections::VecDeque<PathBuf>, path: &Path| {
+        let comps: Vec<PathBuf> = path
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(PathBuf::from(n)),
+                Component::ParentDir => Some(PathBuf::from("..")),
+                _ => None,
+            })
+            .collect();
+        for c in comps.into_iter().rev() {
+            q.push_front(c);
+        }
+    };
+    push_front(&mut pending, p);
+    let mut cur = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(c) = pending.pop_front() {
+        if c.as_os_str() == ".." {
+            cur.pop();
+            continue;
+        }
+        let next = cur.join(&c);
+        if next.starts_with("/proc") {
+            return None;
+        }
+        let m = symlink_metadata(&next).ok()?;
+        if m.file_type().is_symlink() {
+            links += 1;
+            if links > super::walk::MAX_LINKS {
+                return None;
+            }
+            let target = read_link(&next).ok()?;
+            if target.is_absolute() {
+                cur = PathBuf::from("/");
+            }
+            push_front(&mut pending, &target);
+            continue;
+        }
+        if !pending.is_empty() && !m.is_dir() {
+            return None;
+        }
+        cur = next;
+    }
+    Some(cur)
+}
+
+/// Whether `p` names a directory, following links ([`Path::is_dir`]).
+pub fn is_dir(p: &Path) -> bool {
+    metadata(p).is_ok_and(|m| m.is_dir())
+}
+
+/// Whether `p` names a regular file, following links ([`Path::is_file`]).
+pub fn is_file(p: &Path) -> bool {
+    metadata(p).is_ok_and(|m| m.is_file())
+}
+
+/// Whether `p` exists, following links ([`Path::exists`]).
+pub fn exists(p: &Path) -> bool {
+    metadata(p).is_ok()
+}
+
+/// The text `read` gives for `(p, follow)`, read once in a scope: for
+/// small files read whole (git's config files), whose reader says `None`
+/// for "absent or unreadable".
+pub fn text(p: &Path, follow: bool, read: impl FnOnce() -> Option<String>) -> Option<String> {
+    let key = (p.to_path_buf(), follow);
+    let hit = MEMO.with(|m| m.borrow_mut().as_mut().map(|memo| memo.text.get(&key).cloned()));
+    match hit {
+        None => read(),
+        Some(Some(t)) => t,
+        Some(None) => {
+            let t = read();
+            MEMO.with(|m| {
+                if let Some(memo) = m.borrow_mut().as_mut() {
+                    memo.text.insert(key, t.clone());
+                }
+            });
+            t
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok<T, E: std::fmt::Debug>(r: Result<T, E>) -> T {
+        r.unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    #[test]
+    fn a_scope_answers_from_its_first_lookup_and_forgets_at_its_end() {
+        let d = ok(tempfile::tempdir());
+        let f = d.path().join("f");
+        {
+            let _s = scope();
+            assert!(active());
+            assert_eq!(symlink_metadata(&f).map_err(|e| e.raw_os_error()).err(), Some(Some(libc::ENOENT)));
+            assert!(!exists(&f));
+            ok(fs::write(&f, b"x"));
+            // Remembered: still missing inside the scope, errno and all.
+            assert_eq!(symlink_metadata(&f).map_err(|e| e.raw_os_error()).err(), Some(Some(libc::ENOENT)));
+            assert!(!exists(&f));
+            {
+                let _inner = scope();
+                assert!(!exists(&f), "a nested scope shares the outer one's answers");
+            }
+            assert!(active(), "a nested scope leaves the outer one in place");
+        }
+        assert!(!active());
+        // Outside a scope: the filesystem is asked every time.
+        assert!(ok(symlink_metadata(&f)).is_file());
+        ok(fs::remove_file(&f));
+        assert!(symlink_metadata(&f).is_err());
+    }
+
+    #[test]
+    fn texts_and_real_paths_are_read_once_per_scope() {
+        let d = ok(tempfile::tempdir());
+        let f = d.path().join("config");
+        ok(fs::write(&f, b"one"));
+        let read = || fs::read_to_string(&f).ok();
+        let _s = scope();
+        assert_eq!(text(&f, true, read).as_deref(), Some("one"));
+        ok(fs::write(&f, b"two"));
+        assert_eq!(text(&f, true, read).as_deref(), Some("one"));
+        assert_eq!(text(&f, false, read).as_deref(), Some("two"), "the key holds how it is read");
+        let real = ok(canonicalize(d.path()));
+        assert_eq!(ok(canonicalize(d.path())), real);
+    }
+
+    /// The walk from remembered lookups gives what `realpath` gives, on
+    /// every shape of path, errors included.
+    #[test]
+    fn the_remembered_walk_agrees_with_realpath() {
+        use std::os::unix::fs::symlink;
+        let d = ok(tempfile::tempdir());
+        let b = ok(fs::canonicalize(d.path()));
+        ok(fs::create_dir_all(b.join("a/b/c")));
+        ok(fs::write(b.join("a/file"), b"x"));
+        ok(symlink("a/b", b.join("rel")));
+        ok(symlink(b.join("a/b/c"), b.join("abs")));
+        ok(symlink("../..", b.join("a/b/c/up")));
+        ok(symlink("rel/../file", b.join("dotdot")));
+        ok(symlink("loop2", b.join("loop1")));
+        ok(symlink("loop1", b.join("loop2")));
+        ok(symlink("missing", b.join("dangling")));
+        ok(symlink("a", b.join("chain1")));
+        ok(symlink("chain1/b", b.join("chain2")));
+        let shapes = [
+            "a", "a/b/c", "rel", "rel/c", "abs", "abs/up", "abs/up/file", "a/b/c/up/b", "dotdot", "a/../a/b",
+            "a/b/../../a", "rel/..", "loop1", "dangling", "missing", "a/file", "a/file/x", "a/file/", "a/b/", "a/b/.",
+            "a/./b", "chain2/c", "a//b",
+        ];
+        for s in shapes {
+            let p = b.join(s);
+            let want = fs::canonicalize(&p).map_err(|e| e.raw_os_error());
+            let _scope = scope();
+            // Twice: the walk, then the remembered answer.
+            for _ in 0..2 {
+                assert_eq!(canonicalize(&p).map_err(|e| e.raw_os_error()), want, "{s}");
+            }
+        }
+        let _scope = scope();
+        assert_eq!(ok(canonicalize(Path::new("/"))), PathBuf::from("/"));
+        assert_eq!(ok(canonicalize(Path::new("/proc/self"))), ok(fs::canonicalize("/proc/self")));
+    }
+}
