@@ -132,14 +132,18 @@ pub fn read_link(p: &Path) -> io::Result<PathBuf> {
 /// loop, an unreadable link), and anything but a plain absolute path, is
 /// left to `realpath` itself, so the answer and its error are the same.
 pub fn canonicalize(p: &Path) -> io::Result<PathBuf> {
-    remembered(|m| &mut m.real, p.to_path_buf(), || {
-        if active() {
-            if let Some(real) = walk(p) {
-                return Ok(real);
+    remembered(
+        |m| &mut m.real,
+        p.to_path_buf(),
+        || {
+            if active() {
+                if let Some(real) = walk(p) {
+                    return Ok(real);
+                }
             }
-        }
-        fs::canonicalize(p)
-    })
+            fs::canonicalize(p)
+        },
+    )
 }
 
 /// The walk [`canonicalize`] does in a scope; `None` for "ask `realpath`".
@@ -149,8 +153,7 @@ fn walk(p: &Path) -> Option<PathBuf> {
     let raw = p.as_os_str().as_bytes();
     // A trailing `/` or `/.` asks for a directory, which the components no
     // longer say; /proc's links are left to the kernel's own walk.
-    if !p.is_absolute() || (raw.len() > 1 && (raw.ends_with(b"/") || raw.ends_with(b"/."))) || p.starts_with("/proc")
-    {
+    if !p.is_absolute() || (raw.len() > 1 && (raw.ends_with(b"/") || raw.ends_with(b"/."))) || p.starts_with("/proc") {
         return None;
     }
     let mut pending: std::collections::VecDeque<PathBuf> = std::collections::VecDeque::new();
@@ -304,9 +307,29 @@ mod tests {
         ok(symlink("a", b.join("chain1")));
         ok(symlink("chain1/b", b.join("chain2")));
         let shapes = [
-            "a", "a/b/c", "rel", "rel/c", "abs", "abs/up", "abs/up/file", "a/b/c/up/b", "dotdot", "a/../a/b",
-            "a/b/../../a", "rel/..", "loop1", "dangling", "missing", "a/file", "a/file/x", "a/file/", "a/b/", "a/b/.",
-            "a/./b", "chain2/c", "a//b",
+            "a",
+            "a/b/c",
+            "rel",
+            "rel/c",
+            "abs",
+            "abs/up",
+            "abs/up/file",
+            "a/b/c/up/b",
+            "dotdot",
+            "a/../a/b",
+            "a/b/../../a",
+            "rel/..",
+            "loop1",
+            "dangling",
+            "missing",
+            "a/file",
+            "a/file/x",
+            "a/file/",
+            "a/b/",
+            "a/b/.",
+            "a/./b",
+            "chain2/c",
+            "a//b",
         ];
         for s in shapes {
             let p = b.join(s);

@@ -156,8 +156,8 @@ fn push_front(q: &mut VecDeque<OsString>, p: &Path) {
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
     use super::*;
+    use std::fs;
     use std::os::unix::fs::symlink;
 
     fn ok<T, E: std::fmt::Debug>(r: Result<T, E>) -> T {

@@ -55,6 +55,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
 
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
@@ -116,6 +118,15 @@ struct Pending {
 /// they are refused in the same cases (landlock-only, a file grant, more
 /// than [`HARD_LINK_LIMIT`] mounts in all).
 pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> Result<Kept, SandboxError> {
+    read_only_names_with(areas, skip, no_mounts, &Caps::new())
+}
+
+fn read_only_names_with(
+    areas: &[PathBuf],
+    skip: &[PathBuf],
+    no_mounts: bool,
+    caps: &Caps,
+) -> Result<Kept, SandboxError> {
     // An area beneath another is walked with it, unless a skipped path lies
     // between them (a grant inside a read-only workspace that lies inside a
     // broader grant): then it is a root of its own.
@@ -130,7 +141,14 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
     if roots.is_empty() {
         return Ok(Kept::default());
     }
-    let skip: HashSet<&Path> = skip.iter().map(PathBuf::as_path).collect();
+    // The skipped names by the directory holding them: the walk looks up
+    // each directory once, not each entry's whole path.
+    let mut skip_in: HashMap<&Path, HashSet<&OsStr>> = HashMap::new();
+    for s in skip {
+        if let (Some(parent), Some(name)) = (s.parent(), s.file_name()) {
+            skip_in.entry(parent).or_default().insert(name);
+        }
+    }
     let mut linked: HashMap<(u64, u64), (u64, Vec<PathBuf>)> = HashMap::new();
     let mut seen = 0usize;
     let mut dirs: HashMap<(u64, u64), PathBuf> = HashMap::new();
@@ -171,7 +189,8 @@ pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> 
         let st = nix::sys::stat::fstat(&fd).map_err(|e| walk_error(root, e))?;
         visit(&mut dirs, &st, root)?;
         let mut w = Walk {
-            skip: &skip,
+            skip_in: &skip_in,
+            caps,
             linked: &mut linked,
             privileged: &mut privileged,
             unlistable: &mut unlistable,
@@ -316,12 +335,92 @@ pub fn is_privileged(st: &FileStat, path: &Path) -> bool {
     privileged(st, || has_xattr(path, c"security.capability"))
 }
 
-/// [`is_privileged`] for `name` in `dir` (at `path`), the walk's case: the
-/// xattr is looked up by the one name in `dir` where the kernel can
-/// (`getxattrat`, Linux 6.13), which costs about half of what resolving the
-/// whole path again does.
-fn is_privileged_at(st: &FileStat, dir: &Dir, name: &CString, path: &Path) -> bool {
-    privileged(st, || has_xattr_at(dir, name, path, c"security.capability"))
+/// The most files whose missing capability xattr is remembered (about 40
+/// bytes each); past it the memory is emptied and refills.
+const NO_CAPS_MAX: usize = 1 << 20;
+/// How long before a walk started a file's ctime must lie for its missing
+/// capability xattr to be remembered: wider than any filesystem's timestamp
+/// granularity (1 s on ext4 with small inodes, 2 s on FAT).
+const CTIME_MARGIN: Duration = Duration::from_secs(2);
+
+/// Regular files found without a `security.capability` xattr by an earlier
+/// walk of this process, by `(st_dev, st_ino)`, with the ctime they had.
+static NO_CAPS: LazyLock<Mutex<ByInode>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Ctimes by `(st_dev, st_ino)`.
+type ByInode = HashMap<(u64, u64), (i64, i64)>;
+
+/// The capability lookups of one walk: half of its syscalls (one
+/// `getxattrat` per regular file, beside its `fstatat`), and the same
+/// answer on every walk of an unchanged tree. A file found without the
+/// xattr is remembered with its ctime, and a later walk that finds the
+/// same inode with the same ctime skips the lookup. That is sound because
+/// every change of an inode's xattrs sets its ctime to the time of the
+/// change (`setxattr`, `removexattr`, a `chown`, which drops the xattr),
+/// and no call sets a ctime to a chosen value; a file is remembered only
+/// when its ctime lies [`CTIME_MARGIN`] before the walk began, so a change
+/// made after the lookup, even within the filesystem's timestamp
+/// granularity, gives another ctime; a new file on a reused inode number
+/// has its own (recent) ctime. Only on filesystems whose `stat` answers
+/// come from the local kernel (ext2/3/4, xfs, btrfs, tmpfs): a network or
+/// FUSE filesystem's cached attributes can lag a change made elsewhere,
+/// and an overlay's inode numbers are not its layers'. A found xattr is
+/// never remembered. Stepping the host's clock back by more than the
+/// margin is beyond what this covers (it needs root on the host).
+struct Caps {
+    /// Files with a ctime at or before this may be remembered.
+    before: (i64, i64),
+    /// Whether answers are remembered on a device (`st_dev`), by its
+    /// filesystem's type (`fstatfs`), learnt at its first file.
+    local: std::cell::RefCell<HashMap<u64, bool>>,
+}
+
+impl Caps {
+    fn new() -> Caps {
+        let before = std::time::SystemTime::now()
+            .checked_sub(CTIME_MARGIN)
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or((i64::MIN, 0), |d| (i64::try_from(d.as_secs()).unwrap_or(i64::MIN), i64::from(d.subsec_nanos())));
+        Caps { before, local: std::cell::RefCell::new(HashMap::new()) }
+    }
+
+    /// Whether the regular file `st` (`name` in `dir`) has file capabilities.
+    fn has(&self, st: &FileStat, dir: &Dir, name: &CString, path: impl FnOnce() -> PathBuf) -> bool {
+        let key = (st.st_dev, st.st_ino);
+        let ctime = (st.st_ctime, st.st_ctime_nsec);
+        let trusted = self.trusted(st.st_dev, dir);
+        if trusted && NO_CAPS.lock().is_ok_and(|m| m.get(&key) == Some(&ctime)) {
+            return false;
+        }
+        let has = has_xattr_at(dir, name, path, c"security.capability");
+        if trusted && !has && ctime <= self.before {
+            if let Ok(mut m) = NO_CAPS.lock() {
+                if m.len() >= NO_CAPS_MAX {
+                    m.clear();
+                }
+                m.insert(key, ctime);
+            }
+        }
+        has
+    }
+
+    fn trusted(&self, dev: u64, dir: &Dir) -> bool {
+        // ext2/3/4 (one magic), xfs, btrfs, tmpfs (`statfs(2)`; nix leaves
+        // some of them out on musl).
+        const LOCAL: [u64; 4] = [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994];
+        *self.local.borrow_mut().entry(dev).or_insert_with(|| {
+            #[allow(clippy::unnecessary_cast)] // a c_long with glibc, a c_ulong with musl
+            let local =
+                nix::sys::statfs::fstatfs(dir.as_fd()).is_ok_and(|fs| LOCAL.contains(&(fs.filesystem_type().0 as u64)));
+            local
+        })
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many capability lookups this thread's walks made (for the tests).
+    static CAP_LOOKUPS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 fn privileged(st: &FileStat, caps: impl FnOnce() -> bool) -> bool {
@@ -393,7 +492,8 @@ fn count(linked: &mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>, st: &FileStat, p
 
 /// The state of one walk of the writable areas.
 struct Walk<'a> {
-    skip: &'a HashSet<&'a Path>,
+    skip_in: &'a HashMap<&'a Path, HashSet<&'a OsStr>>,
+    caps: &'a Caps,
     linked: &'a mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>,
     privileged: &'a mut Vec<PathBuf>,
     unlistable: &'a mut Vec<PathBuf>,
@@ -422,6 +522,7 @@ impl Walk<'_> {
                 entries.push((name.to_owned(), e.file_type()));
             }
             let dir = Rc::new(dir);
+            let skipped = self.skip_in.get(path.as_path());
             for (name, kind) in entries {
                 *self.seen += 1;
                 if *self.seen > LINK_WALK_LIMIT {
@@ -435,31 +536,38 @@ impl Walk<'_> {
                         ),
                     ));
                 }
-                let p = path.join(OsStr::from_bytes(name.as_bytes()));
-                if self.skip.contains(p.as_path()) {
+                let os = OsStr::from_bytes(name.as_bytes());
+                if skipped.is_some_and(|s| s.contains(os)) {
                     continue;
                 }
+                // The entry's path is made only where it is kept or named
+                // (most files are neither).
+                let p = || path.join(os);
                 if kind == Some(Type::Directory) {
                     if depth + 1 > LINK_WALK_DEPTH {
-                        return Err(too_deep(&p));
+                        return Err(too_deep(&p()));
                     }
-                    pending.push(Pending { parent: Rc::clone(&dir), name, path: p, depth: depth + 1 });
+                    pending.push(Pending { parent: Rc::clone(&dir), path: p(), name, depth: depth + 1 });
                     continue;
                 }
                 // Everything else is looked at (a symbolic link's own inode
                 // can have several names too); so is an entry of unknown type.
-                let Some(st) = stat_at(&dir, &name, &p)? else { continue };
+                let st = match nix::sys::stat::fstatat(dir.as_fd(), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(st) => st,
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(walk_error(&p(), e)),
+                };
                 if type_of(&st) == Type::Directory {
                     if depth + 1 > LINK_WALK_DEPTH {
-                        return Err(too_deep(&p));
+                        return Err(too_deep(&p()));
                     }
-                    pending.push(Pending { parent: Rc::clone(&dir), name, path: p, depth: depth + 1 });
+                    pending.push(Pending { parent: Rc::clone(&dir), path: p(), name, depth: depth + 1 });
                 } else {
-                    if is_privileged_at(&st, &dir, &name, &p) {
-                        self.privileged.push(p.clone());
+                    if privileged(&st, || self.caps.has(&st, &dir, &name, p)) {
+                        self.privileged.push(p());
                     }
                     if st.st_nlink > 1 {
-                        count(self.linked, &st, p);
+                        count(self.linked, &st, p());
                     }
                 }
             }
@@ -612,7 +720,9 @@ static NO_GETXATTRAT: AtomicBool = AtomicBool::new(false);
 
 /// [`has_xattr`] of `name` in `dir` (at `path`): by the one name where the
 /// kernel has `getxattrat`, else by the path.
-fn has_xattr_at(dir: &Dir, name: &CString, path: &Path, xattr: &std::ffi::CStr) -> bool {
+fn has_xattr_at(dir: &Dir, name: &CString, path: impl FnOnce() -> PathBuf, xattr: &std::ffi::CStr) -> bool {
+    #[cfg(test)]
+    CAP_LOOKUPS.with(|n| n.set(n.get() + 1));
     if !NO_GETXATTRAT.load(Ordering::Relaxed) {
         match crate::sys::xattr_size_at(dir.as_fd(), name.as_c_str(), xattr) {
             Ok(_) => return true,
@@ -623,7 +733,7 @@ fn has_xattr_at(dir: &Dir, name: &CString, path: &Path, xattr: &std::ffi::CStr) 
             },
         }
     }
-    has_xattr(path, xattr)
+    has_xattr(&path(), xattr)
 }
 
 /// `lstat` of `name` in `dir`; `None` when it is gone.
@@ -651,6 +761,7 @@ fn type_of(st: &FileStat) -> Type {
 mod tests {
     use super::*;
     use std::fs;
+    use std::io;
 
     fn tree() -> tempfile::TempDir {
         let d = tempfile::Builder::new().prefix("pc-links-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
@@ -666,6 +777,66 @@ mod tests {
         let a: Vec<PathBuf> = areas.iter().map(|a| d.join(a)).collect();
         let s: Vec<PathBuf> = skip.iter().map(|a| d.join(a)).collect();
         read_only_names(&a, &s, false).map(|k| k.hard_linked)
+    }
+
+    /// A capability xattr (revision 2: `cap_net_raw` permitted), set by
+    /// path; `false` where this process may not set one (not root).
+    fn set_caps(p: &Path) -> bool {
+        let mut v = Vec::new();
+        for w in [0x0200_0000u32, 1 << 13, 0, 0, 0] {
+            v.extend_from_slice(&w.to_le_bytes());
+        }
+        let c = CString::new(p.as_os_str().as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        // SAFETY: the path and the name are NUL-terminated, the value is
+        // `v.len()` bytes; all live across the call.
+        let r = unsafe { libc::setxattr(c.as_ptr(), c"security.capability".as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            assert!(!nix::unistd::geteuid().is_root(), "root could not set a capability xattr: {e}");
+            eprintln!("links::tests: SKIPPED (needs root to set security.capability: {e})");
+            return false;
+        }
+        true
+    }
+
+    fn walk_caps(d: &Path, caps: &Caps) -> (Vec<PathBuf>, usize) {
+        let before = CAP_LOOKUPS.with(std::cell::Cell::get);
+        let k = read_only_names_with(&[d.join("target")], &[], false, caps).unwrap_or_else(|e| panic!("{e}"));
+        (k.privileged, CAP_LOOKUPS.with(std::cell::Cell::get) - before)
+    }
+
+    /// A later walk skips the lookup of an unchanged file it found without
+    /// file capabilities, and sees capabilities set since (their setting
+    /// changed the file's ctime); the control is the first walk, which
+    /// looks every file up.
+    #[test]
+    fn remembered_missing_capabilities_do_not_hide_ones_set_later() {
+        let d = tree();
+        let p = d.path();
+        let prog = p.join("target/x");
+        // As if the walk began well after every file was last changed.
+        let caps = Caps { before: (i64::MAX, 0), local: std::cell::RefCell::new(HashMap::new()) };
+        let (found, looked) = walk_caps(p, &caps);
+        assert_eq!((found, looked), (vec![], 2), "the first walk looks up both regular files");
+        let (found, looked) = walk_caps(p, &caps);
+        assert_eq!((found, looked), (vec![], 0), "an unchanged tree is not looked up again (/var/tmp is local)");
+        if !set_caps(&prog) {
+            return;
+        }
+        let (found, looked) = walk_caps(p, &caps);
+        assert_eq!((found, looked), (vec![prog.clone()], 1), "the changed ctime brings the lookup back");
+        // A file with capabilities is never remembered.
+        assert_eq!(walk_caps(p, &caps), (vec![prog], 1));
+    }
+
+    /// A file changed within the margin before the walk is not remembered:
+    /// a change in the same timestamp tick could keep its ctime.
+    #[test]
+    fn files_changed_just_before_a_walk_are_looked_up_every_time() {
+        let d = tree();
+        let caps = Caps::new();
+        assert_eq!(walk_caps(d.path(), &caps), (vec![], 2));
+        assert_eq!(walk_caps(d.path(), &caps), (vec![], 2));
     }
 
     #[test]

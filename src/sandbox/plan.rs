@@ -756,8 +756,11 @@ fn read_only_names(
         protected.iter().chain(masked).chain(read_roots).chain(ro_ws.iter()).cloned().collect();
     // A host mount inside a writable area (or a grant that is one) must not
     // show a read-only area at another path: it would be writable there.
-    let system: Vec<PathBuf> =
-        SYSTEM_ROOTS.iter().map(PathBuf::from).filter(|p| memo::symlink_metadata(p).is_ok_and(|m| m.is_dir())).collect();
+    let system: Vec<PathBuf> = SYSTEM_ROOTS
+        .iter()
+        .map(PathBuf::from)
+        .filter(|p| memo::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
+        .collect();
     let kept: Vec<PathBuf> = not_writable.iter().chain(&system).cloned().collect();
     super::aliases::check(protect_areas, &kept)?;
     // A grant still to be created (only `--explain` plans one) holds nothing.
@@ -1277,8 +1280,8 @@ fn deny_masks(
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
     use super::*;
+    use std::fs;
 
     /// The containment of a host without a cgroup.
     fn uncontained(req: &ExecRequest, uid: u32) -> (Containment, Vec<Rlimit>) {
