@@ -189,6 +189,11 @@ fn walk(p: &Path) -> Option<PathBuf> {
                 return None;
             }
             let target = read_link(&next).ok()?;
+            // A target ending in `/` asks for a directory too.
+            let t = target.as_os_str().as_bytes();
+            if t.ends_with(b"/") || t.ends_with(b"/.") || t == b"." {
+                return None;
+            }
             if target.is_absolute() {
                 cur = PathBuf::from("/");
             }
@@ -306,6 +311,9 @@ mod tests {
         ok(symlink("missing", b.join("dangling")));
         ok(symlink("a", b.join("chain1")));
         ok(symlink("chain1/b", b.join("chain2")));
+        ok(symlink("a/file/", b.join("slashfile")));
+        ok(symlink("a/b/", b.join("slashdir")));
+        ok(symlink(".", b.join("dot")));
         let shapes = [
             "a",
             "a/b/c",
@@ -330,6 +338,11 @@ mod tests {
             "a/./b",
             "chain2/c",
             "a//b",
+            "slashfile",
+            "slashdir",
+            "slashdir/c",
+            "dot",
+            "dot/a",
         ];
         for s in shapes {
             let p = b.join(s);
