@@ -353,3 +353,32 @@ pub fn random(buf: &mut [u8]) {
         return;
     }
 }
+
+/// The mount `fd` lies on, by its unique id (`statx` `STATX_MNT_ID_UNIQUE`,
+/// Linux 6.8: never reused while the system runs), and the device of the
+/// file `fd` names; `None` where the kernel does not give the unique id.
+pub fn unique_mount_of(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
+    // SAFETY: statx is plain data, zeroed before the kernel fills it.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: an empty path with AT_EMPTY_PATH names `fd`; `st` outlives
+    // the call.
+    let r =
+        unsafe { libc::statx(fd.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, libc::STATX_MNT_ID_UNIQUE, &mut st) };
+    if r < 0 || st.stx_mask & libc::STATX_MNT_ID_UNIQUE == 0 {
+        return None;
+    }
+    Some((st.stx_mnt_id, libc::makedev(st.stx_dev_major, st.stx_dev_minor)))
+}
+
+/// `CLOCK_REALTIME` less `CLOCK_MONOTONIC`, in nanoseconds: it falls when
+/// the wall clock is stepped back.
+pub fn realtime_offset_ns() -> i128 {
+    let read = |clock| {
+        // SAFETY: timespec is plain data, filled by the call.
+        let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+        // SAFETY: `ts` outlives the call; both clocks exist on Linux.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+    };
+    read(libc::CLOCK_REALTIME) - read(libc::CLOCK_MONOTONIC)
+}

@@ -22,19 +22,28 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fs;
 use std::hash::Hash;
 use std::io;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
+/// The tables, keyed by the path's bytes as given: `Path`'s own equality
+/// is by component, so `x/`, `x/.` and `x` would be one key, where the
+/// kernel answers them differently (a trailing `/` follows a link, and
+/// fails on a file).
 #[derive(Default)]
 struct Memo {
-    lstat: HashMap<PathBuf, Result<fs::Metadata, i32>>,
-    stat: HashMap<PathBuf, Result<fs::Metadata, i32>>,
-    link: HashMap<PathBuf, Result<PathBuf, i32>>,
-    real: HashMap<PathBuf, Result<PathBuf, i32>>,
-    text: HashMap<(PathBuf, bool), Option<String>>,
+    lstat: HashMap<OsString, Result<fs::Metadata, i32>>,
+    stat: HashMap<OsString, Result<fs::Metadata, i32>>,
+    link: HashMap<OsString, Result<PathBuf, i32>>,
+    real: HashMap<OsString, Result<PathBuf, i32>>,
+    text: HashMap<(OsString, bool), Option<String>>,
+}
+
+fn key(p: &Path) -> OsString {
+    p.as_os_str().to_os_string()
 }
 
 thread_local! {
@@ -69,6 +78,22 @@ impl Drop for Scope {
             MEMO.with(|m| *m.borrow_mut() = None);
         }
     }
+}
+
+/// Forget what this thread's scope knows of `p` and of every path that
+/// begins with its bytes: for a directory the plan itself creates.
+pub fn forget(p: &Path) {
+    let prefix = p.as_os_str().as_encoded_bytes();
+    let gone = |k: &OsString| k.as_encoded_bytes().starts_with(prefix);
+    MEMO.with(|m| {
+        if let Some(memo) = m.borrow_mut().as_mut() {
+            memo.lstat.retain(|k, _| !gone(k));
+            memo.stat.retain(|k, _| !gone(k));
+            memo.link.retain(|k, _| !gone(k));
+            memo.real.retain(|k, _| !gone(k));
+            memo.text.retain(|(k, _), _| !gone(k));
+        }
+    });
 }
 
 /// Whether a scope is active on this thread (for tests).
@@ -110,17 +135,17 @@ where
 
 /// [`fs::symlink_metadata`] (`lstat`), remembered in a scope.
 pub fn symlink_metadata(p: &Path) -> io::Result<fs::Metadata> {
-    remembered(|m| &mut m.lstat, p.to_path_buf(), || fs::symlink_metadata(p))
+    remembered(|m| &mut m.lstat, key(p), || fs::symlink_metadata(p))
 }
 
 /// [`fs::metadata`] (`stat`), remembered in a scope.
 pub fn metadata(p: &Path) -> io::Result<fs::Metadata> {
-    remembered(|m| &mut m.stat, p.to_path_buf(), || fs::metadata(p))
+    remembered(|m| &mut m.stat, key(p), || fs::metadata(p))
 }
 
 /// [`fs::read_link`], remembered in a scope.
 pub fn read_link(p: &Path) -> io::Result<PathBuf> {
-    remembered(|m| &mut m.link, p.to_path_buf(), || fs::read_link(p))
+    remembered(|m| &mut m.link, key(p), || fs::read_link(p))
 }
 
 /// [`fs::canonicalize`] (`realpath`), remembered in a scope. There an
@@ -134,7 +159,7 @@ pub fn read_link(p: &Path) -> io::Result<PathBuf> {
 pub fn canonicalize(p: &Path) -> io::Result<PathBuf> {
     remembered(
         |m| &mut m.real,
-        p.to_path_buf(),
+        key(p),
         || {
             if active() {
                 if let Some(real) = walk(p) {
@@ -146,14 +171,28 @@ pub fn canonicalize(p: &Path) -> io::Result<PathBuf> {
     )
 }
 
+/// Links the remembered walk follows before it leaves the path to
+/// `realpath`.
+const MOST_LINKS: usize = 32;
+/// Path lengths the remembered walk leaves to `realpath` (PATH_MAX, less
+/// a margin), which may fail with `ENAMETOOLONG` on them.
+const FAR: usize = 4000;
+
 /// The walk [`canonicalize`] does in a scope; `None` for "ask `realpath`".
 fn walk(p: &Path) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     use std::path::Component;
     let raw = p.as_os_str().as_bytes();
     // A trailing `/` or `/.` asks for a directory, which the components no
-    // longer say; /proc's links are left to the kernel's own walk.
-    if !p.is_absolute() || (raw.len() > 1 && (raw.ends_with(b"/") || raw.ends_with(b"/."))) || p.starts_with("/proc") {
+    // longer say; a leading `//` is kept by musl's realpath; a path near
+    // PATH_MAX fails there with ENAMETOOLONG; /proc's links are left to the
+    // kernel's own walk.
+    if !p.is_absolute()
+        || (raw.len() > 1 && (raw.ends_with(b"/") || raw.ends_with(b"/.")))
+        || raw.starts_with(b"//")
+        || raw.len() >= FAR
+        || p.starts_with("/proc")
+    {
         return None;
     }
     let mut pending: std::collections::VecDeque<PathBuf> = std::collections::VecDeque::new();
@@ -185,13 +224,19 @@ fn walk(p: &Path) -> Option<PathBuf> {
         let m = symlink_metadata(&next).ok()?;
         if m.file_type().is_symlink() {
             links += 1;
-            if links > super::walk::MAX_LINKS {
+            // Below the links glibc (40) and musl (39) follow.
+            if links > MOST_LINKS {
                 return None;
             }
             let target = read_link(&next).ok()?;
-            // A target ending in `/` asks for a directory too.
+            // A target ending in `/` asks for a directory too; one with a
+            // leading `//` is kept as such by musl.
             let t = target.as_os_str().as_bytes();
-            if t.ends_with(b"/") || t.ends_with(b"/.") || t == b"." {
+            if t.ends_with(b"/") || t.ends_with(b"/.") || t == b"." || t.starts_with(b"//") {
+                return None;
+            }
+            let left: usize = pending.iter().map(|c| c.as_os_str().len() + 1).sum();
+            if t.len() + left + cur.as_os_str().len() >= FAR {
                 return None;
             }
             if target.is_absolute() {
@@ -227,7 +272,7 @@ pub fn exists(p: &Path) -> bool {
 /// small files read whole (git's config files), whose reader says `None`
 /// for "absent or unreadable".
 pub fn text(p: &Path, follow: bool, read: impl FnOnce() -> Option<String>) -> Option<String> {
-    let key = (p.to_path_buf(), follow);
+    let key = (key(p), follow);
     let hit = MEMO.with(|m| m.borrow_mut().as_mut().map(|memo| memo.text.get(&key).cloned()));
     match hit {
         None => read(),
@@ -278,6 +323,46 @@ mod tests {
         assert!(symlink_metadata(&f).is_err());
     }
 
+    /// `x/` and `x` are different questions to the kernel (a trailing `/`
+    /// follows a link and fails on a file): one must not answer the other.
+    #[test]
+    fn a_trailing_slash_is_its_own_question() {
+        use std::os::unix::fs::symlink;
+        let d = ok(tempfile::tempdir());
+        let b = ok(fs::canonicalize(d.path()));
+        ok(fs::create_dir(b.join("real")));
+        ok(fs::write(b.join("file"), b"x"));
+        ok(symlink("real", b.join("link")));
+        let slash = |p: &Path| PathBuf::from(format!("{}/", p.display()));
+        let _scope = scope();
+        assert!(ok(symlink_metadata(&slash(&b.join("link")))).is_dir());
+        assert!(ok(symlink_metadata(&b.join("link"))).file_type().is_symlink());
+        assert_eq!(ok(canonicalize(&b.join("link"))), b.join("real"));
+        assert_eq!(metadata(&slash(&b.join("file"))).map_err(|e| e.raw_os_error()).err(), Some(Some(libc::ENOTDIR)));
+        assert!(is_file(&b.join("file")));
+        assert!(canonicalize(&b.join("file")).is_ok());
+        assert_eq!(
+            canonicalize(&slash(&b.join("file"))).map_err(|e| e.raw_os_error()).err(),
+            Some(Some(libc::ENOTDIR))
+        );
+    }
+
+    /// What the plan itself creates is asked again after `forget`.
+    #[test]
+    fn forget_drops_a_path_and_what_lies_below_it() {
+        let d = ok(tempfile::tempdir());
+        let dir = d.path().join("made");
+        let _scope = scope();
+        assert!(!is_dir(&dir));
+        assert!(!exists(&dir.join("x")));
+        ok(fs::create_dir(&dir));
+        ok(fs::write(dir.join("x"), b""));
+        assert!(!is_dir(&dir), "remembered");
+        forget(&dir);
+        assert!(is_dir(&dir));
+        assert!(exists(&dir.join("x")));
+    }
+
     #[test]
     fn texts_and_real_paths_are_read_once_per_scope() {
         let d = ok(tempfile::tempdir());
@@ -314,6 +399,14 @@ mod tests {
         ok(symlink("a/file/", b.join("slashfile")));
         ok(symlink("a/b/", b.join("slashdir")));
         ok(symlink(".", b.join("dot")));
+        ok(symlink("//tmp", b.join("slashslash")));
+        // Chains of 33 and of 40 links (glibc follows 40, musl 39).
+        for n in 1..=40 {
+            let to = if n == 1 { "a".to_string() } else { format!("l{}", n - 1) };
+            ok(symlink(to, b.join(format!("l{n}"))));
+        }
+        // A long spelling of a short path (ENAMETOOLONG for musl).
+        let long = "a/b/../".repeat(700) + "a";
         let shapes = [
             "a",
             "a/b/c",
@@ -343,16 +436,27 @@ mod tests {
             "slashdir/c",
             "dot",
             "dot/a",
+            "slashslash",
+            "l33",
+            "l40",
+            "l40/b",
+            &long,
         ];
-        for s in shapes {
-            let p = b.join(s);
-            let want = fs::canonicalize(&p).map_err(|e| e.raw_os_error());
+        // Compared as bytes: `Path`'s equality would hide a `//tmp`.
+        let both = |p: &Path| {
+            let want = fs::canonicalize(p).map(PathBuf::into_os_string).map_err(|e| e.raw_os_error());
             let _scope = scope();
             // Twice: the walk, then the remembered answer.
             for _ in 0..2 {
-                assert_eq!(canonicalize(&p).map_err(|e| e.raw_os_error()), want, "{s}");
+                let got = canonicalize(p).map(PathBuf::into_os_string).map_err(|e| e.raw_os_error());
+                assert_eq!(got, want, "{}", p.display());
             }
+        };
+        for s in shapes {
+            both(&b.join(s));
         }
+        both(Path::new("//tmp"));
+        both(Path::new("//"));
         let _scope = scope();
         assert_eq!(ok(canonicalize(Path::new("/"))), PathBuf::from("/"));
         assert_eq!(ok(canonicalize(Path::new("/proc/self"))), ok(fs::canonicalize("/proc/self")));

@@ -335,20 +335,41 @@ pub fn is_privileged(st: &FileStat, path: &Path) -> bool {
     privileged(st, || has_xattr(path, c"security.capability"))
 }
 
-/// The most files whose missing capability xattr is remembered (about 40
+/// The most files whose missing capability xattr is remembered (about 50
 /// bytes each); past it the memory is emptied and refills.
 const NO_CAPS_MAX: usize = 1 << 20;
 /// How long before a walk started a file's ctime must lie for its missing
 /// capability xattr to be remembered: wider than any filesystem's timestamp
 /// granularity (1 s on ext4 with small inodes, 2 s on FAT).
 const CTIME_MARGIN: Duration = Duration::from_secs(2);
+/// How far the wall clock may fall back against the monotonic one before
+/// everything remembered is forgotten (less than [`CTIME_MARGIN`]).
+const CLOCK_STEP_NS: i128 = 1_000_000_000;
 
 /// Regular files found without a `security.capability` xattr by an earlier
-/// walk of this process, by `(st_dev, st_ino)`, with the ctime they had.
-static NO_CAPS: LazyLock<Mutex<ByInode>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// walk of this process, by (unique mount id, `st_dev`, `st_ino`), with the
+/// ctime they had.
+static NO_CAPS: LazyLock<Mutex<NoCaps>> = LazyLock::new(|| Mutex::new(NoCaps::default()));
 
-/// Ctimes by `(st_dev, st_ino)`.
-type ByInode = HashMap<(u64, u64), (i64, i64)>;
+#[derive(Default)]
+struct NoCaps {
+    files: HashMap<(u64, u64, u64), (i64, i64)>,
+    /// The largest `CLOCK_REALTIME - CLOCK_MONOTONIC` seen since `files`
+    /// was last emptied.
+    offset: Option<i128>,
+}
+
+impl NoCaps {
+    /// A walk begins with the clocks `offset` apart: forget everything if
+    /// the wall clock fell back since.
+    fn clock(&mut self, offset: i128) {
+        if self.offset.is_some_and(|seen| offset < seen - CLOCK_STEP_NS) {
+            self.files.clear();
+            self.offset = None;
+        }
+        self.offset = Some(self.offset.map_or(offset, |seen| seen.max(offset)));
+    }
+}
 
 /// The capability lookups of one walk: half of its syscalls (one
 /// `getxattrat` per regular file, beside its `fstatat`), and the same
@@ -361,22 +382,41 @@ type ByInode = HashMap<(u64, u64), (i64, i64)>;
 /// when its ctime lies [`CTIME_MARGIN`] before the walk began, so a change
 /// made after the lookup, even within the filesystem's timestamp
 /// granularity, gives another ctime; a new file on a reused inode number
-/// has its own (recent) ctime. Only on filesystems whose `stat` answers
-/// come from the local kernel (ext2/3/4, xfs, btrfs, tmpfs): a network or
-/// FUSE filesystem's cached attributes can lag a change made elsewhere,
-/// and an overlay's inode numbers are not its layers'. A found xattr is
-/// never remembered. Stepping the host's clock back by more than the
-/// margin is beyond what this covers (it needs root on the host).
+/// has its own (recent) ctime. An inode is known by the unique id of the
+/// mount of the directory it was found in (`STATX_MNT_ID_UNIQUE`, Linux
+/// 6.8; never reused), its device and its number: a ctime is only data on
+/// disk, so another filesystem mounted later on the same device number (a
+/// swapped loop image, a snapshot mounted in its place) can hold the same
+/// inode with the same ctime and a capability; it comes with a new mount.
+/// A file whose device is not its directory's (a mount point) is looked
+/// up every time. Only on filesystems whose `stat` answers come from the
+/// local kernel (ext2/3/4, xfs, btrfs, tmpfs): a network or FUSE
+/// filesystem's cached attributes can lag a change made elsewhere, and an
+/// overlay's inode numbers are not its layers'. A found xattr is never
+/// remembered. A wall clock stepped back by a second or more against the
+/// monotonic clock (by hand, or NTP) empties the memory, since a change
+/// made after it could get an old file's ctime.
 struct Caps {
     /// Files with a ctime at or before this may be remembered.
     before: (i64, i64),
     /// Whether answers are remembered on a device (`st_dev`), by its
-    /// filesystem's type (`fstatfs`), learnt at its first file.
+    /// filesystem's type (`fstatfs`), learnt at its first directory.
     local: std::cell::RefCell<HashMap<u64, bool>>,
+}
+
+/// Where a directory of the walk lies: its mount's unique id and its device,
+/// when remembered answers may be used there.
+#[derive(Clone, Copy)]
+struct Here {
+    mount: u64,
+    dev: u64,
 }
 
 impl Caps {
     fn new() -> Caps {
+        if let Ok(mut m) = NO_CAPS.lock() {
+            m.clock(crate::sys::realtime_offset_ns());
+        }
         let before = std::time::SystemTime::now()
             .checked_sub(CTIME_MARGIN)
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -384,21 +424,36 @@ impl Caps {
         Caps { before, local: std::cell::RefCell::new(HashMap::new()) }
     }
 
-    /// Whether the regular file `st` (`name` in `dir`) has file capabilities.
-    fn has(&self, st: &FileStat, dir: &Dir, name: &CString, path: impl FnOnce() -> PathBuf) -> bool {
-        let key = (st.st_dev, st.st_ino);
+    /// Where `dir` lies, if remembered answers may be used for its files.
+    fn here(&self, dir: &Dir) -> Option<Here> {
+        let (mount, dev) = crate::sys::unique_mount_of(dir.as_fd())?;
+        self.trusted(dev, dir).then_some(Here { mount, dev })
+    }
+
+    /// Whether the regular file `st` (`name` in `dir`, which lies `here`)
+    /// has file capabilities.
+    fn has(
+        &self,
+        st: &FileStat,
+        dir: &Dir,
+        here: Option<Here>,
+        name: &CString,
+        path: impl FnOnce() -> PathBuf,
+    ) -> bool {
+        let key = here.filter(|h| h.dev == st.st_dev).map(|h| (h.mount, st.st_dev, st.st_ino));
         let ctime = (st.st_ctime, st.st_ctime_nsec);
-        let trusted = self.trusted(st.st_dev, dir);
-        if trusted && NO_CAPS.lock().is_ok_and(|m| m.get(&key) == Some(&ctime)) {
-            return false;
+        if let Some(key) = key {
+            if NO_CAPS.lock().is_ok_and(|m| m.files.get(&key) == Some(&ctime)) {
+                return false;
+            }
         }
         let has = has_xattr_at(dir, name, path, c"security.capability");
-        if trusted && !has && ctime <= self.before {
+        if let (Some(key), false, true) = (key, has, ctime <= self.before) {
             if let Ok(mut m) = NO_CAPS.lock() {
-                if m.len() >= NO_CAPS_MAX {
-                    m.clear();
+                if m.files.len() >= NO_CAPS_MAX {
+                    m.files.clear();
                 }
-                m.insert(key, ctime);
+                m.files.insert(key, ctime);
             }
         }
         has
@@ -523,6 +578,7 @@ impl Walk<'_> {
             }
             let dir = Rc::new(dir);
             let skipped = self.skip_in.get(path.as_path());
+            let here = self.caps.here(&dir);
             for (name, kind) in entries {
                 *self.seen += 1;
                 if *self.seen > LINK_WALK_LIMIT {
@@ -563,7 +619,7 @@ impl Walk<'_> {
                     }
                     pending.push(Pending { parent: Rc::clone(&dir), path: p(), name, depth: depth + 1 });
                 } else {
-                    if privileged(&st, || self.caps.has(&st, &dir, &name, p)) {
+                    if privileged(&st, || self.caps.has(&st, &dir, here, &name, p)) {
                         self.privileged.push(p());
                     }
                     if st.st_nlink > 1 {
@@ -827,6 +883,60 @@ mod tests {
         assert_eq!((found, looked), (vec![prog.clone()], 1), "the changed ctime brings the lookup back");
         // A file with capabilities is never remembered.
         assert_eq!(walk_caps(p, &caps), (vec![prog], 1));
+    }
+
+    /// An inode is remembered on the mount of the directory it was found
+    /// in: another filesystem mounted later on the same device number gets
+    /// a new mount id, and is looked up again; so is a file whose device is
+    /// not its directory's. The control is the same mount, not looked up.
+    #[test]
+    fn remembered_files_are_known_by_their_mount() {
+        let d = tree();
+        let dir = Dir::open(&d.path().join("target"), OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let name = CString::new("x").unwrap_or_else(|e| panic!("{e}"));
+        let st = nix::sys::stat::fstatat(dir.as_fd(), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let caps = Caps { before: (i64::MAX, 0), local: std::cell::RefCell::new(HashMap::new()) };
+        // A mount id no real mount has (unique ids start far above 0).
+        let (a, b) = (Here { mount: 7, dev: st.st_dev }, Here { mount: 8, dev: st.st_dev });
+        let lookups = |here: Option<Here>| {
+            let before = CAP_LOOKUPS.with(std::cell::Cell::get);
+            assert!(!caps.has(&st, &dir, here, &name, || d.path().join("target/x")));
+            CAP_LOOKUPS.with(std::cell::Cell::get) - before
+        };
+        assert_eq!(lookups(Some(a)), 1);
+        assert_eq!(lookups(Some(a)), 0, "the same mount: remembered");
+        assert_eq!(lookups(Some(b)), 1, "another mount on the same device number");
+        assert_eq!(
+            lookups(Some(Here { mount: 7, dev: st.st_dev ^ 1 })),
+            1,
+            "a file on another device than its directory"
+        );
+        assert_eq!(lookups(None), 1, "no unique mount id: nothing remembered");
+    }
+
+    /// A wall clock stepped back (against the monotonic one) empties the
+    /// memory: a change made after it could get a remembered ctime.
+    #[test]
+    fn a_clock_stepped_back_forgets_every_file() {
+        let now = crate::sys::realtime_offset_ns();
+        let mut m = NoCaps::default();
+        m.clock(now);
+        m.files.insert((1, 2, 3), (1, 0));
+        // Slewed forward, or back by less than a second: kept.
+        m.clock(now + 3_000_000_000);
+        m.clock(now + 2_500_000_000);
+        assert!(m.files.contains_key(&(1, 2, 3)));
+        // Back by over a second against the furthest seen: forgotten.
+        m.clock(now + 1_900_000_000);
+        assert!(m.files.is_empty());
+        // Stepped back by over a second from where the memory began again.
+        m.files.insert((1, 2, 3), (1, 0));
+        m.clock(now + 1_500_000_000);
+        assert!(m.files.contains_key(&(1, 2, 3)));
+        m.clock(now + 800_000_000);
+        assert!(m.files.is_empty());
     }
 
     /// A file changed within the margin before the walk is not remembered:

@@ -689,6 +689,10 @@ fn deny_masks_for(
     if !degraded_req(req) {
         if let Some(view) = lock_view(base, lock_dir)? {
             super::lock::open_dir(uid)?;
+            // It may have been made just now: what the plan asked of it
+            // before is stale.
+            memo::forget(lock_dir);
+            memo::forget(&view);
             masked.push(view);
         }
     }
