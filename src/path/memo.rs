@@ -10,14 +10,18 @@
 //! the plain `std::fs` calls.
 //!
 //! A plan is a snapshot of the tree taken at one moment; remembering the
-//! answers makes it a consistent one (two parts of one plan can no longer
-//! see a path differently because it changed between their lookups) and
-//! changes nothing the plan relies on: what the plan decides is enforced
-//! by the kernel at the run (bind sources opened with `RESOLVE_NO_SYMLINKS`,
-//! destinations walked with `O_NOFOLLOW`), and a run that writes is planned
-//! under the workspace's lock. A scope lives on one thread and cannot be
-//! held across an `.await` (it is not `Send`); it ends with the plan, so
-//! the next plan asks the filesystem again. Errors the kernel gave are
+//! answers makes it a consistent one. Every answer is still one the
+//! filesystem gave during this plan; what changes is only that a path
+//! asked twice gets its first answer again, where before a change made to
+//! it while the plan was being made (a window of a millisecond) could be
+//! seen by a later part of the plan and not by an earlier one: a race the
+//! plan was exposed to either way, and bounded the same way (a run that writes is planned under the workspace's lock; the
+//! helper opens bind sources with `RESOLVE_NO_SYMLINKS` and walks
+//! destinations with `O_NOFOLLOW`). A scope lives on one thread and is not
+//! `Send`; `plan::build`, the one place that enters it, is synchronous,
+//! so it is never held across an `.await` (a `LocalSet` would allow that;
+//! nothing here uses one). It ends with the plan, so the next plan asks
+//! the filesystem again. Errors the kernel gave are
 //! remembered as their errno; any other error is not remembered.
 
 use std::cell::RefCell;
@@ -180,8 +184,8 @@ const FAR: usize = 4000;
 
 /// The walk [`canonicalize`] does in a scope; `None` for "ask `realpath`".
 fn walk(p: &Path) -> Option<PathBuf> {
+    use super::walk::push_front;
     use std::os::unix::ffi::OsStrExt;
-    use std::path::Component;
     let raw = p.as_os_str().as_bytes();
     // A trailing `/` or `/.` asks for a directory, which the components no
     // longer say; a leading `//` is kept by musl's realpath; a path near
@@ -195,25 +199,12 @@ fn walk(p: &Path) -> Option<PathBuf> {
     {
         return None;
     }
-    let mut pending: std::collections::VecDeque<PathBuf> = std::collections::VecDeque::new();
-    let push_front = |q: &mut std::collections::VecDeque<PathBuf>, path: &Path| {
-        let comps: Vec<PathBuf> = path
-            .components()
-            .filter_map(|c| match c {
-                Component::Normal(n) => Some(PathBuf::from(n)),
-                Component::ParentDir => Some(PathBuf::from("..")),
-                _ => None,
-            })
-            .collect();
-        for c in comps.into_iter().rev() {
-            q.push_front(c);
-        }
-    };
+    let mut pending: std::collections::VecDeque<OsString> = std::collections::VecDeque::new();
     push_front(&mut pending, p);
     let mut cur = PathBuf::from("/");
     let mut links = 0;
     while let Some(c) = pending.pop_front() {
-        if c.as_os_str() == ".." {
+        if c == ".." {
             cur.pop();
             continue;
         }
@@ -235,7 +226,7 @@ fn walk(p: &Path) -> Option<PathBuf> {
             if t.ends_with(b"/") || t.ends_with(b"/.") || t == b"." || t.starts_with(b"//") {
                 return None;
             }
-            let left: usize = pending.iter().map(|c| c.as_os_str().len() + 1).sum();
+            let left: usize = pending.iter().map(|c| c.len() + 1).sum();
             if t.len() + left + cur.as_os_str().len() >= FAR {
                 return None;
             }

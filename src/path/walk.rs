@@ -140,7 +140,7 @@ fn physical_into(
 }
 
 /// Put the components of `p` (not `.` or `/`) at the front of `q`.
-fn push_front(q: &mut VecDeque<OsString>, p: &Path) {
+pub(super) fn push_front(q: &mut VecDeque<OsString>, p: &Path) {
     let comps: Vec<OsString> = p
         .components()
         .filter_map(|c| match c {
