@@ -43,7 +43,7 @@ struct Memo {
     stat: HashMap<OsString, Result<fs::Metadata, i32>>,
     link: HashMap<OsString, Result<PathBuf, i32>>,
     real: HashMap<OsString, Result<PathBuf, i32>>,
-    text: HashMap<(OsString, bool), Option<String>>,
+    text: HashMap<(OsString, bool), Result<Option<String>, i32>>,
 }
 
 fn key(p: &Path) -> OsString {
@@ -263,21 +263,8 @@ pub fn exists(p: &Path) -> bool {
 /// small files read whole (git's config files), whose reader says `None`
 /// for "absent or unreadable".
 pub fn text(p: &Path, follow: bool, read: impl FnOnce() -> Option<String>) -> Option<String> {
-    let key = (key(p), follow);
-    let hit = MEMO.with(|m| m.borrow_mut().as_mut().map(|memo| memo.text.get(&key).cloned()));
-    match hit {
-        None => read(),
-        Some(Some(t)) => t,
-        Some(None) => {
-            let t = read();
-            MEMO.with(|m| {
-                if let Some(memo) = m.borrow_mut().as_mut() {
-                    memo.text.insert(key, t.clone());
-                }
-            });
-            t
-        }
-    }
+    // The reader cannot fail (`None` is an answer), so neither can this.
+    remembered(|m| &mut m.text, (key(p), follow), || Ok(read())).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -608,11 +608,7 @@ impl Walk<'_> {
                 }
                 // Everything else is looked at (a symbolic link's own inode
                 // can have several names too); so is an entry of unknown type.
-                let st = match nix::sys::stat::fstatat(dir.as_fd(), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
-                    Ok(st) => st,
-                    Err(Errno::ENOENT) => continue,
-                    Err(e) => return Err(walk_error(&p(), e)),
-                };
+                let Some(st) = stat_at(&dir, &name, p)? else { continue };
                 if type_of(&st) == Type::Directory {
                     if depth + 1 > LINK_WALK_DEPTH {
                         return Err(too_deep(&p()));
@@ -648,7 +644,7 @@ impl Walk<'_> {
             }
             Err(Errno::ENOENT) => Ok(None),
             Err(Errno::EACCES) => {
-                let Some(st) = stat_at(&p.parent, &p.name, &p.path)? else { return Ok(None) };
+                let Some(st) = stat_at(&p.parent, &p.name, || p.path.clone())? else { return Ok(None) };
                 match self.who.reach(&st, &p.path) {
                     Reach::None => Ok(None),
                     Reach::Search => {
@@ -792,12 +788,13 @@ fn has_xattr_at(dir: &Dir, name: &CString, path: impl FnOnce() -> PathBuf, xattr
     has_xattr(&path(), xattr)
 }
 
-/// `lstat` of `name` in `dir`; `None` when it is gone.
-fn stat_at(dir: &Dir, name: &CString, path: &Path) -> Result<Option<FileStat>, SandboxError> {
+/// `lstat` of `name` in `dir`; `None` when it is gone. `path` (made only
+/// for an error's message) is where it lies.
+fn stat_at(dir: &Dir, name: &CString, path: impl FnOnce() -> PathBuf) -> Result<Option<FileStat>, SandboxError> {
     match nix::sys::stat::fstatat(dir.as_fd(), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => Ok(Some(st)),
         Err(Errno::ENOENT) => Ok(None),
-        Err(e) => Err(walk_error(path, e)),
+        Err(e) => Err(walk_error(&path(), e)),
     }
 }
 
