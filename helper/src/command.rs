@@ -61,10 +61,12 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd, ah
     nix::sys::prctl::set_no_new_privs().map_err(|e| Fail::io(Step::NoNewPrivs, errno(e)))?;
     let mut applied = restrict_writes(spec, via)?;
     crate::sys::close_range_from(3, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::CloseFds, e))?;
-    crate::notify::start(prep.observer.as_ref())?;
     if !(cfg!(debug_assertions) && spec.test_switches.skip_seccomp) {
         applied.seccomp = true;
-        seccomp(&prep.filter)?;
+        crate::notify::start_chained(&prep.filter, prep.chained.as_ref())?;
+    } else {
+        // A debug helper told to skip the main filter still observes.
+        crate::notify::start(prep.observer.as_ref())?;
     }
     crate::report(report, Record::Applied(applied));
     Err(exec(prep))
@@ -342,7 +344,8 @@ pub fn scope_signals() -> Result<(), Fail> {
     Ok(())
 }
 
-fn seccomp(filter: &BpfProgram) -> Result<(), Fail> {
+/// `Seccomp`: install the main filter alone.
+pub(crate) fn seccomp(filter: &BpfProgram) -> Result<(), Fail> {
     seccompiler::apply_filter(filter).map_err(|e| match e {
         seccompiler::Error::Seccomp(io) => Fail::io(Step::Seccomp, io),
         _ => Fail::errno(Step::Seccomp, libc::EINVAL),

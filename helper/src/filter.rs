@@ -693,6 +693,9 @@ pub enum FilterError {
     /// Two entries of one program name the same syscall number.
     #[error("seccomp program: syscall {0} is listed twice")]
     Duplicate(u32),
+    /// More instructions than the kernel takes (`BPF_MAXINSNS`).
+    #[error("seccomp program too long: {0} instructions, the kernel takes at most 4096")]
+    TooLong(usize),
 }
 
 #[cfg(target_arch = "x86_64")]

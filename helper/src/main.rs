@@ -104,12 +104,17 @@ pub struct Prepared {
     filter: seccompiler::BpfProgram,
     /// The refused-write observer's program, when the spec asks for it.
     observer: Option<seccompiler::BpfProgram>,
+    /// The main program and the observer's chained into one
+    /// (`observe::chain`), when the spec asks for the observer: what the
+    /// command installs, with one `seccomp(2)` call.
+    chained: Option<seccompiler::BpfProgram>,
 }
 
 /// The seccomp programs, compiled before the first clone.
 pub(crate) struct Programs {
     filter: seccompiler::BpfProgram,
     observer: Option<seccompiler::BpfProgram>,
+    chained: Option<seccompiler::BpfProgram>,
 }
 
 /// The signals forwarded to the command. SIGCHLD is handled, not forwarded.
@@ -212,7 +217,11 @@ pub(crate) fn compile(mode: Mode, network: Network, observe: bool) -> Result<Pro
         true => Some(observe::compile().map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
         false => None,
     };
-    Ok(Programs { filter, observer })
+    let chained = match &observer {
+        Some(o) => Some(observe::chain(&filter, o).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
+        None => None,
+    };
+    Ok(Programs { filter, observer, chained })
 }
 
 /// The command's argv, envp and `PATH` candidates, with the programs.
@@ -230,9 +239,9 @@ pub(crate) fn prepare_with(spec: &SpawnSpec, programs: Programs) -> Result<Prepa
             .map(|d| c(&[d, b"/", arg0].concat()))
             .collect::<Result<Vec<_>, _>>()?
     };
-    let Programs { filter, observer } = programs;
-    let observer = if spec.observe { observer } else { None };
-    Ok(Prepared { argv, envp, candidates, filter, observer })
+    let Programs { filter, observer, chained } = programs;
+    let (observer, chained) = if spec.observe { (observer, chained) } else { (None, None) };
+    Ok(Prepared { argv, envp, candidates, filter, observer, chained })
 }
 
 /// The outer helper, one line per step (see `Step`, in this order): pid 1

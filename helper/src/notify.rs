@@ -3,11 +3,13 @@
 //! the library over [`OBSERVE_FD`], then close every copy here, so that the
 //! command never holds it.
 //!
-//! Runs in the command's process after Landlock and just before the main
-//! filter. Failing to install the observer (a kernel without user
+//! Runs in the command's process after Landlock, as its last step before
+//! `execve`: the observer's program is chained after the main filter's
+//! (`observe::chain`) and both are installed as one filter, with the
+//! listener. Failing to install the observer (a kernel without user
 //! notification, a container profile that refuses it, an ancestor's
 //! listener) is not a failure of the run: the library is told the errno and
-//! the command runs unobserved. Failing to hand over an installed listener
+//! the command runs unobserved, under the main filter alone. Failing to hand over an installed listener
 //! is one: with the listener closed, every watched call would fail with
 //! `ENOSYS`, so the command must not start.
 
@@ -56,8 +58,49 @@ fn send(sock: &OwnedFd, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
         .map_err(|e| io::Error::from_raw_os_error(e as i32))
 }
 
-/// Install the observer (when the library asked for it and passed the
-/// socket) and hand its listener over.
+/// Install the command's seccomp filter: `chained` (the main program and
+/// the observer's as one, `observe::chain`) with a listener when the
+/// library asked for the observer and passed the socket, handing the
+/// listener over; otherwise, or when that install fails (the library is
+/// told the errno and the run goes on unobserved, as [`start`] does), the
+/// main program `main` alone, whose failure fails the run (`Seccomp`).
+///
+/// One `seccomp(2)` call where there were two, the observer's filter and
+/// then the main one: the kernel checks, JIT-compiles and caches one
+/// program on the command's critical path, and runs one on a call it
+/// cannot cache.
+pub fn start_chained(main: &BpfProgram, chained: Option<&BpfProgram>) -> Result<(), Fail> {
+    if let Some(program) = chained {
+        if crate::sys::fd_is_open(OBSERVE_FD) {
+            // SAFETY: fd 7 is the observer socket the library passed
+            // (checked open above); nothing else in this process owns it.
+            let sock = unsafe { crate::sys::adopt(OBSERVE_FD) };
+            match install(program) {
+                Ok(listener) => {
+                    send(&sock, &[TAG_LISTENER], &[listener.as_raw_fd()]).map_err(|e| Fail::io(Step::Observer, e))?;
+                    drop(listener);
+                    return Ok(());
+                }
+                Err(e) => failed(&sock, &e),
+            }
+        }
+    }
+    crate::command::seccomp(main)
+}
+
+/// Tell the library the observer could not be installed, and why.
+fn failed(sock: &OwnedFd, e: &io::Error) {
+    let errno = e.raw_os_error().unwrap_or(libc::EINVAL);
+    let mut msg = vec![TAG_FAILED];
+    msg.extend_from_slice(&errno.to_le_bytes());
+    // The library treats a lost message like a closed socket: the
+    // report says it is unavailable. The run goes on either way.
+    let _ = send(sock, &msg, &[]);
+}
+
+/// Install the observer alone (when the library asked for it and passed
+/// the socket) and hand its listener over: a debug helper's
+/// `skip_seccomp`, which leaves out the main filter only.
 pub fn start(program: Option<&BpfProgram>) -> Result<(), Fail> {
     let Some(program) = program else { return Ok(()) };
     if !crate::sys::fd_is_open(OBSERVE_FD) {
@@ -73,14 +116,7 @@ pub fn start(program: Option<&BpfProgram>) -> Result<(), Fail> {
             send(&sock, &[TAG_LISTENER], &[listener.as_raw_fd()]).map_err(|e| Fail::io(Step::Observer, e))?;
             drop(listener);
         }
-        Err(e) => {
-            let errno = e.raw_os_error().unwrap_or(libc::EINVAL);
-            let mut msg = vec![TAG_FAILED];
-            msg.extend_from_slice(&errno.to_le_bytes());
-            // The library treats a lost message like a closed socket: the
-            // report says it is unavailable. The run goes on either way.
-            let _ = send(&sock, &msg, &[]);
-        }
+        Err(e) => failed(&sock, &e),
     }
     Ok(())
 }

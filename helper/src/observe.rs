@@ -20,7 +20,11 @@
 
 use seccompiler::BpfProgram;
 
-use crate::filter::{Asm, FilterError, Goto, BPF_JEQ_K, BPF_JSET_K, BPF_LD_W_ABS, BPF_RET_K, OFF_ARGS, RET_ALLOW};
+use seccompiler::sock_filter;
+
+use crate::filter::{
+    Asm, FilterError, Goto, BPF_JA, BPF_JEQ_K, BPF_JSET_K, BPF_LD_W_ABS, BPF_RET_K, OFF_ARGS, RET_ALLOW,
+};
 
 /// `SECCOMP_RET_USER_NOTIF` (`<linux/seccomp.h>`).
 pub const RET_USER_NOTIF: u32 = 0x7fc0_0000;
@@ -191,6 +195,43 @@ pub fn compile() -> Result<BpfProgram, FilterError> {
     a.finish()
 }
 
+/// `BPF_MAXINSNS` (`<linux/bpf_common.h>`): the longest program the kernel
+/// takes.
+const MAX_INSNS: usize = 4096;
+
+/// The main filter and the observer's as one program, installed with one
+/// `seccomp(2)` call and its listener: every `ret ALLOW` of `main` becomes
+/// a `ja` to `observer`, appended after it, so a call the main program
+/// allows goes on to the observer's, and anything else `main` returns
+/// (kill, an errno) is returned as it was. That is what the kernel makes
+/// of the two installed as separate filters, where the strictest action
+/// wins (`ERRNO` and the kills beat `USER_NOTIF`, which beats `ALLOW`), and
+/// the kernel's action cache covers exactly the numbers both programs allow
+/// whatever the arguments (its emulator follows `ja`). One load instead of
+/// two: the kernel checks, translates and JIT-compiles one program and
+/// fills one cache (on every command's critical path), and a call neither
+/// caches (`openat`) runs one program, not two.
+///
+/// Every jump of both programs is relative and goes forward, and a `ret`
+/// becomes a `ja` in place, so neither program's jumps move.
+pub fn chain(main: &[sock_filter], observer: &[sock_filter]) -> Result<BpfProgram, FilterError> {
+    let len = main.len() + observer.len();
+    if len > MAX_INSNS {
+        return Err(FilterError::TooLong(len));
+    }
+    let mut out = Vec::with_capacity(len);
+    for (i, ins) in main.iter().enumerate() {
+        if ins.code == BPF_RET_K && ins.k == RET_ALLOW {
+            let to_observer = u32::try_from(main.len() - i - 1).map_err(|_| FilterError::TooLong(len))?;
+            out.push(sock_filter { code: BPF_JA, jt: 0, jf: 0, k: to_observer });
+        } else {
+            out.push(ins.clone());
+        }
+    }
+    out.extend(observer.iter().cloned());
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +299,113 @@ mod tests {
         for x in watched() {
             assert!(!crate::filter::tests::kernel_caches(&p, x.nr as u32), "{}", x.name);
         }
+    }
+
+    /// What the kernel returns for a call that two installed filters
+    /// answered `a` (the newer) and `b`: the strictest action
+    /// (`kernel/seccomp.c`: the lowest `ACTION_ONLY`, as a signed number,
+    /// so that the kills come first), the newer on a tie.
+    fn strictest(a: u32, b: u32) -> u32 {
+        let rank = |r: u32| (r & 0xffff_0000) as i32;
+        if rank(a) <= rank(b) {
+            a
+        } else {
+            b
+        }
+    }
+
+    /// Argument vectors that reach every block of both programs: each
+    /// argument in turn set to flags and values the tables compare.
+    fn argument_sets() -> Vec<[u64; 6]> {
+        let values: Vec<u64> = vec![
+            0,
+            1,
+            2,
+            3,
+            libc::O_WRONLY as u64,
+            libc::O_RDWR as u64,
+            libc::O_CREAT as u64,
+            libc::O_TRUNC as u64,
+            (libc::O_TRUNC | libc::O_RDWR) as u64,
+            (libc::O_TRUNC | libc::O_WRONLY) as u64,
+            (libc::O_TRUNC | 3) as u64,
+            (libc::O_TMPFILE | libc::O_RDWR) as u64,
+            libc::O_PATH as u64,
+            0o4755,
+            0o2755,
+            0o755,
+            libc::CLONE_NEWUSER as u64,
+            libc::CLONE_NEWNS as u64,
+            (libc::CLONE_VM | libc::CLONE_THREAD) as u64,
+            libc::AF_UNIX as u64,
+            libc::AF_INET as u64,
+            crate::filter::AF_VSOCK,
+            libc::SOCK_STREAM as u64,
+            libc::SOCK_DGRAM as u64,
+            crate::filter::TIOCSTI,
+            crate::filter::TIOCLINUX,
+            u64::from(u32::MAX),
+            1 << 40,
+        ];
+        let mut sets = vec![[0u64; 6]];
+        for i in 0..6 {
+            for v in &values {
+                let mut a = [0u64; 6];
+                a[i] = *v;
+                sets.push(a);
+            }
+        }
+        sets
+    }
+
+    #[test]
+    fn the_chained_program_answers_as_the_two_filters_would() {
+        use crate::filter::tests::kernel_caches;
+        use crate::filter::{compile_for, Profile, AUDIT_ARCH, X32_SYSCALL_BIT};
+        let observer = prog();
+        let sets = argument_sets();
+        for profile in [
+            Profile::FULL,
+            Profile { degraded: false, network_none: true },
+            Profile { degraded: true, network_none: false },
+            Profile { degraded: true, network_none: true },
+        ] {
+            let main = compile_for(profile).unwrap_or_else(|e| panic!("{e}"));
+            let both = chain(&main, &observer).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(both.len(), main.len() + observer.len());
+            let mut nrs: Vec<u32> = (0..520).collect();
+            if cfg!(target_arch = "x86_64") {
+                nrs.extend([0u32, 2, 257, 83].iter().map(|n| X32_SYSCALL_BIT | n));
+            }
+            for arch in [AUDIT_ARCH, AUDIT_ARCH ^ 1] {
+                for &nr in &nrs {
+                    for args in &sets {
+                        let (m, o) = (run(&main, arch, nr, *args), run(&observer, arch, nr, *args));
+                        assert_eq!(
+                            run(&both, arch, nr, *args),
+                            strictest(m, o),
+                            "{profile:?} arch {arch:#x} nr {nr} args {args:?}"
+                        );
+                    }
+                }
+            }
+            // The kernel's action cache: exactly what both programs allow
+            // whatever the arguments.
+            for nr in 0..520 {
+                assert_eq!(
+                    kernel_caches(&both, nr),
+                    kernel_caches(&main, nr) && kernel_caches(&observer, nr),
+                    "{profile:?} nr {nr}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_program_too_long_for_the_kernel_is_refused() {
+        let main = crate::filter::compile().unwrap_or_else(|e| panic!("{e}"));
+        let long = vec![main[0].clone(); MAX_INSNS];
+        assert!(matches!(chain(&long, &prog()), Err(FilterError::TooLong(_))));
     }
 
     #[test]
