@@ -104,9 +104,9 @@ pub struct Prepared {
     filter: seccompiler::BpfProgram,
     /// The refused-write observer's program, when the spec asks for it.
     observer: Option<seccompiler::BpfProgram>,
-    /// The main program and the observer's chained into one
-    /// (`observe::chain`), when the spec asks for the observer: what the
-    /// command installs, with one `seccomp(2)` call.
+    /// The main program with the observer's watches folded in
+    /// (`observe::compile_with`), when the spec asks for the observer:
+    /// what the command installs, with one `seccomp(2)` call.
     chained: Option<seccompiler::BpfProgram>,
 }
 
@@ -217,9 +217,9 @@ pub(crate) fn compile(mode: Mode, network: Network, observe: bool) -> Result<Pro
         true => Some(observe::compile().map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
         false => None,
     };
-    let chained = match &observer {
-        Some(o) => Some(observe::chain(&filter, o).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
-        None => None,
+    let chained = match observe {
+        true => Some(observe::compile_with(profile).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
+        false => None,
     };
     Ok(Programs { filter, observer, chained })
 }

@@ -4,8 +4,8 @@
 //! command never holds it.
 //!
 //! Runs in the command's process after Landlock, as its last step before
-//! `execve`: the observer's program is chained after the main filter's
-//! (`observe::chain`) and both are installed as one filter, with the
+//! `execve`: the observer's watches are folded into the main filter's
+//! program (`observe::compile_with`), installed as one filter with the
 //! listener. Failing to install the observer (a kernel without user
 //! notification, a container profile that refuses it, an ancestor's
 //! listener) is not a failure of the run: the library is told the errno and
@@ -58,8 +58,8 @@ fn send(sock: &OwnedFd, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
         .map_err(|e| io::Error::from_raw_os_error(e as i32))
 }
 
-/// Install the command's seccomp filter: `chained` (the main program and
-/// the observer's as one, `observe::chain`) with a listener when the
+/// Install the command's seccomp filter: `chained` (the main program with
+/// the observer's watches folded in, `observe::compile_with`) with a listener when the
 /// library asked for the observer and passed the socket, handing the
 /// listener over; otherwise, or when that install fails (the library is
 /// told the errno and the run goes on unobserved, as [`start`] does), the
