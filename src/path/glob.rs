@@ -4,9 +4,12 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+use super::dents::EntryType;
 
 /// The most entries the deny-glob walk visits before it refuses.
 pub const DENY_WALK_LIMIT: usize = 500_000;
@@ -326,21 +329,21 @@ fn walk(
     out: &mut Masks,
     seen: &mut usize,
 ) -> Result<(), MaskError> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
+    // getdents64 into our own buffer, not opendir (see `dents`).
+    let entries = match super::dents::list_path(dir) {
+        Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         // A directory we cannot list may still be entered by the command:
         // fail closed rather than leave its matches unmasked.
         Err(source) => return Err(MaskError::Unlistable { path: dir.to_path_buf(), source }),
     };
-    for e in rd.flatten() {
+    for (name, kind) in entries {
         *seen += 1;
         if *seen > DENY_WALK_LIMIT {
             return Err(MaskError::TooMany { root: root.to_path_buf() });
         }
-        let Ok(ft) = e.file_type() else { continue };
-        let p = e.path();
-        if ft.is_symlink() {
+        let p = dir.join(std::ffi::OsStr::from_bytes(name.as_bytes()));
+        if kind == EntryType::Symlink {
             // A mount cannot cover a link: when the link's name matches, its
             // target is masked instead (where the sandbox can see it).
             if hit(&p) {
@@ -353,7 +356,7 @@ fn walk(
         }
         if hit(&p) {
             out.paths.push(p);
-        } else if ft.is_dir() && depth_left != Some(1) {
+        } else if kind == EntryType::Dir && depth_left != Some(1) {
             walk(root, &p, hit, depth_left.map(|d| d.saturating_sub(1)), out, seen)?;
         }
     }

@@ -6,12 +6,14 @@
 //! - [`walk`]: the kernel-like resolution (links followed, `..` after a link
 //!   applied to its target) and the links met on the way;
 //! - [`memo`]: path lookups remembered for the length of one plan;
+//! - [`dents`]: directories listed with `getdents64`, not `opendir`;
 //! - [`glob`]: the deny globs ([`DenyGlobs`], [`normalize_glob`]) and the
 //!   walk that expands them into the paths the sandbox masks;
 //! - [`SYSTEM_ROOTS`] and the small predicates built on them.
 //!
 //! Nothing here imports `policy` or `sandbox`.
 
+pub mod dents;
 pub mod dir;
 pub mod glob;
 pub mod memo;

@@ -213,8 +213,10 @@ impl Layout {
             .flat_map(|gd| std::iter::once(gd.path.join("hooks")).chain(self.hooks_path(gd, ws)))
             .collect();
         for dir in &hook_dirs {
-            let Ok(rd) = fs::read_dir(dir) else { continue };
-            for (i, e) in rd.flatten().enumerate() {
+            // getdents64 into our own buffer, not opendir (`path::dents`):
+            // listed before every writable command in a git workspace.
+            let Ok(entries) = crate::path::dents::list_path(dir) else { continue };
+            for (i, (name, kind)) in entries.into_iter().enumerate() {
                 if i >= HOOK_ENTRIES_MAX {
                     return Err(SandboxError::limit(
                         "entries of a hooks directory",
@@ -226,10 +228,10 @@ impl Layout {
                         ),
                     ));
                 }
-                if !e.file_type().is_ok_and(|t| t.is_symlink()) {
+                if kind != crate::path::dents::EntryType::Symlink {
                     continue;
                 }
-                let entry = e.path();
+                let entry = dir.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name.as_bytes()));
                 // The entry itself sits in the hooks directory (read-only
                 // where it matters); any further link on the way is judged,
                 // also on a way that cannot be resolved to the end (a `..`

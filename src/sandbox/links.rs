@@ -58,7 +58,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-use nix::dir::{Dir, Type};
+use nix::dir::Type;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{FileStat, Mode};
@@ -92,7 +92,7 @@ pub struct Kept {
 /// One directory still to be listed: its parent's descriptor, its name in
 /// the parent, its path and its depth below the area.
 struct Pending {
-    parent: Rc<Dir>,
+    parent: Rc<OwnedFd>,
     name: CString,
     path: PathBuf,
     depth: usize,
@@ -425,7 +425,7 @@ impl Caps {
     }
 
     /// Where `dir` lies, if remembered answers may be used for its files.
-    fn here(&self, dir: &Dir) -> Option<Here> {
+    fn here(&self, dir: &OwnedFd) -> Option<Here> {
         let (mount, dev) = crate::sys::unique_mount_of(dir.as_fd())?;
         self.trusted(dev, dir).then_some(Here { mount, dev })
     }
@@ -435,7 +435,7 @@ impl Caps {
     fn has(
         &self,
         st: &FileStat,
-        dir: &Dir,
+        dir: &OwnedFd,
         here: Option<Here>,
         name: &CString,
         path: impl FnOnce() -> PathBuf,
@@ -459,7 +459,7 @@ impl Caps {
         has
     }
 
-    fn trusted(&self, dev: u64, dir: &Dir) -> bool {
+    fn trusted(&self, dev: u64, dir: &OwnedFd) -> bool {
         // ext2/3/4 (one magic), xfs, btrfs, tmpfs (`statfs(2)`; nix leaves
         // some of them out on musl).
         const LOCAL: [u64; 4] = [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994];
@@ -559,23 +559,18 @@ struct Walk<'a> {
 
 impl Walk<'_> {
     fn walk(&mut self, root: &Path, fd: OwnedFd) -> Result<(), SandboxError> {
-        let mut current = Some((Dir::from_fd(fd).map_err(|e| walk_error(root, e))?, root.to_path_buf(), 0usize));
+        let mut current = Some((fd, root.to_path_buf(), 0usize));
         let mut pending: Vec<Pending> = Vec::new();
         loop {
-            let Some((mut dir, path, depth)) = current.take() else {
+            let Some((dir, path, depth)) = current.take() else {
                 let Some(next) = pending.pop() else { break };
                 current = self.open_dir(&next)?.map(|d| (d, next.path, next.depth));
                 continue;
             };
-            let mut entries: Vec<(CString, Option<Type>)> = Vec::new();
-            for e in dir.iter() {
-                let e = e.map_err(|e| walk_error(&path, e))?;
-                let name = e.file_name();
-                if name == c"." || name == c".." {
-                    continue;
-                }
-                entries.push((name.to_owned(), e.file_type()));
-            }
+            // Listed with getdents64 into our own buffer, not through
+            // fdopendir (see `path::dents`).
+            let entries = crate::path::dents::list(dir.as_fd())
+                .map_err(|e| walk_error(&path, Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
             let dir = Rc::new(dir);
             let skipped = self.skip_in.get(path.as_path());
             let here = self.caps.here(&dir);
@@ -599,7 +594,7 @@ impl Walk<'_> {
                 // The entry's path is made only where it is kept or named
                 // (most files are neither).
                 let p = || path.join(os);
-                if kind == Some(Type::Directory) {
+                if kind == crate::path::dents::EntryType::Dir {
                     if depth + 1 > LINK_WALK_DEPTH {
                         return Err(too_deep(&p()));
                     }
@@ -630,8 +625,8 @@ impl Walk<'_> {
     /// Open a pending directory without following a link; `None` when it is
     /// gone, or cannot be listed (and is then masked when the command can
     /// search it, passed over when it cannot: see [`Who::reach`]).
-    fn open_dir(&mut self, p: &Pending) -> Result<Option<Dir>, SandboxError> {
-        match Dir::openat(
+    fn open_dir(&mut self, p: &Pending) -> Result<Option<OwnedFd>, SandboxError> {
+        match nix::fcntl::openat(
             p.parent.as_fd(),
             p.name.as_c_str(),
             OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
@@ -772,7 +767,7 @@ static NO_GETXATTRAT: AtomicBool = AtomicBool::new(false);
 
 /// [`has_xattr`] of `name` in `dir` (at `path`): by the one name where the
 /// kernel has `getxattrat`, else by the path.
-fn has_xattr_at(dir: &Dir, name: &CString, path: impl FnOnce() -> PathBuf, xattr: &std::ffi::CStr) -> bool {
+fn has_xattr_at(dir: &OwnedFd, name: &CString, path: impl FnOnce() -> PathBuf, xattr: &std::ffi::CStr) -> bool {
     #[cfg(test)]
     CAP_LOOKUPS.with(|n| n.set(n.get() + 1));
     if !NO_GETXATTRAT.load(Ordering::Relaxed) {
@@ -790,7 +785,7 @@ fn has_xattr_at(dir: &Dir, name: &CString, path: impl FnOnce() -> PathBuf, xattr
 
 /// `lstat` of `name` in `dir`; `None` when it is gone. `path` (made only
 /// for an error's message) is where it lies.
-fn stat_at(dir: &Dir, name: &CString, path: impl FnOnce() -> PathBuf) -> Result<Option<FileStat>, SandboxError> {
+fn stat_at(dir: &OwnedFd, name: &CString, path: impl FnOnce() -> PathBuf) -> Result<Option<FileStat>, SandboxError> {
     match nix::sys::stat::fstatat(dir.as_fd(), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => Ok(Some(st)),
         Err(Errno::ENOENT) => Ok(None),
@@ -889,8 +884,9 @@ mod tests {
     #[test]
     fn remembered_files_are_known_by_their_mount() {
         let d = tree();
-        let dir = Dir::open(&d.path().join("target"), OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let dir: OwnedFd =
+            nix::fcntl::open(&d.path().join("target"), OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty())
+                .unwrap_or_else(|e| panic!("{e}"));
         let name = CString::new("x").unwrap_or_else(|e| panic!("{e}"));
         let st = nix::sys::stat::fstatat(dir.as_fd(), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
             .unwrap_or_else(|e| panic!("{e}"));

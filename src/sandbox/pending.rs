@@ -289,11 +289,10 @@ impl Records {
     /// written), at most `MAX_RECORDS + 1` of them.
     fn names(&self) -> io::Result<Vec<String>> {
         let fd = openat(&self.dir, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
-        let mut d = nix::dir::Dir::from_fd(fd)?;
         let mut out = Vec::new();
-        for e in d.iter() {
-            let e = e?;
-            let Ok(name) = e.file_name().to_str() else { continue };
+        // getdents64 into our own buffer, not fdopendir (`path::dents`).
+        for (name, _) in crate::path::dents::list(std::os::fd::AsFd::as_fd(&fd))? {
+            let Ok(name) = name.to_str() else { continue };
             if (name.starts_with(PREFIX) && name.ends_with(SUFFIX)) || name.starts_with(TMP_PREFIX) {
                 out.push(name.to_string());
                 if out.len() > MAX_RECORDS {

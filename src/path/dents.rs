@@ -1,0 +1,158 @@
+//! Listing a directory with `getdents64(2)` into a buffer of our own.
+//!
+//! Not `opendir`/`fdopendir` (`std::fs::read_dir`, `nix::dir::Dir`): musl's
+//! allocator (the static build's libc) serves their ~2 KiB stream from a
+//! group it maps for that size class and unmaps when the stream is closed,
+//! and every unmap in a multi-threaded process is a TLB flush that
+//! interrupts the other CPUs running it. The walks that run before every
+//! command (the writable areas' hard-link walk, the deny globs' walk, the
+//! lock's records) list every directory they enter; through this they make
+//! no such call (`docs/sandbox.md`, "Session 17").
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// The type of a directory entry as `getdents64` gives it (`d_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum EntryType {
+    /// A directory.
+    Dir,
+    /// A regular file.
+    File,
+    /// A symbolic link.
+    Symlink,
+    /// A device, FIFO or socket.
+    Other,
+    /// The filesystem does not say (`DT_UNKNOWN`): `lstat` it.
+    Unknown,
+}
+
+/// The entries of the directory open on `fd` but `.` and `..`, read from
+/// the fd's current position: names and types (as the filesystem gives
+/// them: `EntryType::Unknown` where it does not say), in the directory's
+/// order.
+pub fn list(fd: BorrowedFd<'_>) -> io::Result<Vec<(std::ffi::CString, EntryType)>> {
+    // d_ino (8), d_off (8), d_reclen (2), d_type (1), then the name and
+    // its NUL (`<linux/dirent.h>`, linux_dirent64).
+    const NAME_AT: usize = 19;
+    let mut buf = vec![0u8; 32 * 1024];
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: `buf` is writable for its length, which the kernel is
+        // told; it writes at most that many bytes and returns how many.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, fd.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = usize::try_from(n).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        if n == 0 {
+            return Ok(out);
+        }
+        let mut at = 0;
+        while at + NAME_AT < n.min(buf.len()) {
+            let reclen = usize::from(u16::from_ne_bytes([buf[at + 16], buf[at + 17]]));
+            let end = at + reclen;
+            if reclen <= NAME_AT || end > n {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            let kind = match buf[at + 18] {
+                libc::DT_DIR => EntryType::Dir,
+                libc::DT_REG => EntryType::File,
+                libc::DT_LNK => EntryType::Symlink,
+                libc::DT_UNKNOWN => EntryType::Unknown,
+                _ => EntryType::Other,
+            };
+            let name = std::ffi::CStr::from_bytes_until_nul(&buf[at + NAME_AT..end])
+                .map_err(|_| io::Error::from_raw_os_error(libc::EIO))?;
+            if name != c"." && name != c".." {
+                out.push((name.to_owned(), kind));
+            }
+            at = end;
+        }
+    }
+}
+
+/// The entries of the directory at `path` (a final symbolic link followed,
+/// as `opendir` does), with every `EntryType::Unknown` resolved by an
+/// `lstat` of the entry (as `std::fs::DirEntry::file_type` does); an entry
+/// gone meanwhile is left out.
+pub fn list_path(path: &Path) -> io::Result<Vec<(std::ffi::CString, EntryType)>> {
+    // As opendir opens it: a directory only, and never waiting on a FIFO
+    // swapped in for it.
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let fd = std::os::fd::AsFd::as_fd(&dir);
+    let mut out = list(fd)?;
+    out.retain_mut(|(name, kind)| {
+        if *kind != EntryType::Unknown {
+            return true;
+        }
+        match nix::sys::stat::fstatat(fd, name.as_c_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => {
+                *kind = match st.st_mode & libc::S_IFMT {
+                    libc::S_IFDIR => EntryType::Dir,
+                    libc::S_IFREG => EntryType::File,
+                    libc::S_IFLNK => EntryType::Symlink,
+                    _ => EntryType::Other,
+                };
+                true
+            }
+            Err(_) => false,
+        }
+    });
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// The same names and types as the standard library's `read_dir`, on a
+    /// directory of every kind of entry and of more names than one
+    /// `getdents64` call returns.
+    #[test]
+    fn lists_what_read_dir_lists() {
+        let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let long = "n".repeat(200);
+        for i in 0..600 {
+            std::fs::write(d.path().join(format!("{long}{i}")), b"").unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::create_dir(d.path().join("sub")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("sub", d.path().join("link")).unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::mkfifo(&d.path().join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(d.path().join("caf\u{e9}"), b"").unwrap_or_else(|e| panic!("{e}"));
+        let dir = std::fs::File::open(d.path()).unwrap_or_else(|e| panic!("{e}"));
+        let mut ours: Vec<(Vec<u8>, EntryType)> =
+            list(dir.as_fd()).unwrap_or_else(|e| panic!("{e}")).into_iter().map(|(n, t)| (n.into_bytes(), t)).collect();
+        let mut std_: Vec<(Vec<u8>, EntryType)> = std::fs::read_dir(d.path())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .map(|e| {
+                let e = e.unwrap_or_else(|e| panic!("{e}"));
+                let t = e.file_type().unwrap_or_else(|e| panic!("{e}"));
+                let kind = if t.is_dir() {
+                    EntryType::Dir
+                } else if t.is_file() {
+                    EntryType::File
+                } else if t.is_symlink() {
+                    EntryType::Symlink
+                } else {
+                    EntryType::Other
+                };
+                (std::os::unix::ffi::OsStrExt::as_bytes(e.file_name().as_os_str()).to_vec(), kind)
+            })
+            .collect();
+        ours.sort();
+        std_.sort();
+        assert_eq!(ours.len(), 604);
+        assert_eq!(ours, std_);
+        // A file is not a directory: the error, not an empty list.
+        let f = std::fs::File::open(d.path().join("caf\u{e9}")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(list(f.as_fd()).map_err(|e| e.raw_os_error()), Err(Some(libc::ENOTDIR)));
+    }
+}
