@@ -302,7 +302,21 @@ mod tests {
     /// Argument vectors that reach every block of both programs: each
     /// argument in turn set to flags and values the tables compare.
     fn argument_sets() -> Vec<[u64; 6]> {
-        let values: Vec<u64> = vec![
+        let values = argument_values();
+        let mut sets = vec![[0u64; 6]];
+        for i in 0..6 {
+            for v in &values {
+                let mut a = [0u64; 6];
+                a[i] = *v;
+                sets.push(a);
+            }
+        }
+        sets
+    }
+
+    /// Flags and values the tables compare arguments with.
+    fn argument_values() -> Vec<u64> {
+        vec![
             0,
             1,
             2,
@@ -331,16 +345,7 @@ mod tests {
             crate::filter::TIOCLINUX,
             u64::from(u32::MAX),
             1 << 40,
-        ];
-        let mut sets = vec![[0u64; 6]];
-        for i in 0..6 {
-            for v in &values {
-                let mut a = [0u64; 6];
-                a[i] = *v;
-                sets.push(a);
-            }
-        }
-        sets
+        ]
     }
 
     #[test]
@@ -370,6 +375,32 @@ mod tests {
                             strictest(m, o),
                             "{profile:?} arch {arch:#x} nr {nr} args {args:?}"
                         );
+                    }
+                }
+            }
+            // Two arguments at once, for every number either program
+            // inspects an argument of: the flags with the mode of an open,
+            // a socket's domain with its type, `which` with `who`.
+            let values = argument_values();
+            let inspected: Vec<u32> = (0..520)
+                .filter(|nr| {
+                    !crate::filter::tests::kernel_caches(&main, *nr)
+                        || !crate::filter::tests::kernel_caches(&observer, *nr)
+                })
+                .collect();
+            for (i, j) in [(0usize, 1usize), (1, 2), (2, 3)] {
+                for v in &values {
+                    for w in &values {
+                        let mut args = [0u64; 6];
+                        (args[i], args[j]) = (*v, *w);
+                        for &nr in &inspected {
+                            let (m, o) = (run(&main, AUDIT_ARCH, nr, args), run(&observer, AUDIT_ARCH, nr, args));
+                            assert_eq!(
+                                run(&both, AUDIT_ARCH, nr, args),
+                                strictest(m, o),
+                                "{profile:?} nr {nr} {args:?}"
+                            );
+                        }
                     }
                 }
             }
