@@ -29,17 +29,23 @@ pub enum EntryType {
     Unknown,
 }
 
+/// One entry: its name and type.
+pub type Entry = (std::ffi::CString, EntryType);
+
 /// The entries of the directory open on `fd` but `.` and `..`, read from
 /// the fd's current position: names and types (as the filesystem gives
 /// them: `EntryType::Unknown` where it does not say), in the directory's
-/// order.
-pub fn list(fd: BorrowedFd<'_>) -> io::Result<Vec<(std::ffi::CString, EntryType)>> {
+/// order; at most `max` of them (the reading stops there, so a caller
+/// whose walk has a limit passes what is left of it, plus one to see it
+/// exceeded, and a directory of millions of names costs no more memory
+/// than the limit).
+pub fn list(fd: BorrowedFd<'_>, max: usize) -> io::Result<Vec<Entry>> {
     // d_ino (8), d_off (8), d_reclen (2), d_type (1), then the name and
     // its NUL (`<linux/dirent.h>`, linux_dirent64).
     const NAME_AT: usize = 19;
     let mut buf = vec![0u8; 32 * 1024];
     let mut out = Vec::new();
-    loop {
+    while out.len() < max {
         // SAFETY: `buf` is writable for its length, which the kernel is
         // told; it writes at most that many bytes and returns how many.
         let n = unsafe { libc::syscall(libc::SYS_getdents64, fd.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
@@ -48,10 +54,10 @@ pub fn list(fd: BorrowedFd<'_>) -> io::Result<Vec<(std::ffi::CString, EntryType)
         }
         let n = usize::try_from(n).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         if n == 0 {
-            return Ok(out);
+            break;
         }
         let mut at = 0;
-        while at + NAME_AT < n.min(buf.len()) {
+        while at + NAME_AT < n.min(buf.len()) && out.len() < max {
             let reclen = usize::from(u16::from_ne_bytes([buf[at + 16], buf[at + 17]]));
             let end = at + reclen;
             if reclen <= NAME_AT || end > n {
@@ -72,13 +78,13 @@ pub fn list(fd: BorrowedFd<'_>) -> io::Result<Vec<(std::ffi::CString, EntryType)
             at = end;
         }
     }
+    Ok(out)
 }
 
 /// The entries of the directory at `path` (a final symbolic link followed,
-/// as `opendir` does), with every `EntryType::Unknown` resolved by an
-/// `lstat` of the entry (as `std::fs::DirEntry::file_type` does); an entry
-/// gone meanwhile is left out.
-pub fn list_path(path: &Path) -> io::Result<Vec<(std::ffi::CString, EntryType)>> {
+/// as `opendir` does), at most `max` of them, with every
+/// `EntryType::Unknown` resolved ([`resolve_unknown`]).
+pub fn list_path(path: &Path, max: usize) -> io::Result<Vec<Entry>> {
     // As opendir opens it: a directory only, and never waiting on a FIFO
     // swapped in for it.
     let dir = std::fs::OpenOptions::new()
@@ -86,9 +92,21 @@ pub fn list_path(path: &Path) -> io::Result<Vec<(std::ffi::CString, EntryType)>>
         .custom_flags(libc::O_DIRECTORY | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
     let fd = std::os::fd::AsFd::as_fd(&dir);
-    let mut out = list(fd)?;
-    out.retain_mut(|(name, kind)| {
-        if *kind != EntryType::Unknown {
+    let mut out = list(fd, max)?;
+    resolve_unknown(fd, &mut out)?;
+    Ok(out)
+}
+
+/// Give every `EntryType::Unknown` entry of the directory open on `fd` (a
+/// filesystem that does not fill in `d_type`) its type from an `lstat`, as
+/// `std::fs::DirEntry::file_type` does. An entry gone meanwhile (`ENOENT`)
+/// is left out; any other failure is the caller's error, never an entry
+/// passed over: a walk that decides what to mask or protect by an entry's
+/// name and type fails closed rather than skip one it cannot see.
+pub fn resolve_unknown(fd: BorrowedFd<'_>, entries: &mut Vec<Entry>) -> io::Result<()> {
+    let mut failed = None;
+    entries.retain_mut(|(name, kind)| {
+        if *kind != EntryType::Unknown || failed.is_some() {
             return true;
         }
         match nix::sys::stat::fstatat(fd, name.as_c_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -101,10 +119,14 @@ pub fn list_path(path: &Path) -> io::Result<Vec<(std::ffi::CString, EntryType)>>
                 };
                 true
             }
-            Err(_) => false,
+            Err(nix::errno::Errno::ENOENT) => false,
+            Err(e) => {
+                failed = Some(io::Error::from(e));
+                true
+            }
         }
     });
-    Ok(out)
+    failed.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
@@ -128,8 +150,11 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(d.path().join("caf\u{e9}"), b"").unwrap_or_else(|e| panic!("{e}"));
         let dir = std::fs::File::open(d.path()).unwrap_or_else(|e| panic!("{e}"));
-        let mut ours: Vec<(Vec<u8>, EntryType)> =
-            list(dir.as_fd()).unwrap_or_else(|e| panic!("{e}")).into_iter().map(|(n, t)| (n.into_bytes(), t)).collect();
+        let mut ours: Vec<(Vec<u8>, EntryType)> = list(dir.as_fd(), usize::MAX)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_iter()
+            .map(|(n, t)| (n.into_bytes(), t))
+            .collect();
         let mut std_: Vec<(Vec<u8>, EntryType)> = std::fs::read_dir(d.path())
             .unwrap_or_else(|e| panic!("{e}"))
             .map(|e| {
@@ -153,6 +178,50 @@ mod tests {
         assert_eq!(ours, std_);
         // A file is not a directory: the error, not an empty list.
         let f = std::fs::File::open(d.path().join("caf\u{e9}")).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(list(f.as_fd()).map_err(|e| e.raw_os_error()), Err(Some(libc::ENOTDIR)));
+        assert_eq!(list(f.as_fd(), usize::MAX).map_err(|e| e.raw_os_error()), Err(Some(libc::ENOTDIR)));
+    }
+
+    /// At most `max` entries are read, and the rest of the directory is
+    /// left unread.
+    #[test]
+    fn stops_at_the_limit() {
+        let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..3000 {
+            std::fs::write(d.path().join(format!("f{i}")), b"").unwrap_or_else(|e| panic!("{e}"));
+        }
+        let dir = std::fs::File::open(d.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(list(dir.as_fd(), 1001).map(|v| v.len()).unwrap_or_else(|e| panic!("{e}")), 1001);
+        assert_eq!(list_path(d.path(), 5).map(|v| v.len()).unwrap_or_else(|e| panic!("{e}")), 5);
+        assert_eq!(list_path(d.path(), usize::MAX).map(|v| v.len()).unwrap_or_else(|e| panic!("{e}")), 3000);
+    }
+
+    /// What a filesystem without `d_type` gives (every entry `Unknown`)
+    /// is typed by `lstat`, as the filesystem would have typed it; an entry
+    /// gone meanwhile is left out; one that cannot be looked at is an
+    /// error, not an entry passed over.
+    #[test]
+    fn unknown_types_are_looked_up_and_failures_are_errors() {
+        let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(d.path().join("file"), b"").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir(d.path().join("dir")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("dir", d.path().join("link")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("nowhere", d.path().join("dangling")).unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::mkfifo(&d.path().join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let dir = std::fs::File::open(d.path()).unwrap_or_else(|e| panic!("{e}"));
+        let mut want = list(dir.as_fd(), usize::MAX).unwrap_or_else(|e| panic!("{e}"));
+        want.sort();
+        let unknown = |v: &[Entry]| -> Vec<Entry> { v.iter().map(|(n, _)| (n.clone(), EntryType::Unknown)).collect() };
+        let mut got = unknown(&want);
+        got.push((std::ffi::CString::from(c"gone"), EntryType::Unknown));
+        resolve_unknown(dir.as_fd(), &mut got).unwrap_or_else(|e| panic!("{e}"));
+        got.sort();
+        assert_eq!(got, want);
+        assert!(want.contains(&(std::ffi::CString::from(c"dangling"), EntryType::Symlink)));
+        assert!(want.contains(&(std::ffi::CString::from(c"fifo"), EntryType::Other)));
+        // A name the lookup refuses (ENAMETOOLONG here; EACCES where the
+        // directory is readable but not searchable) fails the listing.
+        let mut bad = vec![(std::ffi::CString::new("x".repeat(300)).unwrap_or_default(), EntryType::Unknown)];
+        assert_eq!(resolve_unknown(dir.as_fd(), &mut bad).map_err(|e| e.raw_os_error()), Err(Some(libc::ENAMETOOLONG)));
     }
 }

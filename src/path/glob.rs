@@ -330,7 +330,8 @@ fn walk(
     seen: &mut usize,
 ) -> Result<(), MaskError> {
     // getdents64 into our own buffer, not opendir (see `dents`).
-    let entries = match super::dents::list_path(dir) {
+    let room = (DENY_WALK_LIMIT + 1).saturating_sub(*seen);
+    let entries = match super::dents::list_path(dir, room) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         // A directory we cannot list may still be entered by the command:

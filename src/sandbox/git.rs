@@ -215,7 +215,7 @@ impl Layout {
         for dir in &hook_dirs {
             // getdents64 into our own buffer, not opendir (`path::dents`):
             // listed before every writable command in a git workspace.
-            let Ok(entries) = crate::path::dents::list_path(dir) else { continue };
+            let Ok(entries) = crate::path::dents::list_path(dir, HOOK_ENTRIES_MAX + 1) else { continue };
             for (i, (name, kind)) in entries.into_iter().enumerate() {
                 if i >= HOOK_ENTRIES_MAX {
                     return Err(SandboxError::limit(

@@ -569,7 +569,9 @@ impl Walk<'_> {
             };
             // Listed with getdents64 into our own buffer, not through
             // fdopendir (see `path::dents`).
-            let entries = crate::path::dents::list(dir.as_fd())
+            // At most what is left of the limit, and one more to see it passed.
+            let room = (LINK_WALK_LIMIT + 1).saturating_sub(*self.seen);
+            let entries = crate::path::dents::list(dir.as_fd(), room)
                 .map_err(|e| walk_error(&path, Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
             let dir = Rc::new(dir);
             let skipped = self.skip_in.get(path.as_path());

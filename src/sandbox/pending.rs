@@ -291,7 +291,7 @@ impl Records {
         let fd = openat(&self.dir, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
         let mut out = Vec::new();
         // getdents64 into our own buffer, not fdopendir (`path::dents`).
-        for (name, _) in crate::path::dents::list(std::os::fd::AsFd::as_fd(&fd))? {
+        for (name, _) in crate::path::dents::list(std::os::fd::AsFd::as_fd(&fd), usize::MAX)? {
             let Ok(name) = name.to_str() else { continue };
             if (name.starts_with(PREFIX) && name.ends_with(SUFFIX)) || name.starts_with(TMP_PREFIX) {
                 out.push(name.to_string());
