@@ -323,7 +323,10 @@ fn command_ahead(
     let own = base.admits(&spec).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
     let mut prep = crate::prepare_with(&spec, programs)?;
     if observe.is_none() || !spec.observe {
+        // No socket to hand a listener over: the command installs the main
+        // program alone and never takes whatever fd 7 is here for one.
         prep.observer = None;
+        prep.chained = None;
     }
     let observe = observe.filter(|_| spec.observe);
     let premade = crate::premade_trees(&spec.mounts, trees)?;
