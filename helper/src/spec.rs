@@ -1,6 +1,8 @@
 //! The spawn spec: everything the helper needs, decided by the library.
 //!
-//! Paths and arguments are raw bytes, so non-UTF-8 names survive the trip.
+//! Paths and arguments are raw bytes, so non-UTF-8 names survive the trip:
+//! in the JSON a UTF-8 one is a string and any other an array of its bytes
+//! ([`bytes`]).
 //! Every host path in a spec has been resolved by the library (symlinks
 //! collapsed); the helper opens each one with `RESOLVE_NO_SYMLINKS`, so a
 //! path swapped for a link between planning and spawning fails instead of
@@ -14,8 +16,109 @@ use serde::{Deserialize, Serialize};
 /// Raw bytes of a path, an argument or an environment entry.
 pub type Bytes = Vec<u8>;
 
-/// Version of the spec format; the helper refuses any other.
-pub const SPEC_VERSION: u32 = 1;
+/// Version of the spec format; the helper refuses any other. 2: byte
+/// strings that are UTF-8 are JSON strings ([`bytes`]).
+pub const SPEC_VERSION: u32 = 2;
+
+/// The JSON form of [`Bytes`]: a string where the bytes are UTF-8 (every
+/// ordinary path, argument and variable), else an array of the bytes; both
+/// are read back. Strings parse several times faster than arrays of
+/// numbers, and the spec is parsed on every command's critical path (a
+/// slot's request: 39 µs for a 3 KB spec of arrays, docs/sandbox.md,
+/// "Session 17").
+pub mod bytes {
+    use serde::de::{Error, SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+    use std::fmt;
+
+    /// Serialize one byte string.
+    pub fn serialize<S: Serializer>(b: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(b) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => s.collect_seq(b),
+        }
+    }
+
+    /// Deserialize one byte string: a string or an array of bytes.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        d.deserialize_any(BytesVisitor)
+    }
+
+    pub(super) struct BytesVisitor;
+
+    impl<'de> Visitor<'de> for BytesVisitor {
+        type Value = Vec<u8>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string or an array of bytes")
+        }
+        fn visit_str<E: Error>(self, v: &str) -> Result<Vec<u8>, E> {
+            Ok(v.as_bytes().to_vec())
+        }
+        fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(v.to_vec())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+            while let Some(b) = seq.next_element::<u8>()? {
+                out.push(b);
+            }
+            Ok(out)
+        }
+    }
+
+    /// The same for a list of byte strings.
+    pub mod list {
+        use serde::de::{SeqAccess, Visitor};
+        use serde::ser::SerializeSeq;
+        use serde::{Deserializer, Serializer};
+        use std::fmt;
+
+        struct One<'a>(&'a [u8]);
+
+        impl serde::Serialize for One<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                super::serialize(self.0, s)
+            }
+        }
+
+        struct Owned(Vec<u8>);
+
+        impl<'de> serde::Deserialize<'de> for Owned {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Owned, D::Error> {
+                d.deserialize_any(super::BytesVisitor).map(Owned)
+            }
+        }
+
+        /// Serialize a list of byte strings.
+        pub fn serialize<S: Serializer>(v: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(v.len()))?;
+            for b in v {
+                seq.serialize_element(&One(b))?;
+            }
+            seq.end()
+        }
+
+        /// Deserialize a list of byte strings (each a string or an array).
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<u8>>, D::Error> {
+            struct ListVisitor;
+            impl<'de> Visitor<'de> for ListVisitor {
+                type Value = Vec<Vec<u8>>;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a list of byte strings")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Vec<u8>>, A::Error> {
+                    let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                    while let Some(Owned(b)) = seq.next_element::<Owned>()? {
+                        out.push(b);
+                    }
+                    Ok(out)
+                }
+            }
+            d.deserialize_seq(ListVisitor)
+        }
+    }
+}
 
 /// One command to run in a fresh sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,10 +128,13 @@ pub struct SpawnSpec {
     pub version: u32,
     /// The command and its arguments; `argv[0]` is looked up in the spec's
     /// `PATH` when it holds no `/`.
+    #[serde(with = "bytes::list")]
     pub argv: Vec<Bytes>,
     /// The command's whole environment, as `NAME=value` entries.
+    #[serde(with = "bytes::list")]
     pub env: Vec<Bytes>,
     /// Working directory inside the sandbox (an absolute path).
+    #[serde(with = "bytes")]
     pub cwd: Bytes,
     /// Who the command is, inside and on the host.
     pub identity: Identity,
@@ -246,32 +352,59 @@ pub enum MountOp {
     /// (root callers only), files owned by host root appear owned by the
     /// sandbox's uid 0 there, i.e. by the command.
     Bind {
+        #[serde(with = "bytes")]
         src: Bytes,
+        #[serde(with = "bytes")]
         dst: Bytes,
         writable: bool,
         #[serde(default)]
         idmap: bool,
     },
     /// A fresh tmpfs at `dst` (`/tmp`, `/dev/shm`).
-    Tmpfs { dst: Bytes, mode: u32, size: u64 },
+    Tmpfs {
+        #[serde(with = "bytes")]
+        dst: Bytes,
+        mode: u32,
+        size: u64,
+    },
     /// A fresh procfs for the sandbox's pid namespace, with the kernel knobs
     /// read-only and the information leaks masked.
-    Proc { dst: Bytes },
+    Proc {
+        #[serde(with = "bytes")]
+        dst: Bytes,
+    },
     /// A private devpts instance, with `/dev/ptmx` pointing into it.
-    Devpts { dst: Bytes },
+    Devpts {
+        #[serde(with = "bytes")]
+        dst: Bytes,
+    },
     /// A symbolic link at `dst` (on the sandbox's own root tmpfs).
-    Symlink { target: Bytes, dst: Bytes },
+    Symlink {
+        #[serde(with = "bytes")]
+        target: Bytes,
+        #[serde(with = "bytes")]
+        dst: Bytes,
+    },
     /// Make an existing path read-only again inside a writable area (a
     /// protected carve-out such as `.git/hooks`).
-    ReadOnly { dst: Bytes },
+    ReadOnly {
+        #[serde(with = "bytes")]
+        dst: Bytes,
+    },
     /// Hide an existing path: an empty, unreadable file or directory is
     /// mounted over it.
-    Mask { dst: Bytes },
+    Mask {
+        #[serde(with = "bytes")]
+        dst: Bytes,
+    },
     /// Bind an existing directory onto itself, keeping its writability, so
     /// that it becomes a mount point: it can then be neither renamed nor
     /// removed (`EBUSY`). Used for the parents of protected paths, so that
     /// `mv .git .git-old` cannot carry the read-only hooks away.
-    Pin { dst: Bytes },
+    Pin {
+        #[serde(with = "bytes")]
+        dst: Bytes,
+    },
 }
 
 impl MountOp {
@@ -301,12 +434,13 @@ impl MountOp {
 #[serde(deny_unknown_fields)]
 pub struct LandlockSpec {
     /// Paths inside the sandbox beneath which writing is allowed.
+    #[serde(with = "bytes::list")]
     pub writable: Vec<Bytes>,
     /// Entries of a write grant whose rule was split around a read-only
     /// area beneath it: writable like `writable`, but each is opened without
     /// following any symbolic link, and one gone (or replaced by a link)
     /// since the plan is skipped rather than refused.
-    #[serde(default)]
+    #[serde(default, with = "bytes::list")]
     pub writable_entries: Vec<Bytes>,
     /// Refuse to run when the kernel cannot enforce the write rules.
     pub required: bool,
@@ -316,7 +450,7 @@ pub struct LandlockSpec {
     pub scope: bool,
     /// When not empty, reads are restricted too: allowed only beneath these
     /// paths (and the writable ones). Used when there is no mount plan.
-    #[serde(default)]
+    #[serde(default, with = "bytes::list")]
     pub readable: Vec<Bytes>,
     /// The only paths beneath which a unix socket may be made (`bind` to a
     /// path, `mknod` of a socket): the sandbox's private tmpfs mounts. The
@@ -324,7 +458,7 @@ pub struct LandlockSpec {
     /// leave a socket where another, concurrent run can `connect` to it and
     /// be handed descriptors (Landlock cannot restrict `connect`). Empty: no
     /// socket anywhere.
-    #[serde(default)]
+    #[serde(default, with = "bytes::list")]
     pub sockets: Vec<Bytes>,
     /// Handle the `Truncate` right (ABI 3): the landlock-only mode, where
     /// Landlock is the only barrier for files. The full sandbox leaves it
@@ -621,5 +755,41 @@ mod tests {
         assert_eq!(e.as_deref(), Some("unknown degraded mode `full`, expected `landlock-only`"));
         let e = "bogus".parse::<Network>().err().map(|e| e.to_string());
         assert_eq!(e.as_deref(), Some("unknown network setting `bogus`, expected `none` or `host`"));
+    }
+
+    /// Every byte string of a spec survives the trip: UTF-8 ones as JSON
+    /// strings (escapes included), others as arrays of their bytes; a
+    /// spec written with arrays throughout (version 1's form) still reads.
+    #[test]
+    fn byte_strings_are_strings_where_they_can_be_and_survive_the_trip() {
+        let odd: Vec<u8> = vec![b'/', b'w', 0xff, 0xfe, b'"', b'\\', 0x01, b'\n', b'x'];
+        let mut s = spec(vec![
+            MountOp::Bind { src: odd.clone(), dst: b"/ws".to_vec(), writable: true, idmap: true },
+            MountOp::Symlink { target: b"usr/bin".to_vec(), dst: b"/bin".to_vec() },
+            MountOp::Mask { dst: "/ws/caf\u{e9} \"q\"\t".as_bytes().to_vec() },
+            tmpfs("/tmp"),
+        ]);
+        s.argv = vec![b"sh".to_vec(), b"-c".to_vec(), vec![0x80, b'a'], Vec::new()];
+        s.env = vec![b"PATH=/usr/bin".to_vec(), vec![b'X', b'=', 0xc3]];
+        s.cwd = odd.clone();
+        s.landlock.writable = vec![b"/tmp".to_vec(), odd.clone()];
+        s.landlock.sockets = vec![b"/dev/shm".to_vec()];
+        let text = json(&s);
+        assert!(text.contains(r#""argv":["sh","-c",[128,97],""]"#), "{text}");
+        assert!(text.contains(r#""dst":"/bin""#), "{text}");
+        assert!(text.contains(r#""cwd":[47,119,255,254,34,92,1,10,120]"#), "{text}");
+        let back: SpawnSpec = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(back, s);
+        // Arrays everywhere, as version 1 wrote them, read the same.
+        let arrays = text
+            .replace(r#""sh""#, "[115,104]")
+            .replace(r#""/bin""#, "[47,98,105,110]")
+            .replace(r#""/tmp""#, "[47,116,109,112]");
+        let back: SpawnSpec = serde_json::from_str(&arrays).unwrap_or_else(|e| panic!("{e}: {arrays}"));
+        assert_eq!(back, s);
+        // Neither a number nor an object is a byte string.
+        assert!(serde_json::from_str::<SpawnSpec>(&text.replace(r#""-c""#, "7")).is_err());
+        assert!(serde_json::from_str::<SpawnSpec>(&text.replace(r#""/bin""#, "{}")).is_err());
+        assert!(serde_json::from_str::<SpawnSpec>(&text.replace("[128,97]", "[128,300]")).is_err());
     }
 }
