@@ -63,7 +63,7 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd, ah
     crate::sys::close_range_from(3, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::CloseFds, e))?;
     if !(cfg!(debug_assertions) && spec.test_switches.skip_seccomp) {
         applied.seccomp = true;
-        crate::notify::start_chained(&prep.filter, prep.chained.as_ref())?;
+        crate::notify::start_folded(&prep.filter, prep.folded.as_ref())?;
     } else {
         // A debug helper told to skip the main filter still observes.
         crate::notify::start(prep.observer.as_ref())?;

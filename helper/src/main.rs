@@ -102,19 +102,20 @@ pub struct Prepared {
     /// Absolute candidates for argv[0] (a PATH search done up front).
     candidates: Vec<CString>,
     filter: seccompiler::BpfProgram,
-    /// The refused-write observer's program, when the spec asks for it.
+    /// The refused-write observer's program alone, when the spec asks for
+    /// it (debug builds only: what `skip_seccomp` installs).
     observer: Option<seccompiler::BpfProgram>,
     /// The main program with the observer's watches folded in
     /// (`observe::compile_with`), when the spec asks for the observer:
     /// what the command installs, with one `seccomp(2)` call.
-    chained: Option<seccompiler::BpfProgram>,
+    folded: Option<seccompiler::BpfProgram>,
 }
 
 /// The seccomp programs, compiled before the first clone.
 pub(crate) struct Programs {
     filter: seccompiler::BpfProgram,
     observer: Option<seccompiler::BpfProgram>,
-    chained: Option<seccompiler::BpfProgram>,
+    folded: Option<seccompiler::BpfProgram>,
 }
 
 /// The signals forwarded to the command. SIGCHLD is handled, not forwarded.
@@ -213,15 +214,18 @@ fn prepare(spec: &SpawnSpec) -> Result<Prepared, Fail> {
 pub(crate) fn compile(mode: Mode, network: Network, observe: bool) -> Result<Programs, Fail> {
     let profile = filter::Profile { degraded: mode == Mode::LandlockOnly, network_none: network == Network::None };
     let filter = filter::compile_for(profile).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?;
-    let observer = match observe {
+    // The observer's program alone serves only a debug helper's
+    // `skip_seccomp` (a release helper refuses that switch): not compiled
+    // for every run of a release one.
+    let observer = match observe && cfg!(debug_assertions) {
         true => Some(observe::compile().map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
         false => None,
     };
-    let chained = match observe {
+    let folded = match observe {
         true => Some(observe::compile_with(profile).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
         false => None,
     };
-    Ok(Programs { filter, observer, chained })
+    Ok(Programs { filter, observer, folded })
 }
 
 /// The command's argv, envp and `PATH` candidates, with the programs.
@@ -239,9 +243,9 @@ pub(crate) fn prepare_with(spec: &SpawnSpec, programs: Programs) -> Result<Prepa
             .map(|d| c(&[d, b"/", arg0].concat()))
             .collect::<Result<Vec<_>, _>>()?
     };
-    let Programs { filter, observer, chained } = programs;
-    let (observer, chained) = if spec.observe { (observer, chained) } else { (None, None) };
-    Ok(Prepared { argv, envp, candidates, filter, observer, chained })
+    let Programs { filter, observer, folded } = programs;
+    let (observer, folded) = if spec.observe { (observer, folded) } else { (None, None) };
+    Ok(Prepared { argv, envp, candidates, filter, observer, folded })
 }
 
 /// The outer helper, one line per step (see `Step`, in this order): pid 1

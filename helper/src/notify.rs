@@ -58,55 +58,43 @@ fn send(sock: &OwnedFd, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
         .map_err(|e| io::Error::from_raw_os_error(e as i32))
 }
 
-/// Install the command's seccomp filter: `chained` (the main program with
-/// the observer's watches folded in, `observe::compile_with`) with a listener when the
-/// library asked for the observer and passed the socket, handing the
-/// listener over; otherwise, or when that install fails (the library is
-/// told the errno and the run goes on unobserved, as [`start`] does), the
-/// main program `main` alone, whose failure fails the run (`Seccomp`).
+/// Install the command's seccomp filter: `folded` (the main program with
+/// the observer's watches folded in, `observe::compile_with`) with a
+/// listener, handed over, when the library asked for the observer and
+/// passed the socket; otherwise, or when that install fails (the library
+/// is told the errno and the run goes on unobserved), the main program
+/// `main` alone, whose failure fails the run (`Seccomp`).
 ///
 /// One `seccomp(2)` call where there were two, the observer's filter and
 /// then the main one: the kernel checks, JIT-compiles and caches one
 /// program on the command's critical path, and runs one on a call it
 /// cannot cache.
-pub fn start_chained(main: &BpfProgram, chained: Option<&BpfProgram>) -> Result<(), Fail> {
-    if let Some(program) = chained {
-        if crate::sys::fd_is_open(OBSERVE_FD) {
-            // SAFETY: fd 7 is the observer socket the library passed
-            // (checked open above); nothing else in this process owns it.
-            let sock = unsafe { crate::sys::adopt(OBSERVE_FD) };
-            match install(program) {
-                Ok(listener) => {
-                    send(&sock, &[TAG_LISTENER], &[listener.as_raw_fd()]).map_err(|e| Fail::io(Step::Observer, e))?;
-                    drop(listener);
-                    return Ok(());
-                }
-                Err(e) => failed(&sock, &e),
-            }
-        }
+pub fn start_folded(main: &BpfProgram, folded: Option<&BpfProgram>) -> Result<(), Fail> {
+    match folded {
+        Some(program) if observe_with(program)? => Ok(()),
+        _ => crate::command::seccomp(main),
     }
-    crate::command::seccomp(main)
-}
-
-/// Tell the library the observer could not be installed, and why.
-fn failed(sock: &OwnedFd, e: &io::Error) {
-    let errno = e.raw_os_error().unwrap_or(libc::EINVAL);
-    let mut msg = vec![TAG_FAILED];
-    msg.extend_from_slice(&errno.to_le_bytes());
-    // The library treats a lost message like a closed socket: the
-    // report says it is unavailable. The run goes on either way.
-    let _ = send(sock, &msg, &[]);
 }
 
 /// Install the observer alone (when the library asked for it and passed
 /// the socket) and hand its listener over: a debug helper's
 /// `skip_seccomp`, which leaves out the main filter only.
 pub fn start(program: Option<&BpfProgram>) -> Result<(), Fail> {
-    let Some(program) = program else { return Ok(()) };
+    if let Some(program) = program {
+        observe_with(program)?;
+    }
+    Ok(())
+}
+
+/// Install `program` with a new listener and hand the listener to the
+/// library over the socket on [`OBSERVE_FD`]: whether it is installed.
+/// Without the socket nothing is installed (nobody would answer); an
+/// install the kernel refuses is reported to the library and is not a
+/// failure of the run; a listener that cannot be handed over is.
+fn observe_with(program: &BpfProgram) -> Result<bool, Fail> {
+    // The library passes the socket whenever it asks for the observer.
     if !crate::sys::fd_is_open(OBSERVE_FD) {
-        // The library passes the socket whenever it asks for the observer;
-        // without it nobody would answer, so nothing is installed.
-        return Ok(());
+        return Ok(false);
     }
     // SAFETY: fd 7 is the observer socket the library passed (checked open
     // above); nothing else in this process owns it.
@@ -115,8 +103,16 @@ pub fn start(program: Option<&BpfProgram>) -> Result<(), Fail> {
         Ok(listener) => {
             send(&sock, &[TAG_LISTENER], &[listener.as_raw_fd()]).map_err(|e| Fail::io(Step::Observer, e))?;
             drop(listener);
+            Ok(true)
         }
-        Err(e) => failed(&sock, &e),
+        Err(e) => {
+            let errno = e.raw_os_error().unwrap_or(libc::EINVAL);
+            let mut msg = vec![TAG_FAILED];
+            msg.extend_from_slice(&errno.to_le_bytes());
+            // The library treats a lost message like a closed socket: the
+            // report says it is unavailable. The run goes on either way.
+            let _ = send(&sock, &msg, &[]);
+            Ok(false)
+        }
     }
-    Ok(())
 }

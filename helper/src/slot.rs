@@ -326,7 +326,7 @@ fn command_ahead(
         // No socket to hand a listener over: the command installs the main
         // program alone and never takes whatever fd 7 is here for one.
         prep.observer = None;
-        prep.chained = None;
+        prep.folded = None;
     }
     let observe = observe.filter(|_| spec.observe);
     let premade = crate::premade_trees(&spec.mounts, trees)?;

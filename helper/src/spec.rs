@@ -44,7 +44,7 @@ pub mod bytes {
         d.deserialize_any(BytesVisitor)
     }
 
-    pub(super) struct BytesVisitor;
+    struct BytesVisitor;
 
     impl<'de> Visitor<'de> for BytesVisitor {
         type Value = Vec<u8>;
@@ -69,14 +69,12 @@ pub mod bytes {
 
     /// The same for a list of byte strings.
     pub mod list {
-        use serde::de::{SeqAccess, Visitor};
-        use serde::ser::SerializeSeq;
-        use serde::{Deserializer, Serializer};
-        use std::fmt;
+        use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+        /// One byte string of a list, in the form [`super`] gives it.
         struct One<'a>(&'a [u8]);
 
-        impl serde::Serialize for One<'_> {
+        impl Serialize for One<'_> {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 super::serialize(self.0, s)
             }
@@ -84,38 +82,20 @@ pub mod bytes {
 
         struct Owned(Vec<u8>);
 
-        impl<'de> serde::Deserialize<'de> for Owned {
+        impl<'de> Deserialize<'de> for Owned {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Owned, D::Error> {
-                d.deserialize_any(super::BytesVisitor).map(Owned)
+                super::deserialize(d).map(Owned)
             }
         }
 
         /// Serialize a list of byte strings.
         pub fn serialize<S: Serializer>(v: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
-            let mut seq = s.serialize_seq(Some(v.len()))?;
-            for b in v {
-                seq.serialize_element(&One(b))?;
-            }
-            seq.end()
+            s.collect_seq(v.iter().map(|b| One(b)))
         }
 
         /// Deserialize a list of byte strings (each a string or an array).
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<u8>>, D::Error> {
-            struct ListVisitor;
-            impl<'de> Visitor<'de> for ListVisitor {
-                type Value = Vec<Vec<u8>>;
-                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                    f.write_str("a list of byte strings")
-                }
-                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Vec<u8>>, A::Error> {
-                    let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
-                    while let Some(Owned(b)) = seq.next_element::<Owned>()? {
-                        out.push(b);
-                    }
-                    Ok(out)
-                }
-            }
-            d.deserialize_seq(ListVisitor)
+            Vec::<Owned>::deserialize(d).map(|v| v.into_iter().map(|o| o.0).collect())
         }
     }
 }

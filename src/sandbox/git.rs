@@ -16,6 +16,7 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -231,7 +232,7 @@ impl Layout {
                 if kind != crate::path::dents::EntryType::Symlink {
                     continue;
                 }
-                let entry = dir.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name.as_bytes()));
+                let entry = dir.join(std::ffi::OsStr::from_bytes(name.as_bytes()));
                 // The entry itself sits in the hooks directory (read-only
                 // where it matters); any further link on the way is judged,
                 // also on a way that cannot be resolved to the end (a `..`
