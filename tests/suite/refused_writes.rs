@@ -190,9 +190,15 @@ fn r0127_relative_paths_dirfds_and_dotdot_resolve_as_the_command_sees_them() {
 /// The CLI's `--json` result for `touch x` in a read-only workspace, run
 /// under a supervising runtime's seccomp listener (`listener`) or not.
 fn touch_under(ws: &Ws, listener: bool) -> (serde_json::Value, std::process::Output) {
+    exec_under(ws, listener, &[], &["/bin/sh", "-c", "touch x"])
+}
+
+/// `portcullis exec --json --workspace WS EXTRA... -- ARGV...`, under
+/// another process's seccomp listener when `listener`.
+fn exec_under(ws: &Ws, listener: bool, extra: &[&str], argv: &[&str]) -> (serde_json::Value, std::process::Output) {
     use std::os::unix::process::CommandExt;
     let mut cmd = cli();
-    cmd.args(["exec", "--json", "--workspace"]).arg(ws.path()).args(["--", "/bin/sh", "-c", "touch x"]);
+    cmd.args(["exec", "--json", "--workspace"]).arg(ws.path()).args(extra).arg("--").args(argv);
     // One instruction, `ret ALLOW`, installed with a listener that stays
     // open across exec (moved to fd 100): as a runtime that supervises its
     // processes through seccomp user notification would.
@@ -225,6 +231,38 @@ fn touch_under(ws: &Ws, listener: bool) -> (serde_json::Value, std::process::Out
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("json: {e}: {}", String::from_utf8_lossy(&out.stdout)));
     (v, out)
+}
+
+/// Under another process's seccomp listener the command's one filter (the
+/// main table with the observer's watches) cannot be installed with a
+/// listener of its own: the main table is installed alone, and refuses what
+/// it always refuses, with the same errnos (a fallback that installed
+/// nothing would let these through). Controls: the same syscalls on the
+/// host, under no filter of ours, are not refused so.
+#[test]
+fn r0859_under_another_listener_the_main_filter_still_refuses() {
+    let test = "r0859_under_another_listener_the_main_filter_still_refuses";
+    let ws = Ws::new();
+    let pd = ProbeDir::new();
+    let ops = ["unshare_user", "clone3", "sys:keyctl:0:0:0"];
+    let script = pd.script();
+    let mut argv = vec!["/usr/bin/python3", script.as_str()];
+    argv.extend(ops);
+    let read = pd.dir.path().display().to_string();
+    let (v, _) = exec_under(&ws, true, &["--read", &read], &argv);
+    assert_eq!(v["refused_writes"]["state"], "unavailable", "{test}: {v}");
+    assert_eq!(v["outcome"]["code"], 0, "{test}: {v}");
+    let inside = probe_results(v["stdout"].as_str().unwrap_or_default());
+    let want = [("unshare_user", "EPERM"), ("clone3", "ENOSYS"), ("sys:keyctl:0:0:0", "EPERM")];
+    for (op, errno) in want {
+        assert_eq!(inside.get(op).map(String::as_str), Some(errno), "{test}: {op} under the other listener: {v}");
+    }
+    // Controls: on the host nothing of ours refuses them so.
+    let host = probe_on_host(ws.path(), &ops);
+    assert_eq!(host.get("unshare_user").map(String::as_str), Some("OK"), "{test}: host control: {host:?}");
+    for (op, errno) in want {
+        assert_ne!(host.get(op).map(String::as_str), Some(errno), "{test}: host control for {op}: {host:?}");
+    }
 }
 
 #[test]
