@@ -25,11 +25,16 @@ pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Send `tag` with `fds`.
 pub fn send(sock: &OwnedFd, tag: u8, fds: &[RawFd]) -> io::Result<()> {
+    send_with(sock, tag, &[], fds)
+}
+
+/// Send `tag`, then `payload` in the same message, with `fds`.
+pub fn send_with(sock: &OwnedFd, tag: u8, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
     if fds.len() > MAX_FDS {
         return Err(io::Error::from_raw_os_error(libc::E2BIG));
     }
     let buf = [tag];
-    let iov = [IoSlice::new(&buf)];
+    let iov = [IoSlice::new(&buf), IoSlice::new(payload)];
     let cmsg = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
     sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None).map_err(errno)?;

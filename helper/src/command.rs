@@ -46,18 +46,33 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd, ah
     if !ahead {
         new_session()?;
     }
+    unblock_signals(ahead)?;
+    change_dir(&spec.cwd)?;
+    let applied = lock_down(spec, prep, via, ahead)?;
+    crate::report(report, Record::Applied(applied));
+    Err(exec(prep))
+}
+
+/// Every signal unblocked, and the command's dispositions at their
+/// defaults, not as this Rust program set them (SIGPIPE ignored); `ahead`:
+/// [`ahead`] put back all but SIGPIPE's already.
+fn unblock_signals(ahead: bool) -> Result<(), Fail> {
     nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
         .map_err(|e| Fail::io(Step::UnblockSignals, errno(e)))?;
-    // The command gets SIGPIPE (and every other signal) at its default,
-    // not as this Rust program ignores it.
     match ahead {
         true => crate::sys::default_signal_disposition(libc::SIGPIPE),
         false => crate::sys::default_signal_dispositions(None),
     }
-    .map_err(|e| Fail::io(Step::UnblockSignals, e))?;
-    change_dir(spec)?;
+    .map_err(|e| Fail::io(Step::UnblockSignals, e))
+}
+
+/// The steps that confine the process, in their order: limits,
+/// capabilities, no_new_privs, Landlock, every inherited fd close-on-exec,
+/// seccomp last (with the observer's listener handed over). What is in
+/// force, for the report.
+fn lock_down(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, bounding_cleared: bool) -> Result<Applied, Fail> {
     set_rlimits(spec)?;
-    drop_privileges(spec, ahead)?;
+    drop_privileges(spec, bounding_cleared)?;
     nix::sys::prctl::set_no_new_privs().map_err(|e| Fail::io(Step::NoNewPrivs, errno(e)))?;
     let mut applied = restrict_writes(spec, via)?;
     crate::sys::close_range_from(3, libc::CLOSE_RANGE_CLOEXEC).map_err(|e| Fail::io(Step::CloseFds, e))?;
@@ -68,8 +83,27 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd, ah
         // A debug helper told to skip the main filter still observes.
         crate::notify::start(prep.observer.as_ref())?;
     }
+    Ok(applied)
+}
+
+/// A prepared slot's command, before its request: every step of
+/// [`setup`] that the request does not change, for the shape `spec` (the
+/// slot ran [`ahead`] already). Signals stay blocked and the working
+/// directory unset until [`run_request`]. What is in force, which
+/// [`run_request`] reports.
+pub fn lock_down_ahead(spec: &SpawnSpec, prep: &Prepared, via: CloneCall) -> Result<Applied, Fail> {
+    lock_down(spec, prep, via, true)
+}
+
+/// A prepared slot's command, at its request: signals, the working
+/// directory `cwd`, the report of `applied`, and `execve` of `prep`'s
+/// command. Returns only the failure; the caller reports it.
+pub fn run_request(cwd: &[u8], prep: &Prepared, applied: Applied, report: &OwnedFd) -> Fail {
+    if let Err(f) = unblock_signals(true).and_then(|()| change_dir(cwd)) {
+        return f;
+    }
     crate::report(report, Record::Applied(applied));
-    Err(exec(prep))
+    exec(prep)
 }
 
 /// What a slot's command does while it waits for its request: the steps of
@@ -92,8 +126,8 @@ fn new_session() -> Result<(), Fail> {
 }
 
 /// `Chdir`.
-fn change_dir(spec: &SpawnSpec) -> Result<(), Fail> {
-    let cwd = CString::new(spec.cwd.clone()).map_err(|_| Fail::errno(Step::Chdir, libc::EINVAL))?;
+fn change_dir(cwd: &[u8]) -> Result<(), Fail> {
+    let cwd = CString::new(cwd).map_err(|_| Fail::errno(Step::Chdir, libc::EINVAL))?;
     nix::unistd::chdir(cwd.as_c_str()).map_err(|e| Fail::io(Step::Chdir, errno(e)))
 }
 

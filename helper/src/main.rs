@@ -230,22 +230,32 @@ pub(crate) fn compile(mode: Mode, network: Network, observe: bool) -> Result<Pro
 
 /// The command's argv, envp and `PATH` candidates, with the programs.
 pub(crate) fn prepare_with(spec: &SpawnSpec, programs: Programs) -> Result<Prepared, Fail> {
+    let (argv, envp, candidates) = command_of(&spec.argv, &spec.env)?;
+    let Programs { filter, observer, folded } = programs;
+    let (observer, folded) = if spec.observe { (observer, folded) } else { (None, None) };
+    Ok(Prepared { argv, envp, candidates, filter, observer, folded })
+}
+
+/// A command's argv, envp and the candidates for `argv[0]`.
+type Command = (Vec<CString>, Vec<CString>, Vec<CString>);
+
+/// `ReadSpec`: the command's argv and envp as C strings, and the absolute
+/// candidates for `argv[0]` (its `PATH` search, done up front).
+pub(crate) fn command_of(argv: &[Vec<u8>], env: &[Vec<u8>]) -> Result<Command, Fail> {
     let c = |b: &Vec<u8>| CString::new(b.clone()).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL));
-    let argv = spec.argv.iter().map(c).collect::<Result<Vec<_>, _>>()?;
-    let envp = spec.env.iter().map(c).collect::<Result<Vec<_>, _>>()?;
-    let arg0 = &spec.argv[0];
+    let Some(arg0) = argv.first() else { return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)) };
     let candidates = if arg0.contains(&b'/') {
         vec![c(arg0)?]
     } else {
-        let path = spec.env.iter().find_map(|e| e.strip_prefix(b"PATH=")).unwrap_or(b"/usr/local/bin:/usr/bin:/bin");
+        let path = env.iter().find_map(|e| e.strip_prefix(b"PATH=")).unwrap_or(b"/usr/local/bin:/usr/bin:/bin");
         path.split(|b| *b == b':')
             .map(|d| if d.is_empty() { &b"."[..] } else { d })
             .map(|d| c(&[d, b"/", arg0].concat()))
             .collect::<Result<Vec<_>, _>>()?
     };
-    let Programs { filter, observer, folded } = programs;
-    let (observer, folded) = if spec.observe { (observer, folded) } else { (None, None) };
-    Ok(Prepared { argv, envp, candidates, filter, observer, folded })
+    let argv = argv.iter().map(c).collect::<Result<Vec<_>, _>>()?;
+    let envp = env.iter().map(c).collect::<Result<Vec<_>, _>>()?;
+    Ok((argv, envp, candidates))
 }
 
 /// The outer helper, one line per step (see `Step`, in this order): pid 1

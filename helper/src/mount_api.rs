@@ -160,3 +160,38 @@ pub fn idmapped_trees(
     }
     Ok(out)
 }
+
+/// Where a path lies: its mount (`stx_mnt_id`), device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// The mount's id (`STATX_MNT_ID`: ids are the kernel's, not a namespace's).
+    pub mount: u64,
+    /// The device, as `(major, minor)`.
+    pub dev: (u32, u32),
+    /// The inode.
+    pub ino: u64,
+}
+
+/// `statx(dirfd, path, AT_SYMLINK_NOFOLLOW, STATX_MNT_ID | STATX_INO)`:
+/// where `path` lies, its last component not followed. `EOPNOTSUPP` from a
+/// kernel that does not fill in the mount id (before 5.8).
+pub fn place_at(dirfd: BorrowedFd<'_>, path: &CStr) -> io::Result<Place> {
+    // SAFETY: statx is plain data, zeroed before the kernel fills it.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated, `dirfd` is open, `st` is writable
+    // and outlives the call.
+    let r = unsafe {
+        libc::statx(
+            dirfd.as_raw_fd(),
+            path.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
+            libc::STATX_MNT_ID | libc::STATX_INO,
+            &mut st,
+        )
+    };
+    cvt(libc::c_long::from(r))?;
+    if st.stx_mask & libc::STATX_MNT_ID == 0 {
+        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+    }
+    Ok(Place { mount: st.stx_mnt_id, dev: (st.stx_dev_major, st.stx_dev_minor), ino: st.stx_ino })
+}

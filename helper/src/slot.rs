@@ -58,7 +58,7 @@ use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 use portcullis_helper::report::{CloneCall, Record, Step};
-use portcullis_helper::spec::{MountOp, Netns, Network, SlotSpec, SLOT_ATTACH, SPEC_VERSION};
+use portcullis_helper::spec::{MountOp, Netns, Network, Request, SlotSpec, SLOT_ATTACH, SPEC_VERSION};
 use portcullis_helper::{OBSERVE_FD, SPEC_FD};
 
 use crate::{chan, mounts, sys, Fail, Never, Programs};
@@ -302,7 +302,7 @@ fn command_ahead(
     programs: Programs,
     via: CloneCall,
     chan: OwnedFd,
-    mut root: mounts::Root,
+    root: mounts::Root,
     host: Option<OwnedFd>,
     report_fd: &OwnedFd,
 ) -> Result<Never, Fail> {
@@ -316,9 +316,32 @@ fn command_ahead(
         Ok(Some(_)) => return Err(Fail::errno(Step::HandOver, libc::EINVAL)),
     };
 
-    // The request.
-    let (memfd, trees, observe) = await_spec(&sock)?;
+    // The request, or the shape of the runs to prepare for.
+    let (asked, memfd, trees, observe) = await_spec(&sock)?;
+    if asked == Asked::Prepare {
+        return prepared(base, programs, via, chan, root, host, report_fd, sock, (memfd, trees, observe));
+    }
     drop(sock);
+    let (spec, prep, _) = build(base, programs, chan, root, host, (memfd, trees, observe))?;
+    Err(crate::command::run(&spec, &prep, via, report_fd, true))
+}
+
+/// What came with a request (or a shape): the spec's memfd, a root
+/// caller's idmapped trees, the observer's socket.
+type Sent = (OwnedFd, Vec<OwnedFd>, Option<OwnedFd>);
+
+/// The request's part of the sandbox: the spec read and checked against
+/// the slot ([`SlotSpec::admits`]), its own mounts made, the root sealed,
+/// the observer's socket on [`OBSERVE_FD`]. The spec, its programs, and the
+/// indexes of its own mounts.
+fn build(
+    base: &SlotSpec,
+    programs: Programs,
+    chan: OwnedFd,
+    mut root: mounts::Root,
+    host: Option<OwnedFd>,
+    (memfd, trees, observe): Sent,
+) -> Result<(portcullis_helper::spec::SpawnSpec, crate::Prepared, Vec<usize>), Fail> {
     let spec = crate::parse_spec(&crate::read_all(memfd)?)?;
     let own = base.admits(&spec).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
     let mut prep = crate::prepare_with(&spec, programs)?;
@@ -354,22 +377,93 @@ fn command_ahead(
         // one-shot run (where the library placed the socket there).
         sys::dup_onto(o.as_fd(), OBSERVE_FD).map_err(|e| Fail::io(Step::HandOver, e))?;
     }
-    Err(crate::command::run(&spec, &prep, via, report_fd, true))
+    Ok((spec, prep, own))
+}
+
+/// A prepared slot's command process: the sandbox of the shape it was
+/// sent built whole (its own mounts, limits, capabilities, Landlock and
+/// seccomp with the observer's listener handed over), then `d` to the
+/// library with the sandbox's root (an `O_PATH` descriptor, through which
+/// the library checks at the request that nothing the slot made has moved)
+/// and the mount each own mount's destination lies on (8 bytes each, in
+/// the spec's order); then the request (`x`, a memfd holding a
+/// [`Request`]: the command, its environment, its working directory) and
+/// the command. Everything after the filter's install is a call the
+/// filter allows any command: `sendmsg`, `recvmsg`, `read`, `chdir`,
+/// `rt_sigprocmask`, `rt_sigaction`, `write`, `execve`.
+#[allow(clippy::too_many_arguments)]
+fn prepared(
+    base: &SlotSpec,
+    programs: Programs,
+    via: CloneCall,
+    chan: OwnedFd,
+    root: mounts::Root,
+    host: Option<OwnedFd>,
+    report_fd: &OwnedFd,
+    sock: OwnedFd,
+    sent: Sent,
+) -> Result<Never, Fail> {
+    let (spec, mut prep, own) = build(base, programs, chan, root, host, sent)?;
+    let mut places = Vec::with_capacity(own.len() * 8);
+    for &i in &own {
+        let dst = spec.mounts.get(i).map(MountOp::dst).unwrap_or_default();
+        let c = std::ffi::CString::new(dst)
+            .map_err(|_| Fail::errno(Step::Mount, libc::EINVAL).clone_detail(u32::try_from(i).unwrap_or(u32::MAX)))?;
+        // SAFETY: AT_FDCWD is not a descriptor anyone owns; it only names
+        // the working directory for the call.
+        let cwd = unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) };
+        let place = portcullis_helper::mount_api::place_at(cwd, &c)
+            .map_err(|e| Fail::io(Step::Mount, e).clone_detail(u32::try_from(i).unwrap_or(u32::MAX)))?;
+        places.extend_from_slice(&place.mount.to_le_bytes());
+    }
+    let sandbox_root = nix::fcntl::open(
+        "/",
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| Fail::io(Step::HandOver, crate::errno(e)))?;
+    let applied = crate::command::lock_down_ahead(&spec, &prep, via)?;
+    chan::send_with(&sock, b'd', &places, &[sandbox_root.as_raw_fd()]).map_err(|e| Fail::io(Step::HandOver, e))?;
+    drop(sandbox_root);
+    let fd = match chan::recv(&sock) {
+        Ok(Some((b'x', mut fds))) if fds.len() == 1 => fds.remove(0),
+        // The pool dropped the slot (or checked it stale): nothing ran.
+        Ok(None) => sys::exit_now(crate::EXIT_SETUP),
+        Err(e) => return Err(Fail::io(Step::ReadSpec, e)),
+        Ok(Some(_)) => return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)),
+    };
+    drop(sock);
+    let req: Request =
+        serde_json::from_slice(&crate::read_all(fd)?).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
+    if req.version != SPEC_VERSION {
+        return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));
+    }
+    (prep.argv, prep.envp, prep.candidates) = crate::command_of(&req.argv, &req.env)?;
+    Err(crate::command::run_request(&req.cwd, &prep, applied, report_fd))
+}
+
+/// What the library sent: a request to run (`r`) or a shape to prepare
+/// for (`p`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    Run,
+    Prepare,
 }
 
 /// The request as the command's process gets it from the library: `o`
 /// with the observer's socket (when observing), then `r` with the spec's
-/// memfd and a root caller's idmapped trees. End-of-file: the slot was
-/// given up; exit quietly.
-fn await_spec(chan: &OwnedFd) -> Result<(OwnedFd, Vec<OwnedFd>, Option<OwnedFd>), Fail> {
+/// memfd and a root caller's idmapped trees, or `p` with the same for a
+/// shape to prepare for. End-of-file: the slot was given up; exit quietly.
+fn await_spec(chan: &OwnedFd) -> Result<(Asked, OwnedFd, Vec<OwnedFd>, Option<OwnedFd>), Fail> {
     let mut observe = None;
     loop {
         match chan::recv(chan) {
             Ok(Some((b'o', mut fds))) if fds.len() == 1 && observe.is_none() => observe = Some(fds.remove(0)),
-            Ok(Some((b'r', fds))) if !fds.is_empty() => {
+            Ok(Some((tag @ (b'r' | b'p'), fds))) if !fds.is_empty() => {
+                let asked = if tag == b'p' { Asked::Prepare } else { Asked::Run };
                 let mut fds = fds.into_iter();
                 let Some(memfd) = fds.next() else { return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)) };
-                return Ok((memfd, fds.collect(), observe));
+                return Ok((asked, memfd, fds.collect(), observe));
             }
             Ok(None) => sys::exit_now(crate::EXIT_SETUP),
             // A message cut short (more descriptors than it has room for)

@@ -575,6 +575,66 @@ impl fmt::Display for Misfit {
     }
 }
 
+/// What a prepared slot still needs at the request: the command, its
+/// environment and its working directory. Everything else of the run's
+/// spec is the shape the slot was prepared for ([`SpawnSpec::same_shape`]),
+/// which the library checks before it sends this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// Must equal [`SPEC_VERSION`].
+    pub version: u32,
+    /// As [`SpawnSpec::argv`].
+    #[serde(with = "bytes::list")]
+    pub argv: Vec<Bytes>,
+    /// As [`SpawnSpec::env`].
+    #[serde(with = "bytes::list")]
+    pub env: Vec<Bytes>,
+    /// As [`SpawnSpec::cwd`].
+    #[serde(with = "bytes")]
+    pub cwd: Bytes,
+}
+
+impl SpawnSpec {
+    /// Whether `other` builds the same sandbox as this spec: every field
+    /// but the command, its environment and its working directory equal.
+    /// A slot prepared for one runs the other's command unchanged.
+    pub fn same_shape(&self, other: &SpawnSpec) -> bool {
+        let SpawnSpec {
+            version,
+            argv: _,
+            env: _,
+            cwd: _,
+            identity,
+            network,
+            mounts,
+            landlock,
+            rlimits,
+            cgroup,
+            test_switches,
+            mode,
+            observe,
+            netns,
+        } = self;
+        *version == other.version
+            && *identity == other.identity
+            && *network == other.network
+            && *mounts == other.mounts
+            && *landlock == other.landlock
+            && *rlimits == other.rlimits
+            && *cgroup == other.cgroup
+            && *test_switches == other.test_switches
+            && *mode == other.mode
+            && *observe == other.observe
+            && *netns == other.netns
+    }
+
+    /// This spec's command, environment and working directory.
+    pub fn request(&self) -> Request {
+        Request { version: self.version, argv: self.argv.clone(), env: self.env.clone(), cwd: self.cwd.clone() }
+    }
+}
+
 /// Whether `a` is `b`, or lies beneath it (paths as the plan writes them).
 fn beneath(a: &[u8], b: &[u8]) -> bool {
     let b = b.strip_suffix(b"/").unwrap_or(b);

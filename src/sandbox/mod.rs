@@ -1149,7 +1149,12 @@ impl Sandbox {
         if let Some(h) = hold.as_mut() {
             h.record(plan, cg.as_ref().map(|c| c.path.as_path()))?;
         }
-        let mut observing = observe::Setup::new(&plan.spec);
+        // A slot prepared for this run's shape installed its filter already,
+        // and its observer serves the listener since.
+        let mut observing = match slot.as_mut().and_then(pool::Slot::take_observing) {
+            Some(o) => o,
+            None => observe::Setup::new(&plan.spec),
+        };
         let (mut warnings, mut failures) = (Vec::new(), Vec::new());
         let spawned = match slot {
             Some(s) => s.launch(plan, &mut observing),

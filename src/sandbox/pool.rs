@@ -42,8 +42,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
+use portcullis_helper::mount_api::place_at;
 use portcullis_helper::report::{Step, NO_DETAIL};
-use portcullis_helper::spec::{Mode, SlotSpec, SPEC_VERSION};
+use portcullis_helper::spec::{Mode, MountOp, SlotSpec, SpawnSpec, SPEC_VERSION};
 
 use super::cgroup::{Cgroup, CgroupHost, CgroupPlan};
 use super::network::Namespaces;
@@ -76,6 +77,64 @@ pub(super) struct Slot {
     /// Pid 1's user namespace, which the helper sends with `k` to a root
     /// caller: the run's idmapped trees are made through it.
     userns: Option<OwnedFd>,
+    /// What the slot built for one shape of run, when it was prepared.
+    prepared: Option<Box<Readied>>,
+}
+
+/// A slot built whole for one shape of run (`helper/src/slot.rs`,
+/// `prepared`): its own mounts made, its command's process confined
+/// (limits, capabilities, Landlock, seccomp with the observer's listener
+/// handed over), waiting for the command, its environment and its working
+/// directory.
+struct Readied {
+    /// The spec it was built for; a run whose spec has the same shape
+    /// ([`SpawnSpec::same_shape`]) may take it.
+    shape: SpawnSpec,
+    /// The indexes of `shape`'s own mounts (the ones not made with the slot).
+    own: Vec<usize>,
+    /// The mount each own mount's destination lay on once the slot had made
+    /// them all, as the slot's command process found it.
+    mounts: Vec<u64>,
+    /// The sandbox's root (`O_PATH`), through which the destinations are
+    /// looked at again at the request.
+    root: OwnedFd,
+    /// The run's observer, started when the slot installed its filter.
+    observing: Option<super::observe::Setup>,
+}
+
+impl Readied {
+    /// Whether everything the slot made for its own mounts is still what the
+    /// run's plan describes: each destination on the mount the slot made
+    /// there (a mount whose host dentry was unlinked or renamed over since
+    /// is detached by the kernel, and a mask or carve-out gone would leave
+    /// what it covered open), and each bind showing the object now at its
+    /// host source (a directory renamed away and made again would still be
+    /// the old one in the slot). Plain `statx` calls, through the sandbox's
+    /// root: a destination resolved anywhere else (through a link) lies on
+    /// a mount the slot did not make, so it fails the check too.
+    fn still_fresh(&self) -> bool {
+        self.own.len() == self.mounts.len()
+            && self.own.iter().zip(&self.mounts).all(|(&i, &made)| {
+                let Some(op) = self.shape.mounts.get(i) else { return false };
+                let rel = op.dst().strip_prefix(b"/").unwrap_or(op.dst());
+                let rel = if rel.is_empty() { &b"."[..] } else { rel };
+                let Ok(rel) = std::ffi::CString::new(rel) else { return false };
+                let Ok(now) = place_at(self.root.as_fd(), &rel) else { return false };
+                if now.mount != made {
+                    return false;
+                }
+                match op {
+                    MountOp::Bind { src, .. } => {
+                        let Ok(src) = std::ffi::CString::new(src.as_slice()) else { return false };
+                        // SAFETY: AT_FDCWD names the working directory for
+                        // the call; no descriptor is borrowed.
+                        let cwd = unsafe { std::os::fd::BorrowedFd::borrow_raw(libc::AT_FDCWD) };
+                        place_at(cwd, &src).is_ok_and(|host| (host.dev, host.ino) == (now.dev, now.ino))
+                    }
+                    _ => true,
+                }
+            })
+    }
 }
 
 fn same_net(a: Option<&Arc<Namespaces>>, b: Option<&Arc<Namespaces>>) -> bool {
@@ -93,10 +152,18 @@ pub struct PoolStatus {
     pub size: usize,
     /// Slots made and waiting.
     pub ready: usize,
+    /// Of those, the slots prepared for the last run's shape.
+    pub ready_prepared: usize,
     /// Runs that took a slot so far.
     pub taken: u64,
     /// Runs that found none fitting (or ready), and ran a fresh helper.
     pub missed: u64,
+    /// Of the runs that took a slot, those that took one prepared for
+    /// their shape (its own mounts, Landlock and seccomp made ahead).
+    pub prepared: u64,
+    /// Prepared slots given up at a request because something they made
+    /// had changed on the host since (a source replaced, a mask detached).
+    pub stale: u64,
     /// Why the pool is off, when it is.
     pub off: Option<String>,
 }
@@ -112,7 +179,13 @@ struct State {
     off: Option<String>,
     taken: u64,
     missed: u64,
+    prepared: u64,
+    stale: u64,
     closed: bool,
+    /// The spec of the last run a slot fits: the shape slots are prepared for.
+    shape: Option<SpawnSpec>,
+    /// Slots being made that will be prepared.
+    preparing: usize,
 }
 
 /// A pool of pre-made sandboxes (see the module's documentation).
@@ -165,8 +238,21 @@ impl Pool {
     /// The pool's state.
     pub fn status(&self) -> PoolStatus {
         let mut st = self.lock();
-        let ready = st.slots.iter_mut().map(|s| matches!(s.poll_ready(), Readiness::Ready)).filter(|r| *r).count();
-        PoolStatus { size: self.size, ready, taken: st.taken, missed: st.missed, off: st.off.clone() }
+        let ready: Vec<bool> = st
+            .slots
+            .iter_mut()
+            .filter_map(|s| matches!(s.poll_ready(), Readiness::Ready).then_some(s.prepared.is_some()))
+            .collect();
+        PoolStatus {
+            size: self.size,
+            ready: ready.len(),
+            ready_prepared: ready.iter().filter(|p| **p).count(),
+            taken: st.taken,
+            missed: st.missed,
+            prepared: st.prepared,
+            stale: st.stale,
+            off: st.off.clone(),
+        }
     }
 
     /// A ready slot for `plan`, if one fits (the pool now follows this
@@ -194,22 +280,54 @@ impl Pool {
             let fits = matches!(stdin, Stdin::Null) && key.base.admits(&plan.spec).is_ok();
             let mut slot = None;
             if fits {
+                if preparable(&plan.spec) && !st.shape.as_ref().is_some_and(|s| s.same_shape(&plan.spec)) {
+                    st.shape = Some(plan.spec.clone());
+                }
+                // A slot prepared for this run's shape and still fresh
+                // first, else a plain one. Slots prepared for another shape
+                // are given up (runs have moved on; the refill prepares for
+                // this one), as are stale ones.
+                let mut chosen: Option<usize> = None;
                 let mut i = 0;
                 while i < st.slots.len() {
                     match st.slots[i].poll_ready() {
-                        Readiness::Ready if slot.is_none() && same_net(st.slots[i].net.as_ref(), net) => {
-                            slot = st.slots.remove(i)
+                        Readiness::Ready if same_net(st.slots[i].net.as_ref(), net) => {
+                            let keep = match st.slots[i].prepared.as_deref() {
+                                Some(r) if !r.shape.same_shape(&plan.spec) => false,
+                                Some(r) if !r.still_fresh() => {
+                                    st.stale += 1;
+                                    false
+                                }
+                                Some(_) => {
+                                    chosen = Some(i);
+                                    true
+                                }
+                                None => {
+                                    chosen = chosen.or(Some(i));
+                                    true
+                                }
+                            };
+                            if !keep {
+                                discard.extend(st.slots.remove(i));
+                                continue;
+                            }
                         }
-                        Readiness::Ready | Readiness::Building => i += 1,
+                        Readiness::Ready | Readiness::Building => {}
                         Readiness::Failed(why) => {
                             st.failures += 1;
                             if st.failures >= MAX_FAILURES {
                                 st.off = Some(why);
                             }
                             discard.extend(st.slots.remove(i));
+                            continue;
                         }
                     }
+                    i += 1;
                 }
+                slot = chosen.and_then(|c| st.slots.remove(c));
+            }
+            if slot.as_ref().is_some_and(|s| s.prepared.is_some()) {
+                st.prepared += 1;
             }
             if slot.is_some() {
                 // Failures count in a row: a slot handed out ends a run of them.
@@ -266,7 +384,16 @@ impl Pool {
                 }
                 let Some(key) = st.key.clone() else { return };
                 st.making += 1;
-                Job { key, net: st.net.clone() }
+                // One slot fewer than the pool's size is prepared for the
+                // last run's shape (all of a pool of one): the others stay
+                // plain, for a run of another shape.
+                let prepared = st.slots.iter().filter(|s| s.prepared.is_some()).count() + st.preparing;
+                let shape = match &st.shape {
+                    Some(shape) if prepared < self.size.saturating_sub(1).max(1) => Some(shape.clone()),
+                    _ => None,
+                };
+                st.preparing += usize::from(shape.is_some());
+                Job { key, net: st.net.clone(), shape }
             };
             if !self.hand_to_maker(job) {
                 let mut st = self.lock();
@@ -387,38 +514,108 @@ impl Slot {
     /// straight to the slot's command process (`helper/src/slot.rs`).
     /// Returns what a fresh spawn returns.
     pub(super) fn launch(
-        self,
+        mut self,
         plan: &Plan,
         observing: &mut super::observe::Setup,
     ) -> Result<(run::Launched, run::Streams), SandboxError> {
         let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
-        let trees = self.idmapped_trees(plan)?;
-        let json = run::encode_spec(plan)?;
-        let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
-        // Without a socket (the library's observer could not start) the
-        // command installs no observer, as in a one-shot run without fd 7
-        // (the helper checks the spec asks for one).
-        if let Some(o) = observing.helper_end() {
-            send(&self.sock, b'o', &[o]).map_err(io_err("handing the spec to a pre-made sandbox"))?;
+        if let Some(readied) = self.prepared.take() {
+            // Built whole for this run's shape: only the command, its
+            // environment and its working directory go.
+            let json = serde_json::to_vec(&plan.spec.request())
+                .map_err(|e| SandboxError::Io { stage: "encoding the request", source: io::Error::other(e) })?;
+            let memfd = sys::memfd_with(c"portcullis-request", &json).map_err(io_err("writing the request"))?;
+            send(&self.sock, b'x', &[memfd.as_raw_fd()])
+                .map_err(io_err("handing the request to a pre-made sandbox"))?;
+            drop((memfd, readied));
+        } else {
+            let trees = self
+                .idmapped_trees(&plan.spec)
+                .map_err(|(step, errno, detail)| super::setup_error(plan, Ok(step), errno, detail))?;
+            let json = run::encode_spec(plan)?;
+            let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
+            // Without a socket (the library's observer could not start) the
+            // command installs no observer, as in a one-shot run without fd 7
+            // (the helper checks the spec asks for one).
+            if let Some(o) = observing.helper_end() {
+                send(&self.sock, b'o', &[o]).map_err(io_err("handing the spec to a pre-made sandbox"))?;
+            }
+            let mut fds: Vec<RawFd> = vec![memfd.as_raw_fd()];
+            fds.extend(trees.iter().flatten().map(|t| t.as_raw_fd()));
+            send(&self.sock, b'r', &fds).map_err(io_err("handing the spec to a pre-made sandbox"))?;
+            drop((memfd, trees));
+            observing.spawned();
         }
-        let mut fds: Vec<RawFd> = vec![memfd.as_raw_fd()];
-        fds.extend(trees.iter().flatten().map(|t| t.as_raw_fd()));
-        send(&self.sock, b'r', &fds).map_err(io_err("handing the spec to a pre-made sandbox"))?;
-        drop((memfd, trees));
-        observing.spawned();
         let Slot { sock, lifeline, report_r, child, .. } = self;
         drop(sock);
         let child = child.attach().map_err(io_err("waiting for a pre-made sandbox"))?;
         run::launched(child, lifeline, report_r)
     }
 
-    /// A root caller's idmapped trees of `plan`, made here through pid 1's
+    /// The observer a prepared slot's run goes on with (started when the
+    /// slot installed its filter); `None` for a plain slot.
+    pub(super) fn take_observing(&mut self) -> Option<super::observe::Setup> {
+        self.prepared.as_mut().and_then(|r| r.observing.take())
+    }
+
+    /// Wait until the slot is built (`k`), at most until `deadline`.
+    fn await_built(&mut self, deadline: std::time::Instant, closed: &dyn Fn() -> bool) -> Result<(), SandboxError> {
+        loop {
+            match self.poll_ready() {
+                Readiness::Ready => return Ok(()),
+                Readiness::Failed(why) => return Err(SandboxError::invalid("pool", why)),
+                Readiness::Building => await_readable(&self.sock, deadline, closed)
+                    .map_err(|source| SandboxError::Io { stage: "waiting for a pre-made sandbox", source })?,
+            }
+        }
+    }
+
+    /// Build the slot whole for runs of `shape`'s shape (`p`, and its `d`):
+    /// its own mounts, a root caller's idmapped trees, its observer, the
+    /// command's confinement. Blocks the maker thread until done.
+    fn prepare(&mut self, shape: &SpawnSpec, closed: &dyn Fn() -> bool) -> Result<(), SandboxError> {
+        let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
+        let deadline = std::time::Instant::now() + BUILD_TIMEOUT;
+        self.await_built(deadline, closed)?;
+        let own = self.key.base.admits(shape).map_err(|m| SandboxError::invalid("pool", m.to_string()))?;
+        let trees = self.idmapped_trees(shape).map_err(|(step, errno, _)| SandboxError::Io {
+            stage: "preparing a pre-made sandbox",
+            source: io::Error::other(format!("{}: {}", step.describe(), io::Error::from_raw_os_error(errno))),
+        })?;
+        let json = serde_json::to_vec(shape)
+            .map_err(|e| SandboxError::Io { stage: "encoding the spec", source: io::Error::other(e) })?;
+        let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
+        let mut observing = super::observe::Setup::new(shape);
+        if let Some(o) = observing.helper_end() {
+            send(&self.sock, b'o', &[o]).map_err(io_err("preparing a pre-made sandbox"))?;
+        }
+        let mut fds: Vec<RawFd> = vec![memfd.as_raw_fd()];
+        fds.extend(trees.iter().flatten().map(|t| t.as_raw_fd()));
+        send(&self.sock, b'p', &fds).map_err(io_err("preparing a pre-made sandbox"))?;
+        drop((memfd, trees));
+        observing.spawned();
+        await_readable(&self.sock, deadline, closed)
+            .map_err(io_err("waiting for a pre-made sandbox to be prepared"))?;
+        let (msg, mut fds) =
+            receive_long(&self.sock).map_err(io_err("waiting for a pre-made sandbox to be prepared"))?;
+        let mounts: Vec<u64> = match msg.split_first() {
+            Some((b'd', rest)) if rest.len() == 8 * own.len() && fds.len() == 1 => {
+                rest.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect()
+            }
+            _ => return Err(SandboxError::invalid("pool", self.failure())),
+        };
+        let root = fds.remove(0);
+        self.prepared = Some(Box::new(Readied { shape: shape.clone(), own, mounts, root, observing: Some(observing) }));
+        Ok(())
+    }
+
+    /// A root caller's idmapped trees of `spec`, made here through pid 1's
     /// user namespace as the helper makes them for a one-shot run (the same
     /// function: [`portcullis_helper::mount_api::idmapped_trees`]); none for
-    /// a plan without idmapped binds. A failure is the `Idmap` step's, as
-    /// the helper would report it.
-    fn idmapped_trees(&self, plan: &Plan) -> Result<Vec<Option<OwnedFd>>, SandboxError> {
-        let mounts = &plan.spec.mounts;
+    /// a spec without idmapped binds. A failure: the step, errno and detail
+    /// the helper would report.
+    fn idmapped_trees(&self, spec: &SpawnSpec) -> Result<Vec<Option<OwnedFd>>, (Step, i32, u32)> {
+        let mounts = &spec.mounts;
         let idmapped = mounts.iter().filter(|m| m.is_idmapped()).count();
         if idmapped == 0 {
             return Ok(Vec::new());
@@ -427,15 +624,14 @@ impl Slot {
         // the slot has room for is refused here, as a fresh run's helper
         // refuses it (`E2BIG` while handing the trees over).
         if idmapped + 1 > portcullis_helper::MAX_PASSED_FDS {
-            return Err(super::setup_error(plan, Ok(Step::HandOver), libc::E2BIG, NO_DETAIL));
+            return Err((Step::HandOver, libc::E2BIG, NO_DETAIL));
         }
         let Some(userns) = self.userns.as_ref() else {
-            return Err(super::setup_error(plan, Ok(Step::Idmap), libc::EPERM, NO_DETAIL));
+            return Err((Step::Idmap, libc::EPERM, NO_DETAIL));
         };
-        let skip_readonly = cfg!(debug_assertions) && plan.spec.test_switches.skip_readonly;
+        let skip_readonly = cfg!(debug_assertions) && spec.test_switches.skip_readonly;
         portcullis_helper::mount_api::idmapped_trees(mounts, skip_readonly, userns.as_fd()).map_err(|(i, e)| {
-            let detail = u32::try_from(i).unwrap_or(NO_DETAIL);
-            super::setup_error(plan, Ok(Step::Idmap), e.raw_os_error().unwrap_or(libc::EIO), detail)
+            (Step::Idmap, e.raw_os_error().unwrap_or(libc::EIO), u32::try_from(i).unwrap_or(NO_DETAIL))
         })
     }
 
@@ -450,6 +646,8 @@ impl Slot {
 struct Job {
     key: Key,
     net: Option<Arc<Namespaces>>,
+    /// The shape to prepare it for, if any.
+    shape: Option<SpawnSpec>,
 }
 
 /// A maker thread of the pool: one slot per job it takes from the shared
@@ -459,19 +657,25 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
     loop {
         // The lock is held while this thread waits; the others wait for it.
         let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
-        let Ok(Job { key, net }) = job else { return };
+        let Ok(Job { key, net, shape }) = job else { return };
         let Some(pool) = pool.upgrade() else { return };
+        let preparing = usize::from(shape.is_some());
         {
             // A job queued for a base the pool has left since: not made.
             let mut st = pool.lock();
             if st.closed || st.key.as_ref() != Some(&key) {
                 st.making -= 1;
+                st.preparing -= preparing;
                 continue;
             }
         }
-        let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net);
+        let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net).and_then(|mut s| match &shape {
+            Some(shape) => s.prepare(shape, &|| pool.lock().closed).map(|()| s),
+            None => Ok(s),
+        });
         let mut st = pool.lock();
         st.making -= 1;
+        st.preparing -= preparing;
         match slot {
             Ok(s) if !st.closed && st.key.as_ref() == Some(&s.key) && same_net(st.net.as_ref(), s.net.as_ref()) => {
                 st.slots.push_back(s)
@@ -488,6 +692,69 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
             }
         }
     }
+}
+
+/// Whether a run of `spec` may have slots prepared for its shape: one
+/// whose grants were split into entries (Landlock rules on entries that
+/// may come and go) is made at the request, as is one with more own
+/// mounts than a message of the slot carries back.
+fn preparable(spec: &SpawnSpec) -> bool {
+    spec.landlock.writable_entries.is_empty() && spec.mounts.len() <= MAX_PREPARED_MOUNTS
+}
+
+/// The most mounts a spec a slot is prepared for may have (the slot sends
+/// 8 bytes per own mount back in one message).
+const MAX_PREPARED_MOUNTS: usize = 256;
+
+/// How long a maker waits for a slot to be built, or prepared.
+const BUILD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Wait until `sock` is readable (or closed), at most until `deadline`,
+/// and no longer than the pool is open (`closed`, asked every 10 ms: a
+/// workspace disposed of does not wait for a slot it will not use).
+fn await_readable(sock: &OwnedFd, deadline: std::time::Instant, closed: &dyn Fn() -> bool) -> io::Result<()> {
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || closed() {
+            return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
+        }
+        let ms = u16::try_from(left.as_millis().clamp(1, 10)).unwrap_or(10);
+        let mut fds = [nix::poll::PollFd::new(sock.as_fd(), nix::poll::PollFlags::POLLIN)];
+        match nix::poll::poll(&mut fds, ms) {
+            Ok(0) | Err(nix::Error::EINTR) => continue,
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// One message of a prepared slot: its tag, payload and descriptors.
+fn receive_long(sock: &OwnedFd) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let mut buf = vec![0u8; 1 + 8 * MAX_PREPARED_MOUNTS];
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([RawFd; 4]);
+    let msg = nix::sys::socket::recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(io::Error::from)?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs().map_err(io::Error::from)? {
+        if let nix::sys::socket::ControlMessageOwned::ScmRights(raw) = c {
+            for fd in raw {
+                // SAFETY: SCM_RIGHTS just installed this fd in our table.
+                fds.push(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+            }
+        }
+    }
+    if msg.flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC) {
+        return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+    }
+    let n = msg.bytes;
+    buf.truncate(n);
+    Ok((buf, fds))
 }
 
 fn send(sock: &OwnedFd, tag: u8, fds: &[RawFd]) -> io::Result<()> {
@@ -560,5 +827,16 @@ fn make_slot(
     let child = launch::spawn_detached(helper, &["--slot"], &pass, None)
         .map_err(|source| SandboxError::Spawn { helper: helper.to_path_buf(), source })?;
     drop((theirs, report_w, life_r, cg_fd, net_fds));
-    Ok(Slot { sock, lifeline, report_r, child, cgroup, key: key.clone(), net, ready: false, userns: None })
+    Ok(Slot {
+        sock,
+        lifeline,
+        report_r,
+        child,
+        cgroup,
+        key: key.clone(),
+        net,
+        ready: false,
+        userns: None,
+        prepared: None,
+    })
 }

@@ -203,9 +203,10 @@ fn r0821_every_slot_is_fresh_and_used_once() {
         .map(|n| std::fs::read_link(format!("/proc/self/ns/{n}")).map(|l| l.display().to_string()).unwrap_or_default())
         .collect::<Vec<_>>()
         .join(" ");
-    // Namespace inode numbers are recycled once a namespace is freed, so a
-    // run is compared with the one before it: the slot it took was made
-    // (its namespaces allocated) while that run's were still alive.
+    // Namespace inode numbers are recycled once a namespace is freed, and a
+    // slot prepared for the runs' shape (taken first) is made after the
+    // run before it has ended: one of its namespaces may get a number that
+    // run's had. A slot used twice would show all six of them again.
     let mut previous: Vec<String> = Vec::new();
     for i in 0..6 {
         await_ready(&sb, 3);
@@ -217,10 +218,11 @@ fn r0821_every_slot_is_fresh_and_used_once() {
         let ns: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
         assert_eq!(ns.len(), 7, "{test}: run {i}: {out}");
         for n in &ns[..6] {
-            // Never the host's, never the previous run's.
+            // Never the host's.
             assert!(!host.contains(n), "{test}: run {i}: {n} is the host's");
-            assert!(!previous.iter().any(|p| p == n), "{test}: run {i}: {n} was the previous run's: {out}");
         }
+        let now: Vec<String> = ns.iter().map(|n| n.to_string()).collect();
+        assert!(previous.get(..6) != now.get(..6), "{test}: run {i}: the previous run's namespaces: {out}");
         previous = ns.iter().map(|n| n.to_string()).collect();
         // The private /tmp is empty: nothing of an earlier run is there.
         let rest: Vec<&str> = lines.collect();
@@ -618,13 +620,17 @@ fn r0832_more_idmapped_binds_than_a_message_carries_are_refused() {
     // CONTROL: a few read roots run, fresh and pooled.
     let mut few = ws.req(&["/bin/true"]);
     few.read = req.read[..3].to_vec();
-    let sb = pooled(1);
+    // A pool of two: one slot prepared for the last run's shape (which the
+    // big request does not have), one plain, which it takes.
+    let sb = pooled(2);
     let _ = rt.block_on(sb.run(&few, RunOptions::default()));
-    await_ready(&sb, 1);
+    await_ready(&sb, 2);
     let r = rt.block_on(sb.run(&few, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {e}"));
     assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: control: {}", stderr(&r));
     for (how, sb) in [("fresh", &sandbox().with_pool(0)), ("pooled", &sb)] {
-        await_ready_if(sb);
+        if how == "pooled" {
+            await_ready(sb, 2);
+        }
         let taken = sb.pool_status().map(|s| s.taken);
         let e = match rt.block_on(sb.run(&req, RunOptions::default())) {
             Ok(r) => panic!("{test}: {how}: ran ({:?}): {}", r.outcome, stderr(&r)),
@@ -637,9 +643,96 @@ fn r0832_more_idmapped_binds_than_a_message_carries_are_refused() {
     }
 }
 
-/// Wait for a pooled sandbox's slot (a pool of 0 has none to wait for).
-fn await_ready_if(sb: &Sandbox) {
-    if sb.pool_status().is_some_and(|s| s.size > 0) {
-        await_ready(sb, 1);
+/// Wait until the pool has a slot prepared for the last run's shape.
+fn await_prepared(sb: &Sandbox, test: &str) {
+    for _ in 0..1000 {
+        if sb.pool_status().is_some_and(|s| s.ready_prepared >= 1) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
+    panic!("{test}: the pool never prepared a slot: {:?}", sb.pool_status());
+}
+
+#[test]
+fn r0833_a_prepared_slot_whose_mounts_went_stale_is_not_used() {
+    // A slot prepared for the last run's shape holds the run's own mounts,
+    // made before the request. What the host changed since must not show:
+    // a masked file unlinked and made again (the kernel detaches the mask
+    // in the slot, which would leave the new file readable), a granted
+    // directory renamed away and made again (the slot's grant would write
+    // into the old one), the workspace itself replaced (the slot would
+    // show the old one). Each is checked from outside: what the command
+    // read, where its write landed.
+    let test = "r0833";
+    let ws = Ws::new();
+    let proj = ws.path().join("proj");
+    let reset = |marker: &str| {
+        std::fs::create_dir_all(proj.join("out")).unwrap_or_else(|e| panic!("{test}: {e}"));
+        std::fs::write(proj.join(".env"), "SECRET\n").unwrap_or_else(|e| panic!("{test}: {e}"));
+        std::fs::write(proj.join("marker"), marker).unwrap_or_else(|e| panic!("{test}: {e}"));
+    };
+    reset("first\n");
+    let mut req = ExecRequest::new(
+        &proj,
+        ["/bin/sh", "-c", "cat marker; cat .env 2>&1 || true; echo written > out/f && echo wrote"],
+    );
+    req.deny.push(".env".into());
+    req.write.push(proj.join("out"));
+    let sb = pooled(2);
+    let rt = rt();
+    let run = |what: &str| {
+        let r = rt.block_on(sb.run(&req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {what}: {e}"));
+        assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: {what}: {}", stderr(&r));
+        stdout(&r)
+    };
+    let _ = run("first run");
+    // CONTROL: a prepared slot is taken, and is the sandbox the plan says.
+    await_prepared(&sb, test);
+    let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    let out = run("prepared");
+    let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    assert_eq!((after.prepared, after.stale), (before.prepared + 1, before.stale), "{test}: {after:?}");
+    assert!(
+        out.starts_with("first\n") && out.contains("Permission denied") && !out.contains("SECRET"),
+        "{test}: {out}"
+    );
+    assert!(out.ends_with("wrote\n"), "{test}: {out}");
+    assert_eq!(std::fs::read_to_string(proj.join("out/f")).ok().as_deref(), Some("written\n"), "{test}");
+
+    // The mask's file unlinked and made again.
+    await_prepared(&sb, test);
+    std::fs::remove_file(proj.join(".env")).unwrap_or_else(|e| panic!("{test}: {e}"));
+    std::fs::write(proj.join(".env"), "NEW SECRET\n").unwrap_or_else(|e| panic!("{test}: {e}"));
+    let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    let out = run("mask replaced");
+    let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    assert!(out.contains("Permission denied") && !out.contains("SECRET"), "{test}: the new .env was read: {out}");
+    assert_eq!((after.prepared, after.stale), (before.prepared, before.stale + 1), "{test}: {after:?}");
+
+    // The granted directory renamed away and made again.
+    await_prepared(&sb, test);
+    std::fs::rename(proj.join("out"), ws.path().join("out.old")).unwrap_or_else(|e| panic!("{test}: {e}"));
+    std::fs::create_dir(proj.join("out")).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    let out = run("grant replaced");
+    let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    assert!(out.ends_with("wrote\n"), "{test}: {out}");
+    assert_eq!(
+        std::fs::read_to_string(proj.join("out/f")).ok().as_deref(),
+        Some("written\n"),
+        "{test}: not in the new out/"
+    );
+    assert_eq!(after.stale, before.stale + 1, "{test}: {after:?}");
+
+    // The workspace itself renamed away and made again: its bind's mount
+    // stays where the slot made it, so only the source's inode tells.
+    await_prepared(&sb, test);
+    std::fs::rename(&proj, ws.path().join("proj.old")).unwrap_or_else(|e| panic!("{test}: {e}"));
+    reset("second\n");
+    let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    let out = run("workspace replaced");
+    let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    assert!(out.starts_with("second\n"), "{test}: the old workspace was shown: {out}");
+    assert_eq!(after.stale, before.stale + 1, "{test}: {after:?}");
 }
