@@ -177,7 +177,13 @@ async fn make(helper: &Path, uid: u32) -> Result<Namespaces, SandboxError> {
 
 /// One message and its fds (close-on-exec); an empty message at EOF.
 pub(super) fn receive(sock: &OwnedFd) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
-    let mut buf = [0u8; 16];
+    receive_up_to(sock, 16)
+}
+
+/// One message of at most `max` bytes and 4 descriptors, without waiting;
+/// `EMSGSIZE` for a longer one (or one with more descriptors).
+pub(super) fn receive_up_to(sock: &OwnedFd, max: usize) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let mut buf = vec![0u8; max];
     let mut iov = [IoSliceMut::new(&mut buf)];
     let mut space = nix::cmsg_space!([RawFd; 4]);
     let msg = recvmsg::<()>(
@@ -196,6 +202,10 @@ pub(super) fn receive(sock: &OwnedFd) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
             }
         }
     }
+    if msg.flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC) {
+        return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+    }
     let n = msg.bytes;
-    Ok((buf[..n].to_vec(), fds))
+    buf.truncate(n);
+    Ok((buf, fds))
 }

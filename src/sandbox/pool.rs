@@ -596,8 +596,8 @@ impl Slot {
         observing.spawned();
         await_readable(&self.sock, deadline, closed)
             .map_err(io_err("waiting for a pre-made sandbox to be prepared"))?;
-        let (msg, mut fds) =
-            receive_long(&self.sock).map_err(io_err("waiting for a pre-made sandbox to be prepared"))?;
+        let (msg, mut fds) = super::network::receive_up_to(&self.sock, 1 + 8 * MAX_PREPARED_MOUNTS)
+            .map_err(io_err("waiting for a pre-made sandbox to be prepared"))?;
         let mounts: Vec<u64> = match msg.split_first() {
             Some((b'd', rest)) if rest.len() == 8 * own.len() && fds.len() == 1 => {
                 rest.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect()
@@ -726,35 +726,6 @@ fn await_readable(sock: &OwnedFd, deadline: std::time::Instant, closed: &dyn Fn(
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-/// One message of a prepared slot: its tag, payload and descriptors.
-fn receive_long(sock: &OwnedFd) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
-    let mut buf = vec![0u8; 1 + 8 * MAX_PREPARED_MOUNTS];
-    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
-    let mut space = nix::cmsg_space!([RawFd; 4]);
-    let msg = nix::sys::socket::recvmsg::<()>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
-    )
-    .map_err(io::Error::from)?;
-    let mut fds = Vec::new();
-    for c in msg.cmsgs().map_err(io::Error::from)? {
-        if let nix::sys::socket::ControlMessageOwned::ScmRights(raw) = c {
-            for fd in raw {
-                // SAFETY: SCM_RIGHTS just installed this fd in our table.
-                fds.push(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
-            }
-        }
-    }
-    if msg.flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC) {
-        return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
-    }
-    let n = msg.bytes;
-    buf.truncate(n);
-    Ok((buf, fds))
 }
 
 fn send(sock: &OwnedFd, tag: u8, fds: &[RawFd]) -> io::Result<()> {
