@@ -20,7 +20,7 @@ use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::signal::{SigSet, SigmaskHow};
 
 use portcullis_helper::report::{Applied, CloneCall, Record, Step};
-use portcullis_helper::spec::{Mode, RlimitKind, SpawnSpec};
+use portcullis_helper::spec::{Mode, Rlimit, RlimitKind, SpawnSpec};
 use seccompiler::BpfProgram;
 
 use crate::{Fail, Prepared};
@@ -47,8 +47,10 @@ fn setup(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, report: &OwnedFd, ah
         new_session()?;
     }
     unblock_signals(ahead)?;
+    let applied = lock_down(spec, prep, via, ahead, true)?;
+    // Entered confined, as a prepared slot's command enters it: with no
+    // capability to search a directory its ids may not.
     change_dir(&spec.cwd)?;
-    let applied = lock_down(spec, prep, via, ahead)?;
     crate::report(report, Record::Applied(applied));
     Err(exec(prep))
 }
@@ -66,12 +68,21 @@ fn unblock_signals(ahead: bool) -> Result<(), Fail> {
     .map_err(|e| Fail::io(Step::UnblockSignals, e))
 }
 
-/// The steps that confine the process, in their order: limits,
-/// capabilities, no_new_privs, Landlock, every inherited fd close-on-exec,
-/// seccomp last (with the observer's listener handed over). What is in
-/// force, for the report.
-fn lock_down(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, bounding_cleared: bool) -> Result<Applied, Fail> {
-    set_rlimits(spec)?;
+/// The steps that confine the process, in their order: limits (unless
+/// `limits` is false: a prepared slot sets them at the request, once it has
+/// read it), capabilities, no_new_privs, Landlock, every inherited fd
+/// close-on-exec, seccomp last (with the observer's listener handed over).
+/// What is in force, for the report.
+fn lock_down(
+    spec: &SpawnSpec,
+    prep: &Prepared,
+    via: CloneCall,
+    bounding_cleared: bool,
+    limits: bool,
+) -> Result<Applied, Fail> {
+    if limits {
+        set_rlimits(&spec.rlimits)?;
+    }
     drop_privileges(spec, bounding_cleared)?;
     nix::sys::prctl::set_no_new_privs().map_err(|e| Fail::io(Step::NoNewPrivs, errno(e)))?;
     let mut applied = restrict_writes(spec, via)?;
@@ -88,18 +99,21 @@ fn lock_down(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, bounding_cleared
 
 /// A prepared slot's command, before its request: every step of
 /// [`setup`] that the request does not change, for the shape `spec` (the
-/// slot ran [`ahead`] already). Signals stay blocked and the working
-/// directory unset until [`run_request`]. What is in force, which
-/// [`run_request`] reports.
+/// slot ran [`ahead`] already), but the limits: an address-space limit
+/// would bound the memory the request is read with. Signals stay blocked,
+/// the limits unset and the working directory unentered until
+/// [`run_request`]. What is in force, which [`run_request`] reports.
 pub fn lock_down_ahead(spec: &SpawnSpec, prep: &Prepared, via: CloneCall) -> Result<Applied, Fail> {
-    lock_down(spec, prep, via, true)
+    lock_down(spec, prep, via, true, false)
 }
 
-/// A prepared slot's command, at its request: signals, the working
+/// A prepared slot's command, at its request (read): signals, the shape's
+/// limits `rlimits` (set without capabilities, which in the sandbox's user
+/// namespace never allowed raising a hard limit anyway), the working
 /// directory `cwd`, the report of `applied`, and `execve` of `prep`'s
 /// command. Returns only the failure; the caller reports it.
-pub fn run_request(cwd: &[u8], prep: &Prepared, applied: Applied, report: &OwnedFd) -> Fail {
-    if let Err(f) = unblock_signals(true).and_then(|()| change_dir(cwd)) {
+pub fn run_request(cwd: &[u8], rlimits: &[Rlimit], prep: &Prepared, applied: Applied, report: &OwnedFd) -> Fail {
+    if let Err(f) = unblock_signals(true).and_then(|()| set_rlimits(rlimits)).and_then(|()| change_dir(cwd)) {
         return f;
     }
     crate::report(report, Record::Applied(applied));
@@ -132,8 +146,8 @@ fn change_dir(cwd: &[u8]) -> Result<(), Fail> {
 }
 
 /// `Rlimits`: exactly the spec's.
-fn set_rlimits(spec: &SpawnSpec) -> Result<(), Fail> {
-    for r in &spec.rlimits {
+fn set_rlimits(rlimits: &[Rlimit]) -> Result<(), Fail> {
+    for r in rlimits {
         let res = match r.resource {
             RlimitKind::Nproc => Resource::RLIMIT_NPROC,
             RlimitKind::As => Resource::RLIMIT_AS,

@@ -390,7 +390,7 @@ fn build(
 /// [`Request`]: the command, its environment, its working directory) and
 /// the command. Everything after the filter's install is a call the
 /// filter allows any command: `sendmsg`, `recvmsg`, `read`, `chdir`,
-/// `rt_sigprocmask`, `rt_sigaction`, `write`, `execve`.
+/// `rt_sigprocmask`, `rt_sigaction`, `prlimit64` of itself, `write`, `execve`.
 #[allow(clippy::too_many_arguments)]
 fn prepared(
     base: &SlotSpec,
@@ -439,7 +439,7 @@ fn prepared(
         return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));
     }
     (prep.argv, prep.envp, prep.candidates) = crate::command_of(&req.argv, &req.env)?;
-    Err(crate::command::run_request(&req.cwd, &prep, applied, report_fd))
+    Err(crate::command::run_request(&req.cwd, &spec.rlimits, &prep, applied, report_fd))
 }
 
 /// What the library sent: a request to run (`r`) or a shape to prepare

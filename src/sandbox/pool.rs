@@ -79,6 +79,10 @@ pub(super) struct Slot {
     userns: Option<OwnedFd>,
     /// What the slot built for one shape of run, when it was prepared.
     prepared: Option<Box<Readied>>,
+    /// The count of the host's mount-table changes when the slot was
+    /// started (see [`State::mount_epoch`]): a slot started before the
+    /// latest is given up.
+    epoch: Option<u64>,
 }
 
 /// A slot built whole for one shape of run (`helper/src/slot.rs`,
@@ -100,7 +104,15 @@ struct Readied {
     root: OwnedFd,
     /// The run's observer, started when the slot installed its filter.
     observing: Option<super::observe::Setup>,
+    /// Runs a slot fit since this one was prepared whose shape was another:
+    /// at [`MAX_OTHER_SHAPES`] it is given up, so that the refill prepares
+    /// for the shape runs have moved to (runs alternating between two
+    /// shapes leave it alone).
+    others: u32,
 }
+
+/// Runs of another shape after which a prepared slot is given up.
+const MAX_OTHER_SHAPES: u32 = 2;
 
 impl Readied {
     /// Whether everything the slot made for its own mounts is still what the
@@ -186,6 +198,39 @@ struct State {
     shape: Option<SpawnSpec>,
     /// Slots being made that will be prepared.
     preparing: usize,
+    /// `/proc/self/mountinfo`, open for its change events (`POLLPRI`).
+    mountinfo: Option<std::fs::File>,
+    /// The changes of the host's mount table seen so far.
+    mount_changes: u64,
+}
+
+impl State {
+    /// A count that moves whenever the mount table of this process's mount
+    /// namespace changes (a mount, an unmount, a remount, a move, a
+    /// propagation: `poll` on `/proc/self/mountinfo` says `POLLPRI` once
+    /// per change seen), or `None` where that cannot be watched. A slot
+    /// copies the host's tree when it is built, and a prepared one binds
+    /// its sources (a root caller's idmapped trees too) then: a mount the
+    /// host adds or removes at or beneath a source since would not be what
+    /// a fresh sandbox shows, and only the table's change tells.
+    fn mount_epoch(&mut self) -> Option<u64> {
+        if self.mountinfo.is_none() {
+            self.mountinfo = std::fs::File::open("/proc/self/mountinfo").ok();
+            // Opening it takes the table's state as seen: nothing to count.
+        }
+        let f = self.mountinfo.as_ref()?;
+        let mut fds = [nix::poll::PollFd::new(f.as_fd(), nix::poll::PollFlags::POLLPRI)];
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO) {
+            Ok(_) => {
+                let changed = fds[0]
+                    .revents()
+                    .is_some_and(|r| r.intersects(nix::poll::PollFlags::POLLPRI | nix::poll::PollFlags::POLLERR));
+                self.mount_changes += u64::from(changed);
+                Some(self.mount_changes)
+            }
+            Err(_) => None,
+        }
+    }
 }
 
 /// A pool of pre-made sandboxes (see the module's documentation).
@@ -287,13 +332,28 @@ impl Pool {
                 // first, else a plain one. Slots prepared for another shape
                 // are given up (runs have moved on; the refill prepares for
                 // this one), as are stale ones.
+                let epoch = st.mount_epoch();
                 let mut chosen: Option<usize> = None;
                 let mut i = 0;
                 while i < st.slots.len() {
                     match st.slots[i].poll_ready() {
                         Readiness::Ready if same_net(st.slots[i].net.as_ref(), net) => {
-                            let keep = match st.slots[i].prepared.as_deref() {
-                                Some(r) if !r.shape.same_shape(&plan.spec) => false,
+                            // Where the table's changes cannot be watched, a
+                            // plain slot is taken as before and a prepared one
+                            // never.
+                            let changed = match epoch {
+                                Some(_) => st.slots[i].epoch != epoch,
+                                None => st.slots[i].prepared.is_some(),
+                            };
+                            let keep = match st.slots[i].prepared.as_deref_mut() {
+                                _ if changed => {
+                                    st.stale += 1;
+                                    false
+                                }
+                                Some(r) if !r.shape.same_shape(&plan.spec) => {
+                                    r.others += 1;
+                                    r.others < MAX_OTHER_SHAPES
+                                }
                                 Some(r) if !r.still_fresh() => {
                                     st.stale += 1;
                                     false
@@ -385,11 +445,11 @@ impl Pool {
                 let Some(key) = st.key.clone() else { return };
                 st.making += 1;
                 // One slot fewer than the pool's size is prepared for the
-                // last run's shape (all of a pool of one): the others stay
-                // plain, for a run of another shape.
+                // last run's shape (none of a pool of one): one stays plain,
+                // for a run of another shape.
                 let prepared = st.slots.iter().filter(|s| s.prepared.is_some()).count() + st.preparing;
                 let shape = match &st.shape {
-                    Some(shape) if prepared < self.size.saturating_sub(1).max(1) => Some(shape.clone()),
+                    Some(shape) if prepared + 1 < self.size => Some(shape.clone()),
                     _ => None,
                 };
                 st.preparing += usize::from(shape.is_some());
@@ -605,7 +665,8 @@ impl Slot {
             _ => return Err(SandboxError::invalid("pool", self.failure())),
         };
         let root = fds.remove(0);
-        self.prepared = Some(Box::new(Readied { shape: shape.clone(), own, mounts, root, observing: Some(observing) }));
+        self.prepared =
+            Some(Box::new(Readied { shape: shape.clone(), own, mounts, root, observing: Some(observing), others: 0 }));
         Ok(())
     }
 
@@ -660,7 +721,7 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
         let Ok(Job { key, net, shape }) = job else { return };
         let Some(pool) = pool.upgrade() else { return };
         let preparing = usize::from(shape.is_some());
-        {
+        let epoch = {
             // A job queued for a base the pool has left since: not made.
             let mut st = pool.lock();
             if st.closed || st.key.as_ref() != Some(&key) {
@@ -668,8 +729,9 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
                 st.preparing -= preparing;
                 continue;
             }
-        }
-        let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net).and_then(|mut s| match &shape {
+            st.mount_epoch()
+        };
+        let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net, epoch).and_then(|mut s| match &shape {
             Some(shape) => s.prepare(shape, &|| pool.lock().closed).map(|()| s),
             None => Ok(s),
         });
@@ -743,6 +805,7 @@ fn make_slot(
     key: &Key,
     host: Option<&CgroupHost>,
     net: Option<Arc<Namespaces>>,
+    epoch: Option<u64>,
 ) -> Result<Slot, SandboxError> {
     let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
     let cgroup = match (&key.cgroup, host) {
@@ -809,5 +872,6 @@ fn make_slot(
         ready: false,
         userns: None,
         prepared: None,
+        epoch,
     })
 }

@@ -736,3 +736,123 @@ fn r0833_a_prepared_slot_whose_mounts_went_stale_is_not_used() {
     assert!(out.starts_with("second\n"), "{test}: the old workspace was shown: {out}");
     assert_eq!(after.stale, before.stale + 1, "{test}: {after:?}");
 }
+
+#[test]
+fn r0834_a_mount_the_host_makes_after_a_slot_was_built_gives_the_slot_up() {
+    // Found in review: a slot prepared for a root caller bound its sources
+    // (idmapped trees) when it was prepared, and any slot copies the host's
+    // tree when it is built, so a mount the host made since (a read-only
+    // bind over a directory of the workspace, a tmpfs hiding one) was not
+    // in the slot: it wrote where a fresh sandbox is refused with EROFS.
+    // Every slot built before a change of the host's mount table is now
+    // given up. Root only: the host's mount table is root's to change.
+    let test = "r0834";
+    if !is_root() {
+        eprintln!("{test}: root only (it mounts on the host)");
+        return;
+    }
+    let ws = Ws::new();
+    let sub = ws.path().join("sub");
+    std::fs::create_dir(&sub).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let mut req = ws.req(&["/bin/sh", "-c", "echo written > sub/f && echo WROTE"]);
+    req.writable = true;
+    let sb = pooled(2);
+    let rt = rt();
+    let run = |what: &str| {
+        let r = rt.block_on(sb.run(&req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {what}: {e}"));
+        (stdout(&r), stderr(&r))
+    };
+    let _ = run("first run");
+    // CONTROL: the prepared slot is taken and writes.
+    await_prepared(&sb, test);
+    let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    let (out, err) = run("prepared");
+    let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    assert_eq!(out, "WROTE\n", "{test}: control: {err}");
+    assert_eq!((after.prepared, after.stale), (before.prepared + 1, before.stale), "{test}: {after:?}");
+    let _ = std::fs::remove_file(sub.join("f"));
+    // The host makes `sub` read-only with a bind mount after the slots
+    // were built.
+    await_prepared(&sb, test);
+    let s = sub.to_string_lossy().to_string();
+    let mounted = std::process::Command::new("mount").args(["--bind", &s, &s]).status().is_ok_and(|st| st.success())
+        && std::process::Command::new("mount")
+            .args(["-o", "remount,bind,ro", &s])
+            .status()
+            .is_ok_and(|st| st.success());
+    let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    let (out, err) = run("after the host's mount");
+    let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    let _ = std::process::Command::new("umount").arg(&s).status();
+    assert!(mounted, "{test}: could not bind-mount {s} read-only");
+    assert!(
+        out.is_empty() && err.contains("Read-only file system"),
+        "{test}: wrote under the host's read-only bind: {out} {err}"
+    );
+    assert!(!sub.join("f").exists(), "{test}: the file landed");
+    assert_eq!(after.prepared, before.prepared, "{test}: a slot built before the mount was taken: {after:?}");
+    assert!(after.stale > before.stale, "{test}: {after:?}");
+}
+
+#[test]
+fn r0835_runs_of_two_shapes_keep_their_slots() {
+    // Found in review: a prepared slot was given up at the first run of
+    // another shape, and a pool of one was all prepared, so two alternating
+    // shapes made every run of a pool of one miss and a pool of two throw
+    // a slot away per run. A pool of one now stays plain, and a prepared
+    // slot is given up only after two runs of another shape.
+    let test = "r0835";
+    let ws = Ws::new();
+    let rt = rt();
+    let a = ws.req(&["/bin/true"]);
+    let mut b = ws.req(&["/bin/true"]);
+    b.writable = true;
+    for size in [1, 2] {
+        let sb = pooled(size);
+        let _ = rt.block_on(sb.run(&a, RunOptions::default()));
+        for i in 0..8 {
+            await_ready(&sb, size);
+            let req = if i % 2 == 0 { &b } else { &a };
+            let r = rt.block_on(sb.run(req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {e}"));
+            assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: {}", stderr(&r));
+        }
+        let st = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+        assert_eq!((st.taken, st.missed), (8, 1), "{test}: pool of {size}: {st:?}");
+        match size {
+            1 => assert_eq!(st.prepared, 0, "{test}: a pool of one prepared a slot: {st:?}"),
+            _ => assert!(st.prepared >= 3, "{test}: the runs of one shape did not find their prepared slot: {st:?}"),
+        }
+    }
+}
+
+#[test]
+fn r0836_a_prepared_slot_reads_its_request_before_its_limits() {
+    // Found in review: a prepared slot set the run's limits before it read
+    // its request, so an address-space limit (`limits.memory` where no
+    // memory controller is in reach) bounded the memory the request was
+    // read with, and a request with a big environment ended the slot with
+    // SIGABRT before the command ran. The limits are set once the request
+    // is read; the command gets them all the same.
+    let test = "r0836";
+    let ws = Ws::new();
+    let rt = rt();
+    let mut prime = ws.req(&["/bin/true"]);
+    prime.limits.memory = Some(6 << 20);
+    let mut req = ws.req(&["/bin/sh", "-c", "echo ran; ulimit -v"]);
+    req.limits.memory = Some(6 << 20);
+    for i in 0..15 {
+        req.env.push((format!("BIG{i}").into(), "x".repeat(100 * 1024).into()));
+    }
+    // CONTROL: a fresh sandbox runs it.
+    let fresh = rt.block_on(sandbox().run(&req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {e}"));
+    assert_eq!(fresh.outcome, Outcome::Exited { code: 0 }, "{test}: fresh: {}", stderr(&fresh));
+    let sb = pooled(2);
+    let _ = rt.block_on(sb.run(&prime, RunOptions::default()));
+    await_prepared(&sb, test);
+    let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    let r = rt.block_on(sb.run(&req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    assert_eq!(after.prepared, before.prepared + 1, "{test}: the run took no prepared slot: {after:?}");
+    assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: prepared: {}", stderr(&r));
+    assert_eq!(stdout(&r), stdout(&fresh), "{test}: the limits differ from a fresh run's");
+}
