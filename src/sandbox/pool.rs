@@ -80,9 +80,11 @@ pub(super) struct Slot {
     /// What the slot built for one shape of run, when it was prepared.
     prepared: Option<Box<Readied>>,
     /// The count of the host's mount-table changes when the slot was
-    /// started (see [`State::mount_epoch`]): a slot started before the
-    /// latest is given up.
+    /// started (see [`State::mount_epoch`]), and the table as read then: a
+    /// slot started before a later change is given up if that change
+    /// touched the run's bind sources ([`unchanged_for`]).
     epoch: Option<u64>,
+    table: Option<Arc<str>>,
 }
 
 /// A slot built whole for one shape of run (`helper/src/slot.rs`,
@@ -212,7 +214,9 @@ impl State {
     /// copies the host's tree when it is built, and a prepared one binds
     /// its sources (a root caller's idmapped trees too) then: a mount the
     /// host adds or removes at or beneath a source since would not be what
-    /// a fresh sandbox shows, and only the table's change tells.
+    /// a fresh sandbox shows, and only the table tells. When the count
+    /// moved since a slot was started, the table is read again and compared
+    /// with the slot's for the run's sources ([`unchanged_for`]).
     fn mount_epoch(&mut self) -> Option<u64> {
         if self.mountinfo.is_none() {
             self.mountinfo = std::fs::File::open("/proc/self/mountinfo").ok();
@@ -333,6 +337,10 @@ impl Pool {
                 // are given up (runs have moved on; the refill prepares for
                 // this one), as are stale ones.
                 let epoch = st.mount_epoch();
+                // The table now, read only if it changed since a slot was
+                // started (then once for all of them).
+                let mut table: Option<Option<String>> = None;
+                let sources = bind_sources(&plan.spec);
                 let mut chosen: Option<usize> = None;
                 let mut i = 0;
                 while i < st.slots.len() {
@@ -342,7 +350,22 @@ impl Pool {
                             // plain slot is taken as before and a prepared one
                             // never.
                             let changed = match epoch {
-                                Some(_) => st.slots[i].epoch != epoch,
+                                Some(_) if st.slots[i].epoch == epoch => false,
+                                Some(_) => {
+                                    let now = table
+                                        .get_or_insert_with(|| super::cgroup::read_pseudo("/proc/self/mountinfo").ok());
+                                    let same = match (st.slots[i].table.as_deref(), now.as_deref()) {
+                                        (Some(then), Some(now)) => unchanged_for(then, now, &sources),
+                                        _ => false,
+                                    };
+                                    if same {
+                                        // Nothing of this run's moved: judged
+                                        // again only after the next change.
+                                        st.slots[i].epoch = epoch;
+                                        st.slots[i].table = now.as_deref().map(Arc::from);
+                                    }
+                                    !same
+                                }
                                 None => st.slots[i].prepared.is_some(),
                             };
                             let keep = match st.slots[i].prepared.as_deref_mut() {
@@ -731,10 +754,14 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
             }
             st.mount_epoch()
         };
-        let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net, epoch).and_then(|mut s| match &shape {
-            Some(shape) => s.prepare(shape, &|| pool.lock().closed).map(|()| s),
-            None => Ok(s),
-        });
+        // Read after the count (a change in between is counted again, and
+        // judged against this table), before the slot copies the host's tree.
+        let table = epoch.and_then(|_| super::cgroup::read_pseudo("/proc/self/mountinfo").ok()).map(Arc::from);
+        let slot =
+            make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net, (epoch, table)).and_then(|mut s| match &shape {
+                Some(shape) => s.prepare(shape, &|| pool.lock().closed).map(|()| s),
+                None => Ok(s),
+            });
         let mut st = pool.lock();
         st.making -= 1;
         st.preparing -= preparing;
@@ -754,6 +781,49 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
             }
         }
     }
+}
+
+/// The host paths `spec` binds (the slot's system binds and the run's own).
+fn bind_sources(spec: &SpawnSpec) -> Vec<&[u8]> {
+    spec.mounts
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::Bind { src, .. } => Some(src.as_slice()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether every line of mount table `then` whose mount point is one of
+/// `sources`, lies beneath one, or holds one (any directory above it, `/`
+/// included) is in `now` unchanged, and `now` has no other such line: the
+/// mounts a slot copied for those sources are still the host's. A line is
+/// compared whole (mount and parent ids, options, propagation, source).
+fn unchanged_for(then: &str, now: &str, sources: &[&[u8]]) -> bool {
+    let relevant = |text: &str| -> Vec<String> {
+        let mut v: Vec<String> = text
+            .lines()
+            .filter(|l| {
+                let Some(point) = l.split(' ').nth(4) else { return true };
+                let point = super::aliases::unescape_bytes(point);
+                sources.iter().any(|s| related(&point, s))
+            })
+            .map(str::to_string)
+            .collect();
+        v.sort();
+        v
+    };
+    relevant(then) == relevant(now)
+}
+
+/// Whether path `a` is `b`, lies beneath it, or holds it (byte paths, `/`
+/// separated).
+fn related(a: &[u8], b: &[u8]) -> bool {
+    let under = |x: &[u8], y: &[u8]| {
+        let y = y.strip_suffix(b"/").unwrap_or(y);
+        x == y || y.is_empty() || (x.starts_with(y) && x.get(y.len()) == Some(&b'/'))
+    };
+    under(a, b) || under(b, a)
 }
 
 /// Whether a run of `spec` may have slots prepared for its shape: one
@@ -805,7 +875,7 @@ fn make_slot(
     key: &Key,
     host: Option<&CgroupHost>,
     net: Option<Arc<Namespaces>>,
-    epoch: Option<u64>,
+    (epoch, table): (Option<u64>, Option<Arc<str>>),
 ) -> Result<Slot, SandboxError> {
     let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
     let cgroup = match (&key.cgroup, host) {
@@ -873,5 +943,44 @@ fn make_slot(
         userns: None,
         prepared: None,
         epoch,
+        table,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &str = "22 27 0:21 / /proc rw,relatime - proc proc rw\n\
+        27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n\
+        30 27 0:30 / /var/tmp/other rw - tmpfs none rw\n";
+
+    #[test]
+    fn a_change_counts_only_at_above_or_beneath_a_source() {
+        let ws: &[&[u8]] = &[b"/var/tmp/ws", b"/usr"];
+        // Unrelated: a mount elsewhere comes and goes.
+        let more = format!("{TABLE}31 27 0:31 / /var/tmp/wsx rw - tmpfs none rw\n");
+        assert!(unchanged_for(TABLE, &more, ws));
+        assert!(unchanged_for(
+            TABLE,
+            "22 27 0:21 / /proc rw,relatime - proc proc rw\n27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n",
+            ws
+        ));
+        // Beneath a source, at one, above one (and `/` itself), each counts.
+        for line in [
+            "31 27 0:31 / /var/tmp/ws/sub ro - tmpfs none rw\n",
+            "31 27 0:31 / /var/tmp/ws rw - tmpfs none rw\n",
+            "31 27 0:31 / /var/tmp rw - tmpfs none rw\n",
+            "31 27 0:31 / /usr/lib rw - tmpfs none rw\n",
+        ] {
+            assert!(!unchanged_for(TABLE, &format!("{TABLE}{line}"), ws), "{line}");
+        }
+        let remounted = TABLE.replace("/ / rw,relatime", "/ / ro,relatime");
+        assert!(!unchanged_for(TABLE, &remounted, ws));
+        // Escaped mount points are compared as the paths they are.
+        let escaped = format!("{TABLE}31 27 0:31 / /var/tmp/ws/a\\040b rw - tmpfs none rw\n");
+        assert!(!unchanged_for(TABLE, &escaped, ws));
+        assert!(related(b"/var/tmp/ws/a b", b"/var/tmp/ws"));
+        assert!(!related(b"/var/tmp/wsx", b"/var/tmp/ws"));
+    }
 }

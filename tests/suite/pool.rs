@@ -771,6 +771,22 @@ fn r0834_a_mount_the_host_makes_after_a_slot_was_built_gives_the_slot_up() {
     assert_eq!(out, "WROTE\n", "{test}: control: {err}");
     assert_eq!((after.prepared, after.stale), (before.prepared + 1, before.stale), "{test}: {after:?}");
     let _ = std::fs::remove_file(sub.join("f"));
+    // CONTROL: a mount the host makes elsewhere (a tmpfs on a directory
+    // that is not the workspace's) changes the table but nothing the run
+    // binds: the prepared slot is still taken.
+    await_prepared(&sb, test);
+    let elsewhere = tempfile::tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{test}: {e}"));
+    let e = elsewhere.path().to_string_lossy().to_string();
+    let other =
+        std::process::Command::new("mount").args(["-t", "tmpfs", "none", &e]).status().is_ok_and(|st| st.success());
+    let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    let (out, err) = run("after a mount elsewhere");
+    let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    let _ = std::process::Command::new("umount").arg(&e).status();
+    assert!(other, "{test}: could not mount a tmpfs on {e}");
+    assert_eq!(out, "WROTE\n", "{test}: control: {err}");
+    assert_eq!((after.prepared, after.stale), (before.prepared + 1, before.stale), "{test}: {after:?}");
+    let _ = std::fs::remove_file(sub.join("f"));
     // The host makes `sub` read-only with a bind mount after the slots
     // were built.
     await_prepared(&sb, test);
