@@ -79,12 +79,10 @@ pub(super) struct Slot {
     userns: Option<OwnedFd>,
     /// What the slot built for one shape of run, when it was prepared.
     prepared: Option<Box<Readied>>,
-    /// The count of the host's mount-table changes when the slot was
-    /// started (see [`State::mount_epoch`]), and the table as read then: a
-    /// slot started before a later change is given up if that change
-    /// touched the run's bind sources ([`unchanged_for`]).
-    epoch: Option<u64>,
-    table: Option<Arc<str>>,
+    /// The host's mount table as read just before the slot copied the
+    /// host's tree ([`Table`]), or `None` where it could not be read (then
+    /// the slot is never used).
+    table: Option<Arc<Table>>,
 }
 
 /// A slot built whole for one shape of run (`helper/src/slot.rs`,
@@ -200,41 +198,6 @@ struct State {
     shape: Option<SpawnSpec>,
     /// Slots being made that will be prepared.
     preparing: usize,
-    /// `/proc/self/mountinfo`, open for its change events (`POLLPRI`).
-    mountinfo: Option<std::fs::File>,
-    /// The changes of the host's mount table seen so far.
-    mount_changes: u64,
-}
-
-impl State {
-    /// A count that moves whenever the mount table of this process's mount
-    /// namespace changes (a mount, an unmount, a remount, a move, a
-    /// propagation: `poll` on `/proc/self/mountinfo` says `POLLPRI` once
-    /// per change seen), or `None` where that cannot be watched. A slot
-    /// copies the host's tree when it is built, and a prepared one binds
-    /// its sources (a root caller's idmapped trees too) then: a mount the
-    /// host adds or removes at or beneath a source since would not be what
-    /// a fresh sandbox shows, and only the table tells. When the count
-    /// moved since a slot was started, the table is read again and compared
-    /// with the slot's for the run's sources ([`unchanged_for`]).
-    fn mount_epoch(&mut self) -> Option<u64> {
-        if self.mountinfo.is_none() {
-            self.mountinfo = std::fs::File::open("/proc/self/mountinfo").ok();
-            // Opening it takes the table's state as seen: nothing to count.
-        }
-        let f = self.mountinfo.as_ref()?;
-        let mut fds = [nix::poll::PollFd::new(f.as_fd(), nix::poll::PollFlags::POLLPRI)];
-        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO) {
-            Ok(_) => {
-                let changed = fds[0]
-                    .revents()
-                    .is_some_and(|r| r.intersects(nix::poll::PollFlags::POLLPRI | nix::poll::PollFlags::POLLERR));
-                self.mount_changes += u64::from(changed);
-                Some(self.mount_changes)
-            }
-            Err(_) => None,
-        }
-    }
 }
 
 /// A pool of pre-made sandboxes (see the module's documentation).
@@ -336,37 +299,19 @@ impl Pool {
                 // first, else a plain one. Slots prepared for another shape
                 // are given up (runs have moved on; the refill prepares for
                 // this one), as are stale ones.
-                let epoch = st.mount_epoch();
-                // The table now, read only if it changed since a slot was
-                // started (then once for all of them).
-                let mut table: Option<Option<String>> = None;
+                // The host's mount table now, read once if any slot is
+                // ready to be judged against it.
+                let mut now: Option<Option<Table>> = None;
                 let sources = bind_sources(&plan.spec);
                 let mut chosen: Option<usize> = None;
                 let mut i = 0;
                 while i < st.slots.len() {
                     match st.slots[i].poll_ready() {
                         Readiness::Ready if same_net(st.slots[i].net.as_ref(), net) => {
-                            // Where the table's changes cannot be watched, a
-                            // plain slot is taken as before and a prepared one
-                            // never.
-                            let changed = match epoch {
-                                Some(_) if st.slots[i].epoch == epoch => false,
-                                Some(_) => {
-                                    let now = table
-                                        .get_or_insert_with(|| super::cgroup::read_pseudo("/proc/self/mountinfo").ok());
-                                    let same = match (st.slots[i].table.as_deref(), now.as_deref()) {
-                                        (Some(then), Some(now)) => unchanged_for(then, now, &sources),
-                                        _ => false,
-                                    };
-                                    if same {
-                                        // Nothing of this run's moved: judged
-                                        // again only after the next change.
-                                        st.slots[i].epoch = epoch;
-                                        st.slots[i].table = now.as_deref().map(Arc::from);
-                                    }
-                                    !same
-                                }
-                                None => st.slots[i].prepared.is_some(),
+                            let now = now.get_or_insert_with(|| Table::read(|p| sources.iter().any(|s| related(p, s))));
+                            let changed = match (st.slots[i].table.as_deref(), now.as_ref()) {
+                                (Some(then), Some(now)) => !then.unchanged_for(now, &sources),
+                                _ => true,
                             };
                             let keep = match st.slots[i].prepared.as_deref_mut() {
                                 _ if changed => {
@@ -744,7 +689,7 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
         let Ok(Job { key, net, shape }) = job else { return };
         let Some(pool) = pool.upgrade() else { return };
         let preparing = usize::from(shape.is_some());
-        let epoch = {
+        {
             // A job queued for a base the pool has left since: not made.
             let mut st = pool.lock();
             if st.closed || st.key.as_ref() != Some(&key) {
@@ -752,16 +697,15 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
                 st.preparing -= preparing;
                 continue;
             }
-            st.mount_epoch()
-        };
-        // Read after the count (a change in between is counted again, and
-        // judged against this table), before the slot copies the host's tree.
-        let table = epoch.and_then(|_| super::cgroup::read_pseudo("/proc/self/mountinfo").ok()).map(Arc::from);
-        let slot =
-            make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net, (epoch, table)).and_then(|mut s| match &shape {
-                Some(shape) => s.prepare(shape, &|| pool.lock().closed).map(|()| s),
-                None => Ok(s),
-            });
+        }
+        // Read before the slot copies the host's tree: a change in between
+        // is in the copy and not here, so it gives the slot up needlessly,
+        // never the other way.
+        let table = Table::read(|_| true).map(Arc::new);
+        let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net, table).and_then(|mut s| match &shape {
+            Some(shape) => s.prepare(shape, &|| pool.lock().closed).map(|()| s),
+            None => Ok(s),
+        });
         let mut st = pool.lock();
         st.making -= 1;
         st.preparing -= preparing;
@@ -794,26 +738,85 @@ fn bind_sources(spec: &SpawnSpec) -> Vec<&[u8]> {
         .collect()
 }
 
-/// Whether every line of mount table `then` whose mount point is one of
-/// `sources`, lies beneath one, or holds one (any directory above it, `/`
-/// included) is in `now` unchanged, and `now` has no other such line: the
-/// mounts a slot copied for those sources are still the host's. A line is
-/// compared whole (mount and parent ids, options, propagation, source).
-fn unchanged_for(then: &str, now: &str, sources: &[&[u8]]) -> bool {
-    let relevant = |text: &str| -> Vec<String> {
-        let mut v: Vec<String> = text
+/// The host's mount table as the pool judges a slot by: each line of
+/// `/proc/self/mountinfo` (whole: ids, options, propagation, source) with
+/// its mount point and the unique id (`STATX_MNT_ID_UNIQUE`, Linux 6.8) of
+/// the mount found at that point now, since the ids mountinfo shows are
+/// handed out again (a bind unmounted and made again elsewhere shows the
+/// same line).
+#[derive(Debug)]
+pub(super) struct Table {
+    lines: Vec<(String, Vec<u8>, Option<u64>)>,
+}
+
+impl Table {
+    /// The table now, with the unique ids of the mount points `want` keeps;
+    /// `None` when it cannot be read.
+    fn read(want: impl Fn(&[u8]) -> bool) -> Option<Table> {
+        let text = super::cgroup::read_pseudo("/proc/self/mountinfo").ok()?;
+        Some(Table::parse(&text, |point| want(point).then(|| unique_mount_id(point)).flatten()))
+    }
+
+    fn parse(text: &str, id: impl Fn(&[u8]) -> Option<u64>) -> Table {
+        let lines = text
             .lines()
-            .filter(|l| {
-                let Some(point) = l.split(' ').nth(4) else { return true };
-                let point = super::aliases::unescape_bytes(point);
-                sources.iter().any(|s| related(&point, s))
+            .map(|l| {
+                let point = l.split(' ').nth(4).map(super::aliases::unescape_bytes).unwrap_or_default();
+                let unique = id(&point);
+                (l.to_string(), point, unique)
             })
-            .map(str::to_string)
             .collect();
-        v.sort();
-        v
+        Table { lines }
+    }
+
+    /// Whether every line whose mount point is one of `sources`, lies
+    /// beneath one, or holds one (any directory above it, `/` included) is
+    /// in `now` unchanged, with the same mount at its point, and `now` has
+    /// no other such line: the mounts a slot copied for those sources are
+    /// still the host's. A line with no unique id on either side is judged
+    /// by its text alone.
+    fn unchanged_for(&self, now: &Table, sources: &[&[u8]]) -> bool {
+        let relevant = |t: &Table| -> Vec<(String, Option<u64>)> {
+            let mut v: Vec<(String, Option<u64>)> = t
+                .lines
+                .iter()
+                .filter(|(_, point, _)| point.is_empty() || sources.iter().any(|s| related(point, s)))
+                .map(|(l, _, id)| (l.clone(), *id))
+                .collect();
+            v.sort();
+            v
+        };
+        relevant(self) == relevant(now)
+    }
+}
+
+/// The unique id of the mount at `point` (`statx` `STATX_MNT_ID_UNIQUE`),
+/// or `None` where the kernel has none (before 6.8) or the point cannot be
+/// reached.
+fn unique_mount_id(point: &[u8]) -> Option<u64> {
+    const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
+    let c = std::ffi::CString::new(point).ok()?;
+    // SAFETY: statx is plain data, zeroed before the kernel fills it.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated, `st` is writable and outlives the call.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
+            STATX_MNT_ID_UNIQUE,
+            &mut st,
+        )
     };
-    relevant(then) == relevant(now)
+    (r == 0 && st.stx_mask & STATX_MNT_ID_UNIQUE != 0).then_some(st.stx_mnt_id)
+}
+
+/// Whether this kernel gives mounts unique ids (`STATX_MNT_ID_UNIQUE`):
+/// without them a slot is never prepared (a bind unmounted and made again
+/// between preparation and request could not be told from the old one).
+fn unique_ids() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| unique_mount_id(b"/").is_some())
 }
 
 /// Whether path `a` is `b`, lies beneath it, or holds it (byte paths, `/`
@@ -831,7 +834,7 @@ fn related(a: &[u8], b: &[u8]) -> bool {
 /// may come and go) is made at the request, as is one with more own
 /// mounts than a message of the slot carries back.
 fn preparable(spec: &SpawnSpec) -> bool {
-    spec.landlock.writable_entries.is_empty() && spec.mounts.len() <= MAX_PREPARED_MOUNTS
+    spec.landlock.writable_entries.is_empty() && spec.mounts.len() <= MAX_PREPARED_MOUNTS && unique_ids()
 }
 
 /// The most mounts a spec a slot is prepared for may have (the slot sends
@@ -875,7 +878,7 @@ fn make_slot(
     key: &Key,
     host: Option<&CgroupHost>,
     net: Option<Arc<Namespaces>>,
-    (epoch, table): (Option<u64>, Option<Arc<str>>),
+    table: Option<Arc<Table>>,
 ) -> Result<Slot, SandboxError> {
     let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
     let cgroup = match (&key.cgroup, host) {
@@ -942,7 +945,6 @@ fn make_slot(
         ready: false,
         userns: None,
         prepared: None,
-        epoch,
         table,
     })
 }
@@ -955,17 +957,20 @@ mod tests {
         27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n\
         30 27 0:30 / /var/tmp/other rw - tmpfs none rw\n";
 
+    fn table(text: &str) -> Table {
+        Table::parse(text, |_| None)
+    }
+
     #[test]
     fn a_change_counts_only_at_above_or_beneath_a_source() {
         let ws: &[&[u8]] = &[b"/var/tmp/ws", b"/usr"];
+        let then = table(TABLE);
         // Unrelated: a mount elsewhere comes and goes.
         let more = format!("{TABLE}31 27 0:31 / /var/tmp/wsx rw - tmpfs none rw\n");
-        assert!(unchanged_for(TABLE, &more, ws));
-        assert!(unchanged_for(
-            TABLE,
-            "22 27 0:21 / /proc rw,relatime - proc proc rw\n27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n",
-            ws
-        ));
+        assert!(then.unchanged_for(&table(&more), ws));
+        let fewer =
+            "22 27 0:21 / /proc rw,relatime - proc proc rw\n27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n";
+        assert!(then.unchanged_for(&table(fewer), ws));
         // Beneath a source, at one, above one (and `/` itself), each counts.
         for line in [
             "31 27 0:31 / /var/tmp/ws/sub ro - tmpfs none rw\n",
@@ -973,14 +978,38 @@ mod tests {
             "31 27 0:31 / /var/tmp rw - tmpfs none rw\n",
             "31 27 0:31 / /usr/lib rw - tmpfs none rw\n",
         ] {
-            assert!(!unchanged_for(TABLE, &format!("{TABLE}{line}"), ws), "{line}");
+            assert!(!then.unchanged_for(&table(&format!("{TABLE}{line}")), ws), "{line}");
         }
         let remounted = TABLE.replace("/ / rw,relatime", "/ / ro,relatime");
-        assert!(!unchanged_for(TABLE, &remounted, ws));
+        assert!(!then.unchanged_for(&table(&remounted), ws));
         // Escaped mount points are compared as the paths they are.
         let escaped = format!("{TABLE}31 27 0:31 / /var/tmp/ws/a\\040b rw - tmpfs none rw\n");
-        assert!(!unchanged_for(TABLE, &escaped, ws));
+        assert!(!then.unchanged_for(&table(&escaped), ws));
         assert!(related(b"/var/tmp/ws/a b", b"/var/tmp/ws"));
         assert!(!related(b"/var/tmp/wsx", b"/var/tmp/ws"));
+    }
+
+    #[test]
+    fn the_same_line_of_another_mount_counts() {
+        // A bind unmounted and made again shows the same line (its id is
+        // handed out again); the unique id of the mount at its point tells.
+        let ws: &[&[u8]] = &[b"/var/tmp/ws"];
+        let text = format!("{TABLE}31 27 0:31 / /var/tmp/ws/sub rw - tmpfs none rw\n");
+        let then = Table::parse(&text, |p| Some(if p == b"/var/tmp/ws/sub" { 100 } else { 1 }));
+        let same = Table::parse(&text, |p| Some(if p == b"/var/tmp/ws/sub" { 100 } else { 1 }));
+        let again = Table::parse(&text, |p| Some(if p == b"/var/tmp/ws/sub" { 101 } else { 1 }));
+        assert!(then.unchanged_for(&same, ws));
+        assert!(!then.unchanged_for(&again, ws));
+        // Elsewhere, another mount does not count.
+        let other = Table::parse(&text, |p| {
+            Some(if p == b"/var/tmp/other" {
+                7
+            } else if p == b"/var/tmp/ws/sub" {
+                100
+            } else {
+                1
+            })
+        });
+        assert!(then.unchanged_for(&other, ws));
     }
 }

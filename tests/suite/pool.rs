@@ -872,3 +872,94 @@ fn r0836_a_prepared_slot_reads_its_request_before_its_limits() {
     assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: prepared: {}", stderr(&r));
     assert_eq!(stdout(&r), stdout(&fresh), "{test}: the limits differ from a fresh run's");
 }
+
+/// Run `c` with `sh -c` on the host; whether it succeeded.
+fn host_sh(c: &str) -> bool {
+    std::process::Command::new("sh").args(["-c", c]).status().is_ok_and(|s| s.success())
+}
+
+#[test]
+fn r0837_host_mount_changes_that_no_event_or_line_shows_give_slots_up() {
+    // Found in a second review, each reproduced before it was fixed: (a) a
+    // slot judged for one run's sources was taken as current for another
+    // run's; (b) a bind unmounted and made again over another directory
+    // shows the very same mountinfo line (its id is handed out again);
+    // (c) renaming a directory that holds a host mount into the workspace
+    // raises no mount event. In each a pooled run showed what a fresh one
+    // does not. Root only: the host's mounts are root's to change.
+    let test = "r0837";
+    if !is_root() {
+        eprintln!("{test}: root only (it mounts on the host)");
+        return;
+    }
+    let rt = rt();
+    let run = |sb: &Sandbox, req: &ExecRequest, what: &str| {
+        let r = rt.block_on(sb.run(req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {what}: {e}"));
+        format!("{}{}", stdout(&r), stderr(&r))
+    };
+    let mk = |p: &std::path::Path| std::fs::create_dir_all(p).unwrap_or_else(|e| panic!("{test}: {e}"));
+
+    // (a) A prepared slot for ws2, a host read-only bind over ws2/sub, a
+    // run of ws1 (whose sources it does not touch), then ws2 again.
+    let (ws1, ws2) = (Ws::new(), Ws::new());
+    let sub = ws2.path().join("sub");
+    mk(&sub);
+    let a = ws1.req(&["/bin/true"]);
+    let mut b = ws2.req(&["/bin/sh", "-c", "echo written > sub/f && echo WROTE"]);
+    b.writable = true;
+    let sb = pooled(2);
+    let _ = run(&sb, &b, "(a) first");
+    let _ = std::fs::remove_file(sub.join("f"));
+    await_prepared(&sb, test);
+    await_ready(&sb, 2);
+    let s = sub.to_string_lossy().to_string();
+    assert!(host_sh(&format!("mount --bind '{s}' '{s}' && mount -o remount,bind,ro '{s}'")), "{test}: (a) mount");
+    let fresh = run(&sandbox(), &b, "(a) fresh");
+    let _ = run(&sb, &a, "(a) ws1");
+    let pooled_out = run(&sb, &b, "(a) ws2");
+    let _ = host_sh(&format!("umount '{s}'"));
+    assert!(fresh.contains("Read-only file system"), "{test}: (a) control: {fresh}");
+    assert!(pooled_out.contains("Read-only file system") && !sub.join("f").exists(), "{test}: (a) {pooled_out}");
+
+    // (b) A bind over ws/sub unmounted and made again from another directory.
+    let (ws, data) = (Ws::new(), Ws::new());
+    let (sub, src) = (ws.path().join("sub"), data.path().join("a"));
+    mk(&sub);
+    mk(&src);
+    std::fs::write(src.join("f"), "OLD\n").unwrap_or_else(|e| panic!("{test}: {e}"));
+    let (s, d) = (sub.to_string_lossy().to_string(), src.to_string_lossy().to_string());
+    assert!(host_sh(&format!("mount --bind '{d}' '{s}'")), "{test}: (b) mount");
+    let req = ws.req(&["/bin/cat", "sub/f"]);
+    let sb = pooled(2);
+    let _ = run(&sb, &req, "(b) first");
+    await_prepared(&sb, test);
+    let again =
+        format!("umount '{s}' && mv '{d}' '{d}.old' && mkdir '{d}' && echo NEW > '{d}/f' && mount --bind '{d}' '{s}'");
+    assert!(host_sh(&again), "{test}: (b) mount again");
+    let fresh = run(&sandbox(), &req, "(b) fresh");
+    let pooled_out = run(&sb, &req, "(b) pooled");
+    let _ = host_sh(&format!("umount '{s}'"));
+    assert_eq!(fresh, "NEW\n", "{test}: (b) control");
+    assert_eq!(pooled_out, fresh, "{test}: (b) the pooled run showed the old directory");
+
+    // (c) A directory holding a host read-only bind renamed into the workspace.
+    let (ws, outside) = (Ws::new(), Ws::new());
+    let x = outside.path().join("other/x");
+    mk(&x);
+    std::fs::write(x.join("f"), "UNDER\n").unwrap_or_else(|e| panic!("{test}: {e}"));
+    let xs = x.to_string_lossy().to_string();
+    assert!(host_sh(&format!("mount --bind '{xs}' '{xs}' && mount -o remount,bind,ro '{xs}'")), "{test}: (c) mount");
+    let mut req = ws.req(&["/bin/sh", "-c", "echo written > other/x/f && echo WROTE"]);
+    req.writable = true;
+    let sb = pooled(2);
+    let _ = run(&sb, &req, "(c) first");
+    await_prepared(&sb, test);
+    let moved = ws.path().join("other");
+    std::fs::rename(outside.path().join("other"), &moved).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let fresh = run(&sandbox(), &req, "(c) fresh");
+    let pooled_out = run(&sb, &req, "(c) pooled");
+    let content = std::fs::read_to_string(moved.join("x/f")).unwrap_or_default();
+    let _ = host_sh(&format!("umount '{}'", moved.join("x").display()));
+    assert!(fresh.contains("Read-only file system"), "{test}: (c) control: {fresh}");
+    assert!(pooled_out.contains("Read-only file system") && content == "UNDER\n", "{test}: (c) {pooled_out} {content}");
+}
