@@ -560,7 +560,7 @@ impl Slot {
             let trees = self
                 .idmapped_trees(&plan.spec)
                 .map_err(|(step, errno, detail)| super::setup_error(plan, Ok(step), errno, detail))?;
-            let json = run::encode_spec(plan)?;
+            let json = run::encode_spec(&for_slot(&plan.spec))?;
             let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
             // Without a socket (the library's observer could not start) the
             // command installs no observer, as in a one-shot run without fd 7
@@ -610,8 +610,7 @@ impl Slot {
             stage: "preparing a pre-made sandbox",
             source: io::Error::other(format!("{}: {}", step.describe(), io::Error::from_raw_os_error(errno))),
         })?;
-        let json = serde_json::to_vec(shape)
-            .map_err(|e| SandboxError::Io { stage: "encoding the spec", source: io::Error::other(e) })?;
+        let json = run::encode_spec(&for_slot(shape))?;
         let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
         let mut observing = super::observe::Setup::new(shape);
         if let Some(o) = observing.helper_end() {
@@ -827,6 +826,25 @@ fn related(a: &[u8], b: &[u8]) -> bool {
         x == y || y.is_empty() || (x.starts_with(y) && x.get(y.len()) == Some(&b'/'))
     };
     under(a, b) || under(b, a)
+}
+
+/// The spec a slot runs for `spec`: the same, but for `RLIMIT_NPROC`. The
+/// plan counts, for an unprivileged caller's run with its own network, the
+/// outer helper that joins the sandbox's user namespace to make that
+/// network; a slot makes it in a short-lived child instead, so its outer
+/// helper is not counted there, and the limit is one lower to allow the
+/// command the same number of processes.
+pub(super) fn for_slot(spec: &SpawnSpec) -> std::borrow::Cow<'_, SpawnSpec> {
+    use portcullis_helper::spec::{Netns, Network, RlimitKind};
+    let counted = spec.network == Network::None && spec.netns == Netns::Private && !nix::unistd::geteuid().is_root();
+    if !counted || !spec.rlimits.iter().any(|r| r.resource == RlimitKind::Nproc) {
+        return std::borrow::Cow::Borrowed(spec);
+    }
+    let mut slot = spec.clone();
+    for r in slot.rlimits.iter_mut().filter(|r| r.resource == RlimitKind::Nproc) {
+        r.value = r.value.saturating_sub(1);
+    }
+    std::borrow::Cow::Owned(slot)
 }
 
 /// Whether a run of `spec` may have slots prepared for its shape: one

@@ -108,9 +108,10 @@ pub(super) fn pipe_above(stage: &'static str, high_is_write: bool) -> Result<(Ow
     }
 }
 
-/// The plan's spec, exactly, as the helper reads it.
-pub(super) fn encode_spec(plan: &Plan) -> Result<Vec<u8>, SandboxError> {
-    let json = serde_json::to_vec(&plan.spec)
+/// A spec (the plan's, exactly, or a slot's: `pool::for_slot`), as the
+/// helper reads it.
+pub(super) fn encode_spec(spec: &portcullis_helper::spec::SpawnSpec) -> Result<Vec<u8>, SandboxError> {
+    let json = serde_json::to_vec(spec)
         .map_err(|e| SandboxError::Io { stage: "encoding the spec", source: io::Error::other(e) })?;
     #[cfg(debug_assertions)]
     if let Some(out) = std::env::var_os(DEBUG_SPEC_OUT) {
@@ -121,7 +122,7 @@ pub(super) fn encode_spec(plan: &Plan) -> Result<Vec<u8>, SandboxError> {
 
 /// Encode the plan's spec (exactly) into a memfd and make the pipes.
 fn helper_fds(plan: &Plan, cg: Option<&Cgroup>) -> Result<HelperFds, SandboxError> {
-    let json = encode_spec(plan)?;
+    let json = encode_spec(&plan.spec)?;
     let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
     let spec = sys::dup_above(&memfd, 10).map_err(io_err("writing the spec"))?;
     drop(memfd);

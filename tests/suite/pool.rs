@@ -963,3 +963,37 @@ fn r0837_host_mount_changes_that_no_event_or_line_shows_give_slots_up() {
     assert!(fresh.contains("Read-only file system"), "{test}: (c) control: {fresh}");
     assert!(pooled_out.contains("Read-only file system") && content == "UNDER\n", "{test}: (c) {pooled_out} {content}");
 }
+
+#[test]
+fn r0838_a_pooled_run_gets_as_many_processes_as_a_fresh_one() {
+    // Found in review: without the pids controller `--pids N` is
+    // RLIMIT_NPROC, which for an unprivileged caller's fresh run also counts
+    // the outer helper (it joins the sandbox's user namespace to make the
+    // network); a slot makes the network in a short-lived child, so its
+    // command could start one process more. Fresh, plain slot and prepared
+    // slot now agree: with `--pids 1` the shell cannot fork, with 2 it can.
+    let test = "r0838";
+    let ws = Ws::new();
+    let rt = rt();
+    for pids in [1u64, 2] {
+        let mut req = ws.req(&["/bin/sh", "-c", "/bin/true && echo forked"]);
+        req.limits.pids = Some(pids);
+        let show = |r: portcullis::sandbox::ExecResult| format!("{:?} {}", r.outcome, stdout(&r));
+        let fresh = rt.block_on(sandbox().run(&req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {e}"));
+        let fresh = show(fresh);
+        assert_eq!(fresh.contains("forked"), pids == 2, "{test}: control, --pids {pids}: {fresh}");
+        for (how, size) in [("plain", 1), ("prepared", 2)] {
+            let sb = pooled(size);
+            let _ = rt.block_on(sb.run(&req, RunOptions::default()));
+            match how {
+                "plain" => await_ready(&sb, 1),
+                _ => await_prepared(&sb, test),
+            }
+            let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+            let r = rt.block_on(sb.run(&req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {e}"));
+            let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+            assert_eq!(after.taken, before.taken + 1, "{test}: {how}: no slot taken: {after:?}");
+            assert_eq!(show(r), fresh, "{test}: {how} slot, --pids {pids}");
+        }
+    }
+}
