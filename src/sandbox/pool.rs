@@ -560,24 +560,40 @@ impl Slot {
             let trees = self
                 .idmapped_trees(&plan.spec)
                 .map_err(|(step, errno, detail)| super::setup_error(plan, Ok(step), errno, detail))?;
-            let json = run::encode_spec(&for_slot(&plan.spec))?;
-            let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
-            // Without a socket (the library's observer could not start) the
-            // command installs no observer, as in a one-shot run without fd 7
-            // (the helper checks the spec asks for one).
-            if let Some(o) = observing.helper_end() {
-                send(&self.sock, b'o', &[o]).map_err(io_err("handing the spec to a pre-made sandbox"))?;
-            }
-            let mut fds: Vec<RawFd> = vec![memfd.as_raw_fd()];
-            fds.extend(trees.iter().flatten().map(|t| t.as_raw_fd()));
-            send(&self.sock, b'r', &fds).map_err(io_err("handing the spec to a pre-made sandbox"))?;
-            drop((memfd, trees));
-            observing.spawned();
+            self.send_spec(b'r', &plan.spec, trees, observing, "handing the spec to a pre-made sandbox")?;
         }
         let Slot { sock, lifeline, report_r, child, .. } = self;
         drop(sock);
         let child = child.attach().map_err(io_err("waiting for a pre-made sandbox"))?;
         run::launched(child, lifeline, report_r)
+    }
+
+    /// Send `spec` (as a slot runs it: [`for_slot`]) with `tag` (`r` to run
+    /// it, `p` to prepare for it), a root caller's idmapped `trees`, and
+    /// before it the observer's socket (`o`). Without a socket (the
+    /// library's observer could not start) the command installs no
+    /// observer, as in a one-shot run without fd 7 (the helper checks the
+    /// spec asks for one).
+    fn send_spec(
+        &self,
+        tag: u8,
+        spec: &SpawnSpec,
+        trees: Vec<Option<OwnedFd>>,
+        observing: &mut super::observe::Setup,
+        stage: &'static str,
+    ) -> Result<(), SandboxError> {
+        let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
+        let json = run::encode_spec(&for_slot(spec))?;
+        let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
+        if let Some(o) = observing.helper_end() {
+            send(&self.sock, b'o', &[o]).map_err(io_err(stage))?;
+        }
+        let mut fds: Vec<RawFd> = vec![memfd.as_raw_fd()];
+        fds.extend(trees.iter().flatten().map(|t| t.as_raw_fd()));
+        send(&self.sock, tag, &fds).map_err(io_err(stage))?;
+        drop((memfd, trees));
+        observing.spawned();
+        Ok(())
     }
 
     /// The observer a prepared slot's run goes on with (started when the
@@ -610,17 +626,8 @@ impl Slot {
             stage: "preparing a pre-made sandbox",
             source: io::Error::other(format!("{}: {}", step.describe(), io::Error::from_raw_os_error(errno))),
         })?;
-        let json = run::encode_spec(&for_slot(shape))?;
-        let memfd = sys::memfd_with(c"portcullis-spec", &json).map_err(io_err("writing the spec"))?;
         let mut observing = super::observe::Setup::new(shape);
-        if let Some(o) = observing.helper_end() {
-            send(&self.sock, b'o', &[o]).map_err(io_err("preparing a pre-made sandbox"))?;
-        }
-        let mut fds: Vec<RawFd> = vec![memfd.as_raw_fd()];
-        fds.extend(trees.iter().flatten().map(|t| t.as_raw_fd()));
-        send(&self.sock, b'p', &fds).map_err(io_err("preparing a pre-made sandbox"))?;
-        drop((memfd, trees));
-        observing.spawned();
+        self.send_spec(b'p', shape, trees, &mut observing, "preparing a pre-made sandbox")?;
         await_readable(&self.sock, deadline, closed)
             .map_err(io_err("waiting for a pre-made sandbox to be prepared"))?;
         let (msg, mut fds) = super::network::receive_up_to(&self.sock, 1 + 8 * MAX_PREPARED_MOUNTS)

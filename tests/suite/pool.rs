@@ -19,13 +19,20 @@ fn pooled(size: usize) -> Sandbox {
 /// Wait until the pool has `n` slots ready (slots are made on threads of
 /// their own), at most 10 s.
 fn await_ready(sb: &Sandbox, n: usize) {
+    if !await_status(sb, |s| s.ready >= n) {
+        panic!("the pool never had {n} slots ready: {:?}", sb.pool_status());
+    }
+}
+
+/// Whether the pool's status came to satisfy `ok` within 10 s.
+fn await_status(sb: &Sandbox, ok: impl Fn(&portcullis::sandbox::PoolStatus) -> bool) -> bool {
     for _ in 0..1000 {
-        if sb.pool_status().is_some_and(|s| s.ready >= n) {
-            return;
+        if sb.pool_status().is_some_and(|s| ok(&s)) {
+            return true;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    panic!("the pool never had {n} slots ready: {:?}", sb.pool_status());
+    false
 }
 
 #[test]
@@ -643,15 +650,12 @@ fn r0832_more_idmapped_binds_than_a_message_carries_are_refused() {
     }
 }
 
-/// Wait until the pool has a slot prepared for the last run's shape.
+/// Wait until the pool has a slot prepared for the last run's shape, at
+/// most 10 s.
 fn await_prepared(sb: &Sandbox, test: &str) {
-    for _ in 0..1000 {
-        if sb.pool_status().is_some_and(|s| s.ready_prepared >= 1) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if !await_status(sb, |s| s.ready_prepared >= 1) {
+        panic!("{test}: the pool never prepared a slot: {:?}", sb.pool_status());
     }
-    panic!("{test}: the pool never prepared a slot: {:?}", sb.pool_status());
 }
 
 #[test]
