@@ -173,16 +173,18 @@ pub struct Place {
 }
 
 /// `statx(dirfd, path, AT_SYMLINK_NOFOLLOW, STATX_MNT_ID | STATX_INO)`:
-/// where `path` lies, its last component not followed. `EOPNOTSUPP` from a
-/// kernel that does not fill in the mount id (before 5.8).
-pub fn place_at(dirfd: BorrowedFd<'_>, path: &CStr) -> io::Result<Place> {
+/// where `path` lies, its last component not followed; `None` for the
+/// working directory (`AT_FDCWD`). `EOPNOTSUPP` from a kernel that does not
+/// fill in the mount id (before 5.8).
+pub fn place_at(dirfd: Option<BorrowedFd<'_>>, path: &CStr) -> io::Result<Place> {
+    let dirfd = dirfd.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
     // SAFETY: statx is plain data, zeroed before the kernel fills it.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is NUL-terminated, `dirfd` is open, `st` is writable
-    // and outlives the call.
+    // SAFETY: `path` is NUL-terminated, `dirfd` is open (or AT_FDCWD), `st`
+    // is writable and outlives the call.
     let r = unsafe {
         libc::statx(
-            dirfd.as_raw_fd(),
+            dirfd,
             path.as_ptr(),
             libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
             libc::STATX_MNT_ID | libc::STATX_INO,

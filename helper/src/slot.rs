@@ -409,10 +409,7 @@ fn prepared(
         let dst = spec.mounts.get(i).map(MountOp::dst).unwrap_or_default();
         let c = std::ffi::CString::new(dst)
             .map_err(|_| Fail::errno(Step::Mount, libc::EINVAL).clone_detail(u32::try_from(i).unwrap_or(u32::MAX)))?;
-        // SAFETY: AT_FDCWD is not a descriptor anyone owns; it only names
-        // the working directory for the call.
-        let cwd = unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) };
-        let place = portcullis_helper::mount_api::place_at(cwd, &c)
+        let place = portcullis_helper::mount_api::place_at(None, &c)
             .map_err(|e| Fail::io(Step::Mount, e).clone_detail(u32::try_from(i).unwrap_or(u32::MAX)))?;
         places.extend_from_slice(&place.mount.to_le_bytes());
     }

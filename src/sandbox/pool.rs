@@ -131,17 +131,14 @@ impl Readied {
                 let rel = op.dst().strip_prefix(b"/").unwrap_or(op.dst());
                 let rel = if rel.is_empty() { &b"."[..] } else { rel };
                 let Ok(rel) = std::ffi::CString::new(rel) else { return false };
-                let Ok(now) = place_at(self.root.as_fd(), &rel) else { return false };
+                let Ok(now) = place_at(Some(self.root.as_fd()), &rel) else { return false };
                 if now.mount != made {
                     return false;
                 }
                 match op {
                     MountOp::Bind { src, .. } => {
                         let Ok(src) = std::ffi::CString::new(src.as_slice()) else { return false };
-                        // SAFETY: AT_FDCWD names the working directory for
-                        // the call; no descriptor is borrowed.
-                        let cwd = unsafe { std::os::fd::BorrowedFd::borrow_raw(libc::AT_FDCWD) };
-                        place_at(cwd, &src).is_ok_and(|host| (host.dev, host.ino) == (now.dev, now.ino))
+                        place_at(None, &src).is_ok_and(|host| (host.dev, host.ino) == (now.dev, now.ino))
                     }
                     _ => true,
                 }
