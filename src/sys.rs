@@ -358,12 +358,19 @@ pub fn random(buf: &mut [u8]) {
 /// Linux 6.8: never reused while the system runs), and the device of the
 /// file `fd` names; `None` where the kernel does not give the unique id.
 pub fn unique_mount_of(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
+    unique_mount_at(Some(fd), c"", libc::AT_EMPTY_PATH)
+}
+
+/// [`unique_mount_of`] for `path` (relative to `dirfd`, or the working
+/// directory for `None`), looked up with `flags` (`AT_SYMLINK_NOFOLLOW`,
+/// `AT_EMPTY_PATH`, ...).
+pub fn unique_mount_at(dirfd: Option<BorrowedFd<'_>>, path: &std::ffi::CStr, flags: i32) -> Option<(u64, u64)> {
+    let dirfd = dirfd.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
     // SAFETY: statx is plain data, zeroed before the kernel fills it.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: an empty path with AT_EMPTY_PATH names `fd`; `st` outlives
-    // the call.
-    let r =
-        unsafe { libc::statx(fd.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, libc::STATX_MNT_ID_UNIQUE, &mut st) };
+    // SAFETY: `path` is NUL-terminated (an empty one with AT_EMPTY_PATH
+    // names `dirfd`), `dirfd` is open or AT_FDCWD; `st` outlives the call.
+    let r = unsafe { libc::statx(dirfd, path.as_ptr(), flags, libc::STATX_MNT_ID_UNIQUE, &mut st) };
     if r < 0 || st.stx_mask & libc::STATX_MNT_ID_UNIQUE == 0 {
         return None;
     }

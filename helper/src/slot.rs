@@ -58,7 +58,7 @@ use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 use portcullis_helper::report::{CloneCall, Record, Step};
-use portcullis_helper::spec::{MountOp, Netns, Network, Request, SlotSpec, SLOT_ATTACH, SPEC_VERSION};
+use portcullis_helper::spec::{MountOp, Netns, Network, Request, SlotSpec, SpawnSpec, SLOT_ATTACH, SPEC_VERSION};
 use portcullis_helper::{OBSERVE_FD, SPEC_FD};
 
 use crate::{chan, mounts, sys, Fail, Never, Programs};
@@ -318,12 +318,13 @@ fn command_ahead(
 
     // The request, or the shape of the runs to prepare for.
     let (asked, memfd, trees, observe) = await_spec(&sock)?;
-    if asked == Asked::Prepare {
-        return prepared(base, programs, via, chan, root, host, report_fd, sock, (memfd, trees, observe));
+    // Kept only by a prepared slot, which waits on it for its request.
+    let sock = (asked == Asked::Prepare).then_some(sock);
+    let (spec, prep, own) = build(base, programs, chan, root, host, (memfd, trees, observe))?;
+    match sock {
+        Some(sock) => prepared(&spec, prep, &own, via, sock, report_fd),
+        None => Err(crate::command::run(&spec, &prep, via, report_fd, true)),
     }
-    drop(sock);
-    let (spec, prep, _) = build(base, programs, chan, root, host, (memfd, trees, observe))?;
-    Err(crate::command::run(&spec, &prep, via, report_fd, true))
 }
 
 /// What came with a request (or a shape): the spec's memfd, a root
@@ -341,7 +342,7 @@ fn build(
     mut root: mounts::Root,
     host: Option<OwnedFd>,
     (memfd, trees, observe): Sent,
-) -> Result<(portcullis_helper::spec::SpawnSpec, crate::Prepared, Vec<usize>), Fail> {
+) -> Result<(SpawnSpec, crate::Prepared, Vec<usize>), Fail> {
     let spec = crate::parse_spec(&crate::read_all(memfd)?)?;
     let own = base.admits(&spec).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
     let mut prep = crate::prepare_with(&spec, programs)?;
@@ -380,9 +381,9 @@ fn build(
     Ok((spec, prep, own))
 }
 
-/// A prepared slot's command process: the sandbox of the shape it was
-/// sent built whole (its own mounts, limits, capabilities, Landlock and
-/// seccomp with the observer's listener handed over), then `d` to the
+/// A prepared slot's command process, once [`build`] made the own mounts
+/// of the shape `spec` it was sent: the command's confinement (capabilities,
+/// Landlock and seccomp with the observer's listener handed over), then `d` to the
 /// library with the sandbox's root (an `O_PATH` descriptor, through which
 /// the library checks at the request that nothing the slot made has moved)
 /// and the mount each own mount's destination lies on (8 bytes each, in
@@ -391,21 +392,16 @@ fn build(
 /// the command. Everything after the filter's install is a call the
 /// filter allows any command: `sendmsg`, `recvmsg`, `read`, `chdir`,
 /// `rt_sigprocmask`, `rt_sigaction`, `prlimit64` of itself, `write`, `execve`.
-#[allow(clippy::too_many_arguments)]
 fn prepared(
-    base: &SlotSpec,
-    programs: Programs,
+    spec: &SpawnSpec,
+    mut prep: crate::Prepared,
+    own: &[usize],
     via: CloneCall,
-    chan: OwnedFd,
-    root: mounts::Root,
-    host: Option<OwnedFd>,
-    report_fd: &OwnedFd,
     sock: OwnedFd,
-    sent: Sent,
+    report_fd: &OwnedFd,
 ) -> Result<Never, Fail> {
-    let (spec, mut prep, own) = build(base, programs, chan, root, host, sent)?;
     let mut places = Vec::with_capacity(own.len() * 8);
-    for &i in &own {
+    for &i in own {
         let dst = spec.mounts.get(i).map(MountOp::dst).unwrap_or_default();
         let c = std::ffi::CString::new(dst)
             .map_err(|_| Fail::errno(Step::Mount, libc::EINVAL).clone_detail(u32::try_from(i).unwrap_or(u32::MAX)))?;
@@ -419,7 +415,7 @@ fn prepared(
         nix::sys::stat::Mode::empty(),
     )
     .map_err(|e| Fail::io(Step::HandOver, crate::errno(e)))?;
-    let applied = crate::command::lock_down_ahead(&spec, &prep, via)?;
+    let applied = crate::command::lock_down_ahead(spec, &prep, via)?;
     chan::send_with(&sock, b'd', &places, &[sandbox_root.as_raw_fd()]).map_err(|e| Fail::io(Step::HandOver, e))?;
     drop(sandbox_root);
     let fd = match chan::recv(&sock) {

@@ -636,7 +636,7 @@ impl SpawnSpec {
 }
 
 /// Whether `a` is `b`, or lies beneath it (paths as the plan writes them).
-fn beneath(a: &[u8], b: &[u8]) -> bool {
+pub fn beneath(a: &[u8], b: &[u8]) -> bool {
     let b = b.strip_suffix(b"/").unwrap_or(b);
     a == b || b.is_empty() || (a.starts_with(b) && a.get(b.len()) == Some(&b'/'))
 }

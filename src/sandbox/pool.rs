@@ -797,21 +797,8 @@ impl Table {
 /// or `None` where the kernel has none (before 6.8) or the point cannot be
 /// reached.
 fn unique_mount_id(point: &[u8]) -> Option<u64> {
-    const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
     let c = std::ffi::CString::new(point).ok()?;
-    // SAFETY: statx is plain data, zeroed before the kernel fills it.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is NUL-terminated, `st` is writable and outlives the call.
-    let r = unsafe {
-        libc::statx(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT,
-            STATX_MNT_ID_UNIQUE,
-            &mut st,
-        )
-    };
-    (r == 0 && st.stx_mask & STATX_MNT_ID_UNIQUE != 0).then_some(st.stx_mnt_id)
+    crate::sys::unique_mount_at(None, &c, libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT).map(|(id, _)| id)
 }
 
 /// Whether this kernel gives mounts unique ids (`STATX_MNT_ID_UNIQUE`):
@@ -825,11 +812,7 @@ fn unique_ids() -> bool {
 /// Whether path `a` is `b`, lies beneath it, or holds it (byte paths, `/`
 /// separated).
 fn related(a: &[u8], b: &[u8]) -> bool {
-    let under = |x: &[u8], y: &[u8]| {
-        let y = y.strip_suffix(b"/").unwrap_or(y);
-        x == y || y.is_empty() || (x.starts_with(y) && x.get(y.len()) == Some(&b'/'))
-    };
-    under(a, b) || under(b, a)
+    portcullis_helper::spec::beneath(a, b) || portcullis_helper::spec::beneath(b, a)
 }
 
 /// The spec a slot runs for `spec`: the same, but for `RLIMIT_NPROC`. The
