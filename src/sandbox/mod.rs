@@ -106,6 +106,15 @@ pub enum SandboxError {
         /// The grant as given.
         path: PathBuf,
     },
+    /// A readable root (`--read`, the policy's `read`) does not exist.
+    #[error(
+        "readable root {path} does not exist: a readable root must name an existing file or directory (create it, \
+         correct the path, or leave it out)"
+    )]
+    MissingReadRoot {
+        /// The readable root as given.
+        path: PathBuf,
+    },
     /// A missing write grant inside the workspace could not be created.
     #[error("cannot create the missing write grant {path} (create it yourself, or grant a directory that exists)")]
     CreateGrant {

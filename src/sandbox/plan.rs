@@ -470,7 +470,12 @@ fn resolve_read_roots(
     let (run_uid, run_gid) = (ROOT_RUNS_AS, ROOT_RUNS_AS);
     let mut read_roots = Vec::new();
     for r in &req.read {
-        let real = at.canon_in(r, "readable root")?;
+        let real = at.canon_in(r, "readable root").map_err(|e| match e {
+            SandboxError::Path { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                SandboxError::MissingReadRoot { path: r.clone() }
+            }
+            e => e,
+        })?;
         if is_within(&real, ws) || real == Path::new("/") {
             continue;
         }

@@ -366,3 +366,32 @@ fn r0089_carve_outs_hold_under_a_broad_grant() {
     assert_eq!(sha(&ws.join(".git/hooks/pre-commit")), hooks_before);
     assert_eq!(fs::read_to_string(gr.join("data/plain")).unwrap_or_default(), "p\nx\n");
 }
+
+#[test]
+fn r0839_a_readable_root_that_does_not_exist_says_what_to_do() {
+    // Found trying the quick start as uid 65534 (no ~/.cargo): the refusal
+    // only said the path could not be resolved. It now says the root does
+    // not exist and what to do, and nothing runs (exit 125).
+    let ws = Ws::new();
+    let missing = ws.path().with_extension("no-such-root");
+    let out = cli()
+        .args(["exec", "--workspace"])
+        .arg(ws.path())
+        .arg("--read")
+        .arg(&missing)
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap_or_else(|e| panic!("r0839: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "r0839: {err}");
+    assert!(err.contains(&format!("readable root {} does not exist", missing.display())), "r0839: {err}");
+    assert!(err.contains("create it, correct the path, or leave it out"), "r0839: {err}");
+    // Control: an existing root runs.
+    let out = cli()
+        .args(["exec", "--workspace"])
+        .arg(ws.path())
+        .args(["--read", "/usr/share", "--", "/bin/true"])
+        .output()
+        .unwrap_or_else(|e| panic!("r0839: {e}"));
+    assert!(out.status.success(), "r0839: control: {}", String::from_utf8_lossy(&out.stderr));
+}
