@@ -383,3 +383,63 @@ fn r0074_without_clone3_the_full_sandbox_falls_back_to_clone() {
     let left = survivors(&marker);
     assert!(left.is_empty(), "survivors of the timeout: {left:?}");
 }
+
+#[test]
+fn r0075_without_clone3_pre_made_and_prepared_slots_run_the_same_sandbox() {
+    // `portcullis serve` under a filter that answers `clone3` with ENOSYS:
+    // its slots are made with the `clone` fallback, and once a command has
+    // run, one is prepared for that shape (its own mounts, Landlock and
+    // seccomp done ahead). Several commands then run in slots, a plain one
+    // and prepared ones: every write lands in the (writable) workspace and
+    // every command runs confined (the CONTROL: the same calls without the
+    // filter).
+    use super::mcp_server::{Serve, POLICY};
+    use serde_json::json;
+    for profile in [None, Some(Profile::Clone3Only)] {
+        let ws = Ws::new();
+        let policy = ws.path().with_extension("policy.toml");
+        std::fs::write(&policy, POLICY).unwrap_or_else(|e| panic!("policy: {e}"));
+        let mut cmd = cli();
+        cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(&policy);
+        let mut s = Serve::spawn(match profile {
+            Some(p) => under(p, cmd),
+            None => cmd,
+        });
+        for i in 0..4 {
+            let id = i64::from(i) + 1;
+            if i == 1 {
+                // The pool made at the server's start is all plain; the
+                // first slot taken is replaced by a prepared one.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            if i > 1 && is_root() {
+                // As root the filter comes without no_new_privs: a process
+                // of the server's with it is a prepared slot's command,
+                // confined and waiting.
+                let prepared = (0..300).any(|_| {
+                    let found = super::util::descendants(s.child.id()).iter().any(|p| {
+                        std::fs::read_to_string(format!("/proc/{p}/status")).is_ok_and(|t| t.contains("NoNewPrivs:\t1"))
+                    });
+                    if !found {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    found
+                });
+                assert!(prepared, "{profile:?} call {i}: no prepared slot");
+            }
+            s.call(id, "run_shell", json!({"command": format!("echo {i} > f{i} && cat f{i} /proc/self/status")}));
+            let r = s.structured(id);
+            let out = r["stdout"].as_str().unwrap_or_default();
+            assert!(out.starts_with(&format!("{i}\n")), "{profile:?} call {i}: {r}");
+            // Confined as a fresh sandbox's command is: no capability,
+            // no_new_privs, a seccomp filter.
+            for want in ["CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"] {
+                assert!(out.contains(want), "{profile:?} call {i}: no {want:?}: {out}");
+            }
+            assert_eq!(std::fs::read_to_string(ws.path().join(format!("f{i}"))).ok(), Some(format!("{i}\n")));
+        }
+        s.close();
+        let st = s.exit_within(std::time::Duration::from_secs(10)).unwrap_or_else(|| panic!("no exit at EOF"));
+        assert!(st.success(), "{profile:?}: {st}");
+    }
+}
