@@ -26,6 +26,46 @@ pub fn memfd_with(name: &std::ffi::CStr, data: &[u8]) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// The whole of a small file (a `/proc` or cgroup pseudo-file, read at
+/// every run): one `openat`, reads to the end, one `close`. `std::fs` makes
+/// three calls more (musl's `open` sets close-on-exec again with `fcntl`,
+/// and `read_to_end` asks `fstat` and `lseek` for a size a pseudo-file
+/// does not have).
+pub fn read_small(path: &std::path::Path) -> io::Result<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a valid C string and flags; the fd returned is checked.
+    let fd = unsafe { libc::openat(libc::AT_FDCWD, c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fd was just returned by the kernel and is ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    loop {
+        if buf.len() == buf.capacity() {
+            buf.reserve(buf.capacity());
+        }
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: reading into the vector's spare capacity, at most its
+        // length, from an fd we own.
+        let n = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+        match usize::try_from(n) {
+            Ok(0) => return Ok(buf),
+            // SAFETY: the kernel initialised `n` bytes of the spare
+            // capacity, which `n` does not exceed.
+            Ok(n) => unsafe { buf.set_len(buf.len() + n) },
+            Err(_) => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
 /// Duplicate `fd` to a number at or above `min`, close-on-exec.
 pub fn dup_above(fd: &OwnedFd, min: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: F_DUPFD_CLOEXEC on an open fd returns a new fd we own.

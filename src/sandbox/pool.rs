@@ -305,7 +305,9 @@ impl Pool {
                 while i < st.slots.len() {
                     match st.slots[i].poll_ready() {
                         Readiness::Ready if same_net(st.slots[i].net.as_ref(), net) => {
-                            let now = now.get_or_insert_with(|| Table::read(|p| sources.iter().any(|s| related(p, s))));
+                            let now = now.get_or_insert_with(|| {
+                                Table::read(plan.host_mounts.as_ref(), |p| sources.iter().any(|s| related(p, s)))
+                            });
                             let changed = match (st.slots[i].table.as_deref(), now.as_ref()) {
                                 (Some(then), Some(now)) => !then.unchanged_for(now, &sources),
                                 _ => true,
@@ -704,7 +706,7 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
         // Read before the slot copies the host's tree: a change in between
         // is in the copy and not here, so it gives the slot up needlessly,
         // never the other way.
-        let table = Table::read(|_| true).map(Arc::new);
+        let table = Table::read(None, |_| true).map(Arc::new);
         let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net, table).and_then(|mut s| match &shape {
             Some(shape) => s.prepare(shape, &|| pool.lock().closed).map(|()| s),
             None => Ok(s),
@@ -753,11 +755,19 @@ pub(super) struct Table {
 }
 
 impl Table {
-    /// The table now, with the unique ids of the mount points `want` keeps;
-    /// `None` when it cannot be read.
-    fn read(want: impl Fn(&[u8]) -> bool) -> Option<Table> {
-        let text = super::cgroup::read_pseudo("/proc/self/mountinfo").ok()?;
-        Some(Table::parse(&text, |point| want(point).then(|| unique_mount_id(point)).flatten()))
+    /// The table now (or as the run's plan read it just before,
+    /// `planned`), with the unique ids, now, of the mount points `want`
+    /// keeps; `None` when it cannot be read.
+    fn read(planned: Option<&super::aliases::HostMounts>, want: impl Fn(&[u8]) -> bool) -> Option<Table> {
+        let read;
+        let text = match planned {
+            Some(p) => p.text(),
+            None => {
+                read = super::cgroup::read_pseudo("/proc/self/mountinfo").ok()?;
+                read.as_str()
+            }
+        };
+        Some(Table::parse(text, |point| want(point).then(|| unique_mount_id(point)).flatten()))
     }
 
     fn parse(text: &str, id: impl Fn(&[u8]) -> Option<u64>) -> Table {

@@ -431,7 +431,7 @@ pub(super) fn only_scaffolding(cg: Option<&Cgroup>, helper: libc::pid_t) -> bool
 /// it is gone (`ENOENT`, `ESRCH`), an error where it cannot be told (a
 /// `/proc` mounted with `hidepid`, say): that counts as something else.
 fn parent_of(pid: libc::pid_t) -> io::Result<Option<libc::pid_t>> {
-    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+    let stat = match super::cgroup::read_pseudo(format!("/proc/{pid}/stat")) {
         Ok(s) => s,
         Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
         Err(e) => return Err(e),
