@@ -41,6 +41,31 @@ pub fn send_with(sock: &OwnedFd, tag: u8, payload: &[u8], fds: &[RawFd]) -> io::
     Ok(())
 }
 
+/// Receive one message and up to `buf.len()` bytes after its tag: `None`
+/// on end-of-file, `EMSGSIZE` when the message was longer.
+pub fn recv_with(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<(u8, usize, Vec<OwnedFd>)>> {
+    let mut tag = [0u8; 1];
+    let mut iov = [IoSliceMut::new(&mut tag), IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC).map_err(errno)?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs().map_err(errno)? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            for fd in raw {
+                // SAFETY: SCM_RIGHTS just installed this fd in our table.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    if msg.flags.contains(MsgFlags::MSG_TRUNC) {
+        return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+    }
+    match msg.bytes {
+        0 => Ok(None),
+        n => Ok(Some((tag[0], n - 1, fds))),
+    }
+}
+
 /// Receive one message: `None` on end-of-file.
 pub fn recv(sock: &OwnedFd) -> io::Result<Option<(u8, Vec<OwnedFd>)>> {
     let mut buf = [0u8; 1];

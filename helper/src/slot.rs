@@ -387,9 +387,10 @@ fn build(
 /// library with the sandbox's root (an `O_PATH` descriptor, through which
 /// the library checks at the request that nothing the slot made has moved)
 /// and the mount each own mount's destination lies on (8 bytes each, in
-/// the spec's order); then the request (`x`, a memfd holding a
-/// [`Request`]: the command, its environment, its working directory) and
-/// the command. Everything after the filter's install is a call the
+/// the spec's order); then the request (a [`Request`]: the command, its
+/// environment, its working directory; in the message, `X`, up to
+/// [`portcullis_helper::spec::INLINE_REQUEST_MAX`] bytes, else in a memfd,
+/// `x`) and the command. Everything after the filter's install is a call the
 /// filter allows any command: `sendmsg`, `recvmsg`, `read`, `chdir`,
 /// `rt_sigprocmask`, `rt_sigaction`, `prlimit64` of itself, `write`, `execve`.
 fn prepared(
@@ -418,16 +419,21 @@ fn prepared(
     let applied = crate::command::lock_down_ahead(spec, &prep, via)?;
     chan::send_with(&sock, b'd', &places, &[sandbox_root.as_raw_fd()]).map_err(|e| Fail::io(Step::HandOver, e))?;
     drop(sandbox_root);
-    let fd = match chan::recv(&sock) {
-        Ok(Some((b'x', mut fds))) if fds.len() == 1 => fds.remove(0),
+    // The request in the message (`X`) or, a large one, in a memfd (`x`).
+    let mut buf = vec![0u8; portcullis_helper::spec::INLINE_REQUEST_MAX];
+    let json = match chan::recv_with(&sock, &mut buf) {
+        Ok(Some((b'X', n, fds))) if fds.is_empty() => {
+            buf.truncate(n);
+            buf
+        }
+        Ok(Some((b'x', 0, mut fds))) if fds.len() == 1 => crate::read_all(fds.remove(0))?,
         // The pool dropped the slot (or checked it stale): nothing ran.
         Ok(None) => sys::exit_now(crate::EXIT_SETUP),
         Err(e) => return Err(Fail::io(Step::ReadSpec, e)),
         Ok(Some(_)) => return Err(Fail::errno(Step::ReadSpec, libc::EINVAL)),
     };
     drop(sock);
-    let req: Request =
-        serde_json::from_slice(&crate::read_all(fd)?).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
+    let req: Request = serde_json::from_slice(&json).map_err(|_| Fail::errno(Step::ReadSpec, libc::EINVAL))?;
     if req.version != SPEC_VERSION {
         return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));
     }

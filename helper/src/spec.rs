@@ -575,6 +575,13 @@ impl fmt::Display for Misfit {
     }
 }
 
+/// The largest [`Request`] the library sends a prepared slot inside its
+/// message (`X`, the JSON after the tag); a larger one goes in a memfd
+/// (`x`). Inline saves the memfd's four calls on the library's side and
+/// the read on the slot's, on the request's path; a `SOCK_SEQPACKET`
+/// message this size fits any default socket buffer.
+pub const INLINE_REQUEST_MAX: usize = 32 * 1024;
+
 /// What a prepared slot still needs at the request: the command, its
 /// environment and its working directory. Everything else of the run's
 /// spec is the shape the slot was prepared for ([`SpawnSpec::same_shape`]),

@@ -78,6 +78,9 @@ pub(super) fn unescape_bytes(s: &str) -> Vec<u8> {
 }
 
 fn unescape(s: &str) -> PathBuf {
+    if !s.contains('\\') {
+        return PathBuf::from(s);
+    }
     PathBuf::from(OsStr::from_bytes(&unescape_bytes(s)))
 }
 
@@ -125,15 +128,21 @@ fn opaque(fstype: &str) -> bool {
 pub(crate) fn parse(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            // After the optional fields: `-`, type, source, super options.
-            let sep = f.iter().skip(6).position(|x| *x == "-")? + 6;
+            // id parent major:minor root point options [optional fields] -
+            // type source super-options
+            let mut f = l.split(' ');
+            let (_id, _parent) = (f.next()?, f.next()?);
+            let (dev, root, point) = (f.next()?, f.next()?, f.next()?);
+            let mut rest = f.skip(1);
+            rest.by_ref().find(|x| *x == "-")?;
+            let fstype = rest.next()?;
+            let opts = rest.nth(1).unwrap_or_default();
             Some(Mount {
-                dev: (*f.get(2)?).to_string(),
-                root: unescape(f.get(3)?),
-                point: unescape(f.get(4)?),
-                fstype: (*f.get(sep + 1)?).to_string(),
-                opts: f.get(sep + 3).map_or_else(String::new, |o| (*o).to_string()),
+                dev: dev.to_string(),
+                root: unescape(root),
+                point: unescape(point),
+                fstype: fstype.to_string(),
+                opts: opts.to_string(),
             })
         })
         .collect()
@@ -392,6 +401,17 @@ mod tests {
         assert!(overlay_writes(&ms[1]).is_empty());
         // Read-only overlay: nothing written.
         assert!(overlay_writes(&ov("/x", "ro,lowerdir=/a:/b")).is_empty());
+        // Several optional fields; no source nor super options; no super
+        // options; a line without the separator (skipped).
+        let text = "1 0 0:5 / /p rw shared:1 master:2 propagate_from:3 - proc none rw\n\
+                    2 1 0:6 / /q rw - tmpfs\n\
+                    3 1 0:7 / /r rw - tmpfs none\n\
+                    4 1 0:8 / /s rw shared:4";
+        let ms = parse(text);
+        assert_eq!(ms.len(), 3, "{ms:?}");
+        assert_eq!((ms[0].dev.as_str(), ms[0].fstype.as_str(), ms[0].opts.as_str()), ("0:5", "proc", "rw"));
+        assert_eq!((ms[1].point.as_path(), ms[1].fstype.as_str(), ms[1].opts.as_str()), (Path::new("/q"), "tmpfs", ""));
+        assert_eq!((ms[2].point.as_path(), ms[2].fstype.as_str(), ms[2].opts.as_str()), (Path::new("/r"), "tmpfs", ""));
     }
 
     #[test]

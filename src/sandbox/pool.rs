@@ -551,10 +551,14 @@ impl Slot {
             // environment and its working directory go.
             let json = serde_json::to_vec(&plan.spec.request())
                 .map_err(|e| SandboxError::Io { stage: "encoding the request", source: io::Error::other(e) })?;
-            let memfd = sys::memfd_with(c"portcullis-request", &json).map_err(io_err("writing the request"))?;
-            send(&self.sock, b'x', &[memfd.as_raw_fd()])
-                .map_err(io_err("handing the request to a pre-made sandbox"))?;
-            drop((memfd, readied));
+            let stage = "handing the request to a pre-made sandbox";
+            if json.len() <= portcullis_helper::spec::INLINE_REQUEST_MAX {
+                send_with(&self.sock, b'X', &json, &[]).map_err(io_err(stage))?;
+            } else {
+                let memfd = sys::memfd_with(c"portcullis-request", &json).map_err(io_err("writing the request"))?;
+                send(&self.sock, b'x', &[memfd.as_raw_fd()]).map_err(io_err(stage))?;
+            }
+            drop(readied);
         } else {
             let trees = self
                 .idmapped_trees(&plan.spec)
@@ -879,10 +883,16 @@ fn await_readable(sock: &OwnedFd, deadline: std::time::Instant, closed: &dyn Fn(
 }
 
 fn send(sock: &OwnedFd, tag: u8, fds: &[RawFd]) -> io::Result<()> {
+    send_with(sock, tag, &[], fds)
+}
+
+/// [`send`], with `payload` after the tag in the same message.
+fn send_with(sock: &OwnedFd, tag: u8, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
     let buf = [tag];
-    let iov = [IoSlice::new(&buf)];
+    let iov = [IoSlice::new(&buf), IoSlice::new(payload)];
     let cmsg = [ControlMessage::ScmRights(fds)];
-    sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None).map_err(io::Error::from)?;
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
+    sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None).map_err(io::Error::from)?;
     Ok(())
 }
 

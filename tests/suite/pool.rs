@@ -1001,3 +1001,37 @@ fn r0838_a_pooled_run_gets_as_many_processes_as_a_fresh_one() {
         }
     }
 }
+
+#[test]
+fn r0860_a_prepared_slot_takes_its_request_inline_or_in_a_memfd() {
+    // A request up to `INLINE_REQUEST_MAX` bytes of JSON travels inside the
+    // message to a prepared slot; a larger one in a memfd. Both reach the
+    // command whole: an argument just under the limit and one just over it
+    // come back with every byte, each run in a prepared slot.
+    let test = "r0860";
+    let ws = Ws::new();
+    let rt = rt();
+    let sb = pooled(2);
+    let limit = portcullis_helper::spec::INLINE_REQUEST_MAX;
+    let shape = |arg: &str| ws.req(&["/bin/sh", "-c", "printf %s \"$1\" | md5sum", "sh", arg]);
+    let _ = rt.block_on(sb.run(&shape("prime"), RunOptions::default()));
+    for (what, len) in [("inline", limit - 1024), ("in a memfd", limit + 1)] {
+        let arg: String = (0..len).map(|i| char::from(b'a' + u8::try_from(i % 26).unwrap_or(0))).collect();
+        let req = shape(&arg);
+        let plan = sb.plan(&req).unwrap_or_else(|e| panic!("{test}: {e}"));
+        let json = serde_json::to_vec(&plan.spec.request()).unwrap_or_else(|e| panic!("{test}: {e}"));
+        assert_eq!(json.len() <= limit, what == "inline", "{test}: {what}: the request is {} bytes", json.len());
+        // CONTROL: the same digest on the host.
+        let host = std::process::Command::new("sh")
+            .args(["-c", "printf %s \"$1\" | md5sum", "sh", &arg])
+            .output()
+            .unwrap_or_else(|e| panic!("{test}: {e}"));
+        await_prepared(&sb, test);
+        let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+        let r = rt.block_on(sb.run(&req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {what}: {e}"));
+        let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+        assert_eq!(after.prepared, before.prepared + 1, "{test}: {what}: no prepared slot: {after:?}");
+        assert_eq!(r.outcome, Outcome::Exited { code: 0 }, "{test}: {what}: {}", stderr(&r));
+        assert_eq!(stdout(&r), String::from_utf8_lossy(&host.stdout), "{test}: {what}: the argument changed");
+    }
+}
