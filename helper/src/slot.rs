@@ -97,7 +97,7 @@ pub fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
         f
     };
     let userns = start(pid, via, cgroup.as_ref(), &base, &chan_outer).map_err(kill)?;
-    if !await_built(&sock, &chan_outer, pidfd.as_fd(), &lifeline)? || !hand_over(sock, &userns, &chan_outer) {
+    if !await_built(&sock, &chan_outer, pidfd.as_fd(), &lifeline)? || !hand_over(sock, pid, &userns, &chan_outer) {
         // The pool is gone (or pid 1 failed and reported why): nothing ran.
         let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
     }
@@ -216,11 +216,13 @@ fn await_built(sock: &OwnedFd, chan_outer: &OwnedFd, pidfd: BorrowedFd<'_>, life
 }
 
 /// The library's socket to the command's process (`q`), which reads the
-/// request itself; then `k` to the library, with pid 1's user namespace
-/// for a root caller (the library makes the idmapped trees through it, as
-/// this process does for a one-shot run). False when either could not be
-/// sent (the slot is then given up).
-fn hand_over(sock: OwnedFd, userns: &OwnedFd, chan_outer: &OwnedFd) -> bool {
+/// request itself; then `k` to the library, with pid 1's pid (4 bytes,
+/// little-endian: the one process of the run's cgroup the library then
+/// expects to find there besides nothing) and pid 1's user namespace for a
+/// root caller (the library makes the idmapped trees through it, as this
+/// process does for a one-shot run). False when either could not be sent
+/// (the slot is then given up).
+fn hand_over(sock: OwnedFd, pid1: libc::pid_t, userns: &OwnedFd, chan_outer: &OwnedFd) -> bool {
     if chan::send(chan_outer, b'q', &[sock.as_raw_fd()]).is_err() {
         return false;
     }
@@ -228,7 +230,7 @@ fn hand_over(sock: OwnedFd, userns: &OwnedFd, chan_outer: &OwnedFd) -> bool {
         true => vec![userns.as_raw_fd()],
         false => Vec::new(),
     };
-    chan::send(&sock, b'k', &ns).is_ok()
+    chan::send_with(&sock, b'k', &pid1.to_le_bytes(), &ns).is_ok()
 }
 
 /// Pid 1 of a slot; never returns.

@@ -156,10 +156,13 @@ pub fn read_link(p: &Path) -> io::Result<PathBuf> {
 /// absolute path is resolved as `realpath` does it, a component at a time
 /// (a link replaced by its target, `..` applied to where the walk is), but
 /// from the remembered `lstat`s and `readlink`s, so that paths sharing a
-/// prefix (`ws`, `ws/.git`, `ws/.git/config`) walk it once. Whatever that
-/// walk cannot finish (a missing component, one that is not a directory, a
-/// loop, an unreadable link), and anything but a plain absolute path, is
-/// left to `realpath` itself, so the answer and its error are the same.
+/// prefix (`ws`, `ws/.git`, `ws/.git/config`) walk it once. A missing
+/// component ends it with `ENOENT`, where `realpath` stops too (glibc's and
+/// musl's alike: `ws/.git/config` in a workspace without `.git` costs no
+/// second walk). Whatever else that walk cannot finish (a component that is
+/// not a directory, a loop, an unreadable link), and anything but a plain
+/// absolute path, is left to `realpath` itself, so the answer and its
+/// error are the same.
 pub fn canonicalize(p: &Path) -> io::Result<PathBuf> {
     remembered(
         |m| &mut m.real,
@@ -167,7 +170,7 @@ pub fn canonicalize(p: &Path) -> io::Result<PathBuf> {
         || {
             if active() {
                 if let Some(real) = walk(p) {
-                    return Ok(real);
+                    return real;
                 }
             }
             fs::canonicalize(p)
@@ -183,7 +186,7 @@ const MOST_LINKS: usize = 32;
 const FAR: usize = 4000;
 
 /// The walk [`canonicalize`] does in a scope; `None` for "ask `realpath`".
-fn walk(p: &Path) -> Option<PathBuf> {
+fn walk(p: &Path) -> Option<io::Result<PathBuf>> {
     use super::walk::push_front;
     use std::os::unix::ffi::OsStrExt;
     let raw = p.as_os_str().as_bytes();
@@ -212,7 +215,11 @@ fn walk(p: &Path) -> Option<PathBuf> {
         if next.starts_with("/proc") {
             return None;
         }
-        let m = symlink_metadata(&next).ok()?;
+        let m = match symlink_metadata(&next) {
+            Ok(m) => m,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Some(Err(e)),
+            Err(_) => return None,
+        };
         if m.file_type().is_symlink() {
             links += 1;
             // Below the links glibc (40) and musl (39) follow.
@@ -241,7 +248,7 @@ fn walk(p: &Path) -> Option<PathBuf> {
         }
         cur = next;
     }
-    Some(cur)
+    Some(Ok(cur))
 }
 
 /// Whether `p` names a directory, following links ([`Path::is_dir`]).
@@ -400,7 +407,13 @@ mod tests {
             "rel/..",
             "loop1",
             "dangling",
+            "dangling/x",
             "missing",
+            "missing/x",
+            "a/missing/x",
+            "a/missing/../b",
+            "rel/missing/c",
+            "abs/up/missing",
             "a/file",
             "a/file/x",
             "a/file/",

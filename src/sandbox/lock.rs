@@ -21,7 +21,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -120,14 +120,18 @@ pub(crate) enum Key<'a> {
 
 /// Open (creating it if needed) the lock file for `key`.
 fn open_file(key: Key<'_>, uid: u32) -> Result<File, SandboxError> {
-    let dir_fd = open_dir(uid)?;
+    open_file_in(open_dir(uid)?.as_fd(), key, uid)
+}
+
+/// [`open_file`] in the lock directory `dir_fd` ([`open_dir`]'s).
+fn open_file_in(dir_fd: BorrowedFd<'_>, key: Key<'_>, uid: u32) -> Result<File, SandboxError> {
     let name = match key {
         Key::Workspace(ws) => file_name(ws)?,
         Key::HostNetwork => "host-network.lock".to_string(),
     };
     let path = dir(uid).join(&name);
     let fd = nix::fcntl::openat(
-        dir_fd.as_fd(),
+        dir_fd,
         std::ffi::OsStr::new(&name).as_bytes(),
         OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
         Mode::from_bits_truncate(0o600),
@@ -163,8 +167,34 @@ pub(crate) async fn acquire(
     deadline: Option<tokio::time::Instant>,
     cancel: Option<&CancellationToken>,
 ) -> Result<Flock<File>, SandboxError> {
+    let file = open_file(key, uid)?;
+    wait_for(file, ws, uid, kind, deadline, cancel).await
+}
+
+/// [`acquire`], with the lock directory already open (`dir_fd`, from
+/// [`open_dir`] or [`open_for_records`]).
+pub(crate) async fn acquire_in(
+    dir_fd: BorrowedFd<'_>,
+    key: Key<'_>,
+    ws: &Path,
+    uid: u32,
+    kind: Kind,
+    deadline: Option<tokio::time::Instant>,
+    cancel: Option<&CancellationToken>,
+) -> Result<Flock<File>, SandboxError> {
+    let file = open_file_in(dir_fd, key, uid)?;
+    wait_for(file, ws, uid, kind, deadline, cancel).await
+}
+
+async fn wait_for(
+    mut file: File,
+    ws: &Path,
+    uid: u32,
+    kind: Kind,
+    deadline: Option<tokio::time::Instant>,
+    cancel: Option<&CancellationToken>,
+) -> Result<Flock<File>, SandboxError> {
     let started = tokio::time::Instant::now();
-    let mut file = open_file(key, uid)?;
     let arg = match kind {
         Kind::Exclusive => FlockArg::LockExclusiveNonblock,
         Kind::Shared => FlockArg::LockSharedNonblock,

@@ -1104,7 +1104,16 @@ impl Sandbox {
             // planned when no writable run is going (its plan would take
             // what they planted for the user's).
             let early = records.clean_if_alone(key, self.uid)?;
-            let lock = lock::acquire(key, ws, self.uid, lock::Kind::Shared, deadline, cancel).await?;
+            let lock = lock::acquire_in(
+                std::os::fd::AsFd::as_fd(&dir),
+                key,
+                ws,
+                self.uid,
+                lock::Kind::Shared,
+                deadline,
+                cancel,
+            )
+            .await?;
             held.workspace = Some(pending::Hold::new(lock, records, early));
         }
         Ok(held)
@@ -1196,7 +1205,7 @@ impl Sandbox {
             }
         };
         let mut waited = run::wait(&mut launched, streams, req, &mut opts, deadline, cg.as_ref(), &mut warnings).await;
-        if waited.early() && !run::only_scaffolding(cg.as_ref(), launched.child.pid()) {
+        if waited.early() && !run::only_scaffolding(cg.as_ref(), launched.child.pid(), launched.pid1) {
             run::wait_helper(&mut launched, cg.as_ref(), &mut waited).await;
         }
         let run::Launched { lifeline, child, relay, .. } = launched;

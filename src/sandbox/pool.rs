@@ -77,6 +77,9 @@ pub(super) struct Slot {
     /// Pid 1's user namespace, which the helper sends with `k` to a root
     /// caller: the run's idmapped trees are made through it.
     userns: Option<OwnedFd>,
+    /// Pid 1's pid, which the helper sends with `k` (pid 1 is its child,
+    /// so the pid stays pid 1's until the helper reaps it).
+    pid1: Option<libc::pid_t>,
     /// What the slot built for one shape of run, when it was prepared.
     prepared: Option<Box<Readied>>,
     /// The host's mount table as read just before the slot copied the
@@ -502,8 +505,9 @@ impl Slot {
             };
         }
         match super::network::receive(&self.sock) {
-            Ok((msg, mut fds)) if msg == b"k" && fds.len() <= 1 => {
+            Ok((msg, mut fds)) if msg.first() == Some(&b'k') && matches!(msg.len(), 1 | 5) && fds.len() <= 1 => {
                 self.userns = fds.pop();
+                self.pid1 = msg.get(1..5).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(libc::pid_t::from_le_bytes);
                 self.ready = true;
                 Readiness::Ready
             }
@@ -565,10 +569,10 @@ impl Slot {
                 .map_err(|(step, errno, detail)| super::setup_error(plan, Ok(step), errno, detail))?;
             self.send_spec(b'r', &plan.spec, trees, observing, "handing the spec to a pre-made sandbox")?;
         }
-        let Slot { sock, lifeline, report_r, child, .. } = self;
+        let Slot { sock, lifeline, report_r, child, pid1, .. } = self;
         drop(sock);
         let child = child.attach().map_err(io_err("waiting for a pre-made sandbox"))?;
-        run::launched(child, lifeline, report_r)
+        run::launched(child, lifeline, report_r, pid1)
     }
 
     /// Send `spec` (as a slot runs it: [`for_slot`]) with `tag` (`r` to run
@@ -969,6 +973,7 @@ fn make_slot(
         net,
         ready: false,
         userns: None,
+        pid1: None,
         prepared: None,
         table,
     })

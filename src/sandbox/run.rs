@@ -74,6 +74,8 @@ pub(super) struct Launched {
     /// The full sandbox (whose pid 1 sweeps its namespace before it
     /// reports the command's end), not the landlock-only mode.
     full: bool,
+    /// Pid 1's pid, when the helper said it (a slot's does).
+    pub(super) pid1: Option<libc::pid_t>,
 }
 
 /// The descriptors the helper inherits, above 10 (so its dup2 onto 3..7
@@ -178,7 +180,7 @@ pub(super) fn spawn_helper(
     let child = launch::spawn(helper, &pass, stdin.command_end())
         .map_err(|source| SandboxError::Spawn { helper: helper.to_path_buf(), source })?;
     let full = plan.spec.mode == Mode::Full;
-    let mut launched = Launched { lifeline: Some(fds.life_w), child, relay: None, full };
+    let mut launched = Launched { lifeline: Some(fds.life_w), child, relay: None, full, pid1: None };
     launched.relay = hand_stdin(stdin)?;
     drop((fds.spec, fds.report_w, fds.life_r, fds.cgroup, net_fds));
     observing.spawned();
@@ -192,10 +194,11 @@ pub(super) fn launched(
     mut child: launch::Helper,
     lifeline: OwnedFd,
     report_r: OwnedFd,
+    pid1: Option<libc::pid_t>,
 ) -> Result<(Launched, Streams), SandboxError> {
     let streams = read_streams(&mut child, report_r)?;
     // A slot is always the full sandbox.
-    Ok((Launched { lifeline: Some(lifeline), child, relay: None, full: true }, streams))
+    Ok((Launched { lifeline: Some(lifeline), child, relay: None, full: true, pid1 }, streams))
 }
 
 /// Start relaying or feeding the caller's stdin to the helper.
@@ -412,12 +415,15 @@ pub(super) async fn wait_helper(launched: &mut Launched, cg: Option<&Cgroup>, wa
 /// check from outside of what pid 1 reported, before the result (and a
 /// writable run's git guard) goes on without waiting for the teardown.
 /// Without a cgroup, pid 1's sweep of its pid namespace stands alone: no
-/// process of the namespace can outlive its reaping by pid 1.
-pub(super) fn only_scaffolding(cg: Option<&Cgroup>, helper: libc::pid_t) -> bool {
+/// process of the namespace can outlive its reaping by pid 1. Where the
+/// helper said pid 1's pid (`pid1`), that pid needs no look at its parent:
+/// it is the helper's child until the helper reaps it.
+pub(super) fn only_scaffolding(cg: Option<&Cgroup>, helper: libc::pid_t, pid1: Option<libc::pid_t>) -> bool {
     let Some(c) = cg else { return true };
     let Ok(procs) = c.procs() else { return false };
     procs.into_iter().all(|pid| {
         pid == helper
+            || Some(pid) == pid1
             // Gone since the list was read (reaped), or the helper's child.
             || match parent_of(pid) {
                 Ok(None) => true,
