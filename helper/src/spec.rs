@@ -578,8 +578,10 @@ impl fmt::Display for Misfit {
 /// The largest [`Request`] the library sends a prepared slot inside its
 /// message (`X`, the JSON after the tag); a larger one goes in a memfd
 /// (`x`). Inline saves the memfd's four calls on the library's side and
-/// the read on the slot's, on the request's path; a `SOCK_SEQPACKET`
-/// message this size fits any default socket buffer.
+/// the read on the slot's, on the request's path. A `SOCK_SEQPACKET`
+/// message this size fits the kernel's default socket buffer (208 KiB); on
+/// a host that set a smaller one the send fails with `EMSGSIZE`, nothing
+/// sent, and the library sends the memfd instead.
 pub const INLINE_REQUEST_MAX: usize = 32 * 1024;
 
 /// What a prepared slot still needs at the request: the command, its

@@ -385,6 +385,14 @@ mod tests {
         ok(symlink("a/b/", b.join("slashdir")));
         ok(symlink(".", b.join("dot")));
         ok(symlink("//tmp", b.join("slashslash")));
+        ok(symlink("/nonexistent-zz/q", b.join("toabsmissing")));
+        ok(symlink("noexec/b", b.join("tonoexec")));
+        ok(fs::create_dir_all(b.join("noexec/b")));
+        {
+            // Not searchable (for a caller without CAP_DAC_READ_SEARCH).
+            use std::os::unix::fs::PermissionsExt;
+            ok(fs::set_permissions(b.join("noexec"), fs::Permissions::from_mode(0o600)));
+        }
         // Chains of 33 and of 40 links (glibc follows 40, musl 39).
         for n in 1..=40 {
             let to = if n == 1 { "a".to_string() } else { format!("l{}", n - 1) };
@@ -414,6 +422,19 @@ mod tests {
             "a/missing/../b",
             "rel/missing/c",
             "abs/up/missing",
+            "a/missing/..",
+            "missing/..",
+            "dangling/..",
+            "a/b/c/up/missing",
+            "noexec/missing",
+            "noexec/b/../missing",
+            "a/missing/../../a",
+            "abs/up/missing/x/..",
+            "toabsmissing",
+            "toabsmissing/x",
+            "tonoexec/missing",
+            "missing/./x",
+            "a/missing/.",
             "a/file",
             "a/file/x",
             "a/file/",
@@ -448,6 +469,11 @@ mod tests {
         }
         both(Path::new("//tmp"));
         both(Path::new("//"));
+        {
+            // Searchable again, so that the directory can be removed.
+            use std::os::unix::fs::PermissionsExt;
+            ok(fs::set_permissions(b.join("noexec"), fs::Permissions::from_mode(0o700)));
+        }
         let _scope = scope();
         assert_eq!(ok(canonicalize(Path::new("/"))), PathBuf::from("/"));
         assert_eq!(ok(canonicalize(Path::new("/proc/self"))), ok(fs::canonicalize("/proc/self")));

@@ -161,39 +161,18 @@ fn locate<'m>(mounts: &'m [Mount], p: &Path) -> Option<(&'m Mount, PathBuf)> {
     Some((m, if rest.as_os_str().is_empty() { m.root.clone() } else { m.root.join(rest) }))
 }
 
-/// The host's mount table as a plan read it (`/proc/self/mountinfo`,
-/// whole), kept with the plan so that the pool judges its slot by the same
-/// table the plan judged the run's areas by, instead of reading it again.
-#[derive(Clone)]
-pub struct HostMounts(std::sync::Arc<str>);
-
-impl HostMounts {
-    /// The table's text.
-    pub fn text(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for HostMounts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HostMounts({} lines)", self.0.lines().count())
-    }
-}
-
 /// Refuse the run when a writable area, or a host mount inside one, shows a
 /// read-only area (or a part of one, or a directory holding one) at another
-/// path. `writable` and `read_only` are real paths. The table it judged by,
-/// when it read one.
-pub fn check(writable: &[PathBuf], read_only: &[PathBuf]) -> Result<Option<HostMounts>, SandboxError> {
+/// path. `writable` and `read_only` are real paths.
+pub fn check(writable: &[PathBuf], read_only: &[PathBuf]) -> Result<(), SandboxError> {
     if writable.is_empty() || read_only.is_empty() {
-        return Ok(None);
+        return Ok(());
     }
     let text = super::cgroup::read_pseudo("/proc/self/mountinfo").map_err(|source| SandboxError::Io {
         stage: "reading /proc/self/mountinfo for mounts inside the grants",
         source,
     })?;
-    check_with(&parse(&text), writable, read_only)?;
-    Ok(Some(HostMounts(text.into())))
+    check_with(&parse(&text), writable, read_only)
 }
 
 pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[PathBuf]) -> Result<(), SandboxError> {

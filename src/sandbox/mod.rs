@@ -1061,11 +1061,6 @@ impl Sandbox {
             if let Some(what) = stale_part(plan, &fresh) {
                 return Err(SandboxError::PlanChanged { workspace: plan.workspace.clone(), what });
             }
-            // The pool judges its slot by the mount table read now, under
-            // the lock, not by the one `plan` was made with.
-            let mut now = plan.clone();
-            now.host_mounts = fresh.host_mounts;
-            return self.run_locked(&now, req, opts, start, deadline, held).await;
         }
         self.run_locked(plan, req, opts, start, deadline, held).await
     }

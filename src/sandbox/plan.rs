@@ -105,11 +105,6 @@ pub struct Plan {
     /// The spec handed to the helper, exactly: the library encodes this and
     /// nothing else (`sandbox::plan_run::r0202_the_plan_is_the_spec_the_helper_receives`).
     pub spec: SpawnSpec,
-    /// The host's mount table the alias check judged by (a plan with
-    /// writable areas), by which the pool then judges its slot. Not part
-    /// of what the plan says.
-    #[serde(skip)]
-    pub(crate) host_mounts: Option<super::aliases::HostMounts>,
 }
 
 fn bytes(p: &Path) -> Vec<u8> {
@@ -157,7 +152,7 @@ pub fn build(
     let lock_dir = super::lock::dir(uid);
     let masked = deny_masks_for(req, uid, &at.ws, &base, &lock_dir, &read_roots, &access, &areas, profile)?;
     let pinned = pins(&at.ws, &access, &read_roots, &git.protected, &masked, &areas);
-    let (kept, host_mounts) = read_only_names(req, &at.ws, &access, &read_roots, &git.protected, &masked, &areas)?;
+    let kept = read_only_names(req, &at.ws, &access, &read_roots, &git.protected, &masked, &areas)?;
     let mounts = mount_plan(base, &git.protected, &kept, &pinned, &masked);
     let cwd = working_directory(req, &at, &read_roots, &access)?;
     let ll = landlock_rules(req, uid, &at.ws, &access, &read_roots, &git.protected, &kept, &lock_dir)?;
@@ -186,7 +181,6 @@ pub fn build(
         seccomp_sha256,
         containment,
         spec,
-        host_mounts,
     })
 }
 
@@ -752,7 +746,7 @@ fn pins(
 
 /// The link walk: names in writable areas kept read-only (hard links,
 /// privileged programs) or masked (unlistable directories), after the alias
-/// check (with the mount table it read).
+/// check.
 fn read_only_names(
     req: &ExecRequest,
     ws: &Path,
@@ -761,7 +755,7 @@ fn read_only_names(
     protected: &[PathBuf],
     masked: &[PathBuf],
     areas: &Areas,
-) -> Result<(super::links::Kept, Option<super::aliases::HostMounts>), SandboxError> {
+) -> Result<super::links::Kept, SandboxError> {
     let (writable, create_grants, protect_areas) = (access.writable, &access.create_grants, &areas.protect);
     // Hard links: a writable name of a file that has another name the run
     // may not write.
@@ -777,11 +771,10 @@ fn read_only_names(
         .filter(|p| memo::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
         .collect();
     let kept: Vec<PathBuf> = not_writable.iter().chain(&system).cloned().collect();
-    let host_mounts = super::aliases::check(protect_areas, &kept)?;
+    super::aliases::check(protect_areas, &kept)?;
     // A grant still to be created (only `--explain` plans one) holds nothing.
     let walked: Vec<PathBuf> = protect_areas.iter().filter(|a| !create_grants.contains(a)).cloned().collect();
-    let kept = super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))?;
-    Ok((kept, host_mounts))
+    super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))
 }
 
 /// The mount plan: the base mounts, then the carve-outs (read-only names,

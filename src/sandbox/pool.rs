@@ -308,9 +308,7 @@ impl Pool {
                 while i < st.slots.len() {
                     match st.slots[i].poll_ready() {
                         Readiness::Ready if same_net(st.slots[i].net.as_ref(), net) => {
-                            let now = now.get_or_insert_with(|| {
-                                Table::read(plan.host_mounts.as_ref(), |p| sources.iter().any(|s| related(p, s)))
-                            });
+                            let now = now.get_or_insert_with(|| Table::read(|p| sources.iter().any(|s| related(p, s))));
                             let changed = match (st.slots[i].table.as_deref(), now.as_ref()) {
                                 (Some(then), Some(now)) => !then.unchanged_for(now, &sources),
                                 _ => true,
@@ -555,13 +553,7 @@ impl Slot {
             // environment and its working directory go.
             let json = serde_json::to_vec(&plan.spec.request())
                 .map_err(|e| SandboxError::Io { stage: "encoding the request", source: io::Error::other(e) })?;
-            let stage = "handing the request to a pre-made sandbox";
-            if json.len() <= portcullis_helper::spec::INLINE_REQUEST_MAX {
-                send_with(&self.sock, b'X', &json, &[]).map_err(io_err(stage))?;
-            } else {
-                let memfd = sys::memfd_with(c"portcullis-request", &json).map_err(io_err("writing the request"))?;
-                send(&self.sock, b'x', &[memfd.as_raw_fd()]).map_err(io_err(stage))?;
-            }
+            send_request(&self.sock, &json)?;
             drop(readied);
         } else {
             let trees = self
@@ -714,7 +706,7 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
         // Read before the slot copies the host's tree: a change in between
         // is in the copy and not here, so it gives the slot up needlessly,
         // never the other way.
-        let table = Table::read(None, |_| true).map(Arc::new);
+        let table = Table::read(|_| true).map(Arc::new);
         let slot = make_slot(&pool.helper, &key, pool.cgroup.as_ref(), net, table).and_then(|mut s| match &shape {
             Some(shape) => s.prepare(shape, &|| pool.lock().closed).map(|()| s),
             None => Ok(s),
@@ -763,19 +755,15 @@ pub(super) struct Table {
 }
 
 impl Table {
-    /// The table now (or as the run's plan read it just before,
-    /// `planned`), with the unique ids, now, of the mount points `want`
-    /// keeps; `None` when it cannot be read.
-    fn read(planned: Option<&super::aliases::HostMounts>, want: impl Fn(&[u8]) -> bool) -> Option<Table> {
-        let read;
-        let text = match planned {
-            Some(p) => p.text(),
-            None => {
-                read = super::cgroup::read_pseudo("/proc/self/mountinfo").ok()?;
-                read.as_str()
-            }
-        };
-        Some(Table::parse(text, |point| want(point).then(|| unique_mount_id(point)).flatten()))
+    /// The table now, with the unique ids of the mount points `want` keeps;
+    /// `None` when it cannot be read. Read at the take itself, not taken
+    /// from the run's plan: the plan's walk of the writable areas can last
+    /// long enough for the host to mount over a source in between (a
+    /// review's reproduction: a read-only bind made during a 300 ms plan
+    /// was missed when the plan's reading was used).
+    fn read(want: impl Fn(&[u8]) -> bool) -> Option<Table> {
+        let text = super::cgroup::read_pseudo("/proc/self/mountinfo").ok()?;
+        Some(Table::parse(&text, |point| want(point).then(|| unique_mount_id(point)).flatten()))
     }
 
     fn parse(text: &str, id: impl Fn(&[u8]) -> Option<u64>) -> Table {
@@ -890,6 +878,25 @@ fn send(sock: &OwnedFd, tag: u8, fds: &[RawFd]) -> io::Result<()> {
     send_with(sock, tag, &[], fds)
 }
 
+/// A prepared slot's request (`json`): inside the message (`X`) up to
+/// [`portcullis_helper::spec::INLINE_REQUEST_MAX`] bytes, else in a memfd
+/// (`x`). A socket buffer the message does not fit (`EMSGSIZE`: the host's
+/// `net.core.wmem_default` set below the limit) sends nothing, and the
+/// memfd goes instead.
+fn send_request(sock: &OwnedFd, json: &[u8]) -> Result<(), SandboxError> {
+    let stage = "handing the request to a pre-made sandbox";
+    let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
+    if json.len() <= portcullis_helper::spec::INLINE_REQUEST_MAX {
+        match send_with(sock, b'X', json, &[]) {
+            Ok(()) => return Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMSGSIZE | libc::ENOBUFS)) => {}
+            Err(e) => return Err(io_err(stage)(e)),
+        }
+    }
+    let memfd = sys::memfd_with(c"portcullis-request", json).map_err(io_err("writing the request"))?;
+    send(sock, b'x', &[memfd.as_raw_fd()]).map_err(io_err(stage))
+}
+
 /// [`send`], with `payload` after the tag in the same message.
 fn send_with(sock: &OwnedFd, tag: u8, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
     let buf = [tag];
@@ -986,6 +993,32 @@ mod tests {
     const TABLE: &str = "22 27 0:21 / /proc rw,relatime - proc proc rw\n\
         27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n\
         30 27 0:30 / /var/tmp/other rw - tmpfs none rw\n";
+
+    /// A request the socket's buffer cannot hold in one message goes in a
+    /// memfd; one it can, inside the message.
+    #[test]
+    fn a_request_too_big_for_the_socket_buffer_goes_in_a_memfd() {
+        use nix::sys::socket::{setsockopt, sockopt::SndBuf};
+        let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+            .unwrap_or_else(|e| panic!("{e}"));
+        setsockopt(&a, SndBuf, &4096).unwrap_or_else(|e| panic!("{e}"));
+        for (len, tag) in [(1000, b'X'), (20_000, b'x')] {
+            let json = vec![b'7'; len];
+            send_request(&a, &json).unwrap_or_else(|e| panic!("{len}: {e}"));
+            let (msg, fds) = super::super::network::receive_up_to(&b, 2048).unwrap_or_else(|e| panic!("{len}: {e}"));
+            assert_eq!(msg.first(), Some(&tag), "{len}");
+            match tag {
+                b'X' => assert_eq!((msg.len() - 1, fds.len()), (len, 0)),
+                _ => {
+                    assert_eq!((msg.len(), fds.len()), (1, 1));
+                    let mut got = Vec::new();
+                    let mut f = std::fs::File::from(fds.into_iter().next().unwrap_or_else(|| panic!("no fd")));
+                    io::Read::read_to_end(&mut f, &mut got).unwrap_or_else(|e| panic!("{e}"));
+                    assert_eq!(got, json);
+                }
+            }
+        }
+    }
 
     fn table(text: &str) -> Table {
         Table::parse(text, |_| None)

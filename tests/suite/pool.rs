@@ -1035,3 +1035,65 @@ fn r0860_a_prepared_slot_takes_its_request_inline_or_in_a_memfd() {
         assert_eq!(stdout(&r), String::from_utf8_lossy(&host.stdout), "{test}: {what}: the argument changed");
     }
 }
+
+#[test]
+fn r0861_a_mount_made_between_the_plan_and_the_take_gives_the_slot_up() {
+    // Found in review: the pool judged a slot by the mount table the
+    // writable plan's alias check had read, so a read-only bind the host
+    // made after that read (while the plan walked the writable areas, or
+    // between the plan and the take) was missed and the prepared slot
+    // wrote where a fresh sandbox gets EROFS. The table is read at the
+    // take. Here the host mounts inside `run_checked`'s check, which runs
+    // after the plan and before the take: a new read-only bind over `sub`,
+    // then (a tmpfs mounted there before, open to the sandbox's ids) that
+    // mount made read-only with `remount,bind,ro`, which keeps the mount's
+    // unique id and changes only its line (the slot's copy of it stays
+    // writable). Root only: the host's mount table is root's to change.
+    let test = "r0861";
+    if !is_root() {
+        eprintln!("{test}: root only (it mounts on the host)");
+        return;
+    }
+    let mount = |args: &[&str]| std::process::Command::new("mount").args(args).status().is_ok_and(|st| st.success());
+    let umount = |p: &str| {
+        let _ = std::process::Command::new("umount").arg(p).status();
+    };
+    let rt = rt();
+    for (what, mounted_before) in [("a new read-only bind", false), ("a remount read-only", true)] {
+        let ws = Ws::new();
+        let sub = ws.path().join("sub");
+        std::fs::create_dir(&sub).unwrap_or_else(|e| panic!("{test}: {e}"));
+        let s = sub.to_string_lossy().to_string();
+        if mounted_before {
+            assert!(mount(&["-t", "tmpfs", "-o", "mode=1777", "none", &s]), "{test}: {what}: could not mount on {s}");
+        }
+        let mut req = ws.req(&["/bin/sh", "-c", "echo written > sub/f && echo WROTE"]);
+        req.writable = true;
+        let sb = pooled(2);
+        // CONTROL: the prepared slot is taken and writes.
+        let _ = rt.block_on(sb.run(&req, RunOptions::default()));
+        await_prepared(&sb, test);
+        let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+        let r = rt.block_on(sb.run(&req, RunOptions::default())).unwrap_or_else(|e| panic!("{test}: {e}"));
+        let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+        assert_eq!(stdout(&r), "WROTE\n", "{test}: {what}: control: {}", stderr(&r));
+        assert_eq!(after.prepared, before.prepared + 1, "{test}: {what}: control: {after:?}");
+        std::fs::remove_file(sub.join("f")).unwrap_or_else(|e| panic!("{test}: {e}"));
+        await_prepared(&sb, test);
+        let mut made = false;
+        let r = rt.block_on(sb.run_checked(&req, RunOptions::default(), |_| {
+            made = if mounted_before {
+                mount(&["-o", "remount,bind,ro", &s])
+            } else {
+                mount(&["--bind", &s, &s]) && mount(&["-o", "remount,bind,ro", &s])
+            };
+            Ok(())
+        }));
+        let landed = sub.join("f").exists();
+        umount(&s);
+        let r = r.unwrap_or_else(|e| panic!("{test}: {what}: {e}"));
+        assert!(made, "{test}: {what}: the host's mount failed");
+        assert!(!landed, "{test}: {what}: the write went through the host's read-only mount: {}", stdout(&r));
+        assert!(stderr(&r).contains("Read-only file system"), "{test}: {what}: {}", stderr(&r));
+    }
+}
