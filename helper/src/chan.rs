@@ -48,15 +48,7 @@ pub fn recv_with(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<(u8, usize
     let mut iov = [IoSliceMut::new(&mut tag), IoSliceMut::new(buf)];
     let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
     let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC).map_err(errno)?;
-    let mut fds = Vec::new();
-    for c in msg.cmsgs().map_err(errno)? {
-        if let ControlMessageOwned::ScmRights(raw) = c {
-            for fd in raw {
-                // SAFETY: SCM_RIGHTS just installed this fd in our table.
-                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
-            }
-        }
-    }
+    let fds = fds_of(&msg)?;
     if msg.flags.contains(MsgFlags::MSG_TRUNC) {
         return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
     }
@@ -72,6 +64,15 @@ pub fn recv(sock: &OwnedFd) -> io::Result<Option<(u8, Vec<OwnedFd>)>> {
     let mut iov = [IoSliceMut::new(&mut buf)];
     let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
     let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC).map_err(errno)?;
+    let fds = fds_of(&msg)?;
+    if msg.bytes == 0 {
+        return Ok(None);
+    }
+    Ok(Some((buf[0], fds)))
+}
+
+/// The descriptors a received message carried, owned.
+fn fds_of(msg: &nix::sys::socket::RecvMsg<'_, '_, ()>) -> io::Result<Vec<OwnedFd>> {
     let mut fds = Vec::new();
     for c in msg.cmsgs().map_err(errno)? {
         if let ControlMessageOwned::ScmRights(raw) = c {
@@ -81,8 +82,5 @@ pub fn recv(sock: &OwnedFd) -> io::Result<Option<(u8, Vec<OwnedFd>)>> {
             }
         }
     }
-    if msg.bytes == 0 {
-        return Ok(None);
-    }
-    Ok(Some((buf[0], fds)))
+    Ok(fds)
 }

@@ -167,8 +167,7 @@ pub(crate) async fn acquire(
     deadline: Option<tokio::time::Instant>,
     cancel: Option<&CancellationToken>,
 ) -> Result<Flock<File>, SandboxError> {
-    let file = open_file(key, uid)?;
-    wait_for(file, ws, uid, kind, deadline, cancel).await
+    acquire_in(open_dir(uid)?.as_fd(), key, ws, uid, kind, deadline, cancel).await
 }
 
 /// [`acquire`], with the lock directory already open (`dir_fd`, from
@@ -182,19 +181,8 @@ pub(crate) async fn acquire_in(
     deadline: Option<tokio::time::Instant>,
     cancel: Option<&CancellationToken>,
 ) -> Result<Flock<File>, SandboxError> {
-    let file = open_file_in(dir_fd, key, uid)?;
-    wait_for(file, ws, uid, kind, deadline, cancel).await
-}
-
-async fn wait_for(
-    mut file: File,
-    ws: &Path,
-    uid: u32,
-    kind: Kind,
-    deadline: Option<tokio::time::Instant>,
-    cancel: Option<&CancellationToken>,
-) -> Result<Flock<File>, SandboxError> {
     let started = tokio::time::Instant::now();
+    let mut file = open_file_in(dir_fd, key, uid)?;
     let arg = match kind {
         Kind::Exclusive => FlockArg::LockExclusiveNonblock,
         Kind::Shared => FlockArg::LockSharedNonblock,
