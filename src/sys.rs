@@ -31,7 +31,7 @@ pub fn memfd_with(name: &std::ffi::CStr, data: &[u8]) -> io::Result<OwnedFd> {
 /// three calls more (musl's `open` sets close-on-exec again with `fcntl`,
 /// and `read_to_end` asks `fstat` and `lseek` for a size a pseudo-file
 /// does not have).
-pub fn read_small(path: &std::path::Path) -> io::Result<Vec<u8>> {
+pub fn read_proc_file(path: &std::path::Path) -> io::Result<Vec<u8>> {
     use std::os::unix::ffi::OsStrExt;
     let c =
         std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;

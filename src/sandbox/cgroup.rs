@@ -128,10 +128,11 @@ fn read_controllers(parent: &Path) -> Vec<String> {
 
 /// Read a /proc or cgroupfs file whole. Such files report a size of 0, for
 /// which `fs::read_to_string` starts with a 32-byte read and doubles: eight
-/// syscalls for a 1.5 KB mountinfo. [`crate::sys::read_small`] reads into
+/// syscalls for a 1.5 KB mountinfo. [`crate::sys::read_proc_file`] reads into
 /// 16 KiB of room: four calls in all (open, two reads, close).
 pub(super) fn read_pseudo(path: impl AsRef<Path>) -> io::Result<String> {
-    String::from_utf8(crate::sys::read_small(path.as_ref())?).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+    String::from_utf8(crate::sys::read_proc_file(path.as_ref())?)
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
 }
 
 /// Undo mountinfo's octal escapes (`\040` for a space).

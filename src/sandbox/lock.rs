@@ -158,21 +158,9 @@ pub(crate) fn try_exclusive(key: Key<'_>, uid: u32) -> Result<Option<Flock<File>
 /// Take the lock for `key` (a run of `ws`), polling so that the deadline
 /// and a cancellation end the wait. Nothing is started while waiting: a
 /// deadline that passes gives `TimedOutWaiting`, a cancellation
-/// `CancelledWaiting`.
+/// `CancelledWaiting`. `dir_fd` is the lock directory, open ([`open_dir`], or
+/// [`open_for_records`] for a run that also writes records there).
 pub(crate) async fn acquire(
-    key: Key<'_>,
-    ws: &Path,
-    uid: u32,
-    kind: Kind,
-    deadline: Option<tokio::time::Instant>,
-    cancel: Option<&CancellationToken>,
-) -> Result<Flock<File>, SandboxError> {
-    acquire_in(open_dir(uid)?.as_fd(), key, ws, uid, kind, deadline, cancel).await
-}
-
-/// [`acquire`], with the lock directory already open (`dir_fd`, from
-/// [`open_dir`] or [`open_for_records`]).
-pub(crate) async fn acquire_in(
     dir_fd: BorrowedFd<'_>,
     key: Key<'_>,
     ws: &Path,

@@ -27,6 +27,7 @@ mod submodules;
 
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -1086,8 +1087,18 @@ impl Sandbox {
         let shares_sockets = req.network == Network::Host || (self.network.is_some() && req.network == Network::None);
         if shares_sockets && sys::landlock_abi() < 6 {
             let kind = if writes { lock::Kind::Exclusive } else { lock::Kind::Shared };
-            held.host_network =
-                Some(lock::acquire(lock::Key::HostNetwork, ws, self.uid, kind, deadline, cancel).await?);
+            held.host_network = Some(
+                lock::acquire(
+                    lock::open_dir(self.uid)?.as_fd(),
+                    lock::Key::HostNetwork,
+                    ws,
+                    self.uid,
+                    kind,
+                    deadline,
+                    cancel,
+                )
+                .await?,
+            );
         }
         if writes {
             let anchor = lock_anchor(ws, req.scope_of.as_deref())?;
@@ -1099,16 +1110,7 @@ impl Sandbox {
             // planned when no writable run is going (its plan would take
             // what they planted for the user's).
             let early = records.clean_if_alone(key, self.uid)?;
-            let lock = lock::acquire_in(
-                std::os::fd::AsFd::as_fd(&dir),
-                key,
-                ws,
-                self.uid,
-                lock::Kind::Shared,
-                deadline,
-                cancel,
-            )
-            .await?;
+            let lock = lock::acquire(dir.as_fd(), key, ws, self.uid, lock::Kind::Shared, deadline, cancel).await?;
             held.workspace = Some(pending::Hold::new(lock, records, early));
         }
         Ok(held)

@@ -503,7 +503,7 @@ impl Slot {
             };
         }
         match super::network::receive(&self.sock) {
-            Ok((msg, mut fds)) if msg.first() == Some(&b'k') && matches!(msg.len(), 1 | 5) && fds.len() <= 1 => {
+            Ok((msg, mut fds)) if msg.len() == 5 && msg.first() == Some(&b'k') && fds.len() <= 1 => {
                 self.userns = fds.pop();
                 self.pid1 = msg.get(1..5).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(libc::pid_t::from_le_bytes);
                 self.ready = true;
