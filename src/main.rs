@@ -26,7 +26,11 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// Each subcommand's arguments are built only when it is the one given
+/// (`defer`): a one-shot `portcullis exec` does not build `serve`'s,
+/// `check`'s and `audit`'s on every start.
 #[derive(Subcommand)]
+#[command(defer = true)]
 enum Cmd {
     /// Run one command in the sandbox.
     Exec(Box<ExecArgs>),

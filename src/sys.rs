@@ -67,12 +67,17 @@ pub fn read_proc_file(path: &std::path::Path) -> io::Result<Vec<u8>> {
 }
 
 /// Duplicate `fd` to a number at or above `min`, close-on-exec.
+///
+/// The raw system call: musl's `fcntl` follows every `F_DUPFD_CLOEXEC` with
+/// an `F_SETFD` for kernels older than 2.6.24, a second call on each run's
+/// path for every descriptor moved up.
 pub fn dup_above(fd: &OwnedFd, min: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: F_DUPFD_CLOEXEC on an open fd returns a new fd we own.
-    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
+    // SAFETY: F_DUPFD_CLOEXEC on an open fd returns a new fd we own (or -1).
+    let r = unsafe { libc::syscall(libc::SYS_fcntl, fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
+    let r = RawFd::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
     // SAFETY: r is a fresh fd.
     Ok(unsafe { OwnedFd::from_raw_fd(r) })
 }

@@ -219,20 +219,27 @@ fn hand_stdin(stdin: stdin::StdinPlan) -> Result<Option<stdin::Relay>, SandboxEr
 
 /// Read the report pipe and both output pipes in tasks of their own.
 fn read_streams(child: &mut launch::Helper, report_r: OwnedFd) -> Result<Streams, SandboxError> {
-    sys::set_nonblocking(&report_r).map_err(io_err("reading the report pipe"))?;
-    let report_rx =
-        tokio::net::unix::pipe::Receiver::from_owned_fd(report_r).map_err(io_err("reading the report pipe"))?;
+    let report_rx = pipe_reader(report_r).map_err(io_err("reading the report pipe"))?;
     let (records_tx, records) = mpsc::unbounded_channel();
     tokio::spawn(read_records(report_rx, records_tx));
     let (tx, output) = mpsc::channel::<(Stream, Vec<u8>)>(16);
     for (fd, stream) in [(child.stdout.take(), Stream::Stdout), (child.stderr.take(), Stream::Stderr)] {
         if let Some(fd) = fd {
-            sys::set_nonblocking(&fd).map_err(io_err("reading the output"))?;
-            let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(io_err("reading the output"))?;
+            let rx = pipe_reader(fd).map_err(io_err("reading the output"))?;
             tokio::spawn(pump(rx, stream, tx.clone()));
         }
     }
     Ok(Streams { output, records })
+}
+
+/// The read end of one of a run's pipes (made by this library: the report
+/// pipe, the helper's stdout and stderr), non-blocking and registered with
+/// the runtime. tokio's checked constructor would `fstat` it and read and
+/// set its flags again: four calls more per pipe on every run's path, to
+/// learn what is known here.
+fn pipe_reader(fd: OwnedFd) -> io::Result<tokio::net::unix::pipe::Receiver> {
+    sys::set_nonblocking(&fd)?;
+    tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd)
 }
 
 /// What waiting for the run gave.
