@@ -796,7 +796,26 @@ fn bind_sources(spec: &SpawnSpec) -> Vec<&[u8]> {
 /// same line).
 #[derive(Debug)]
 pub(super) struct Table {
-    lines: Vec<(String, Vec<u8>, Option<u64>)>,
+    /// The text read, which the lines index (one read, no string per line:
+    /// the table is read on every run's path).
+    text: String,
+    lines: Vec<Line>,
+}
+
+/// One line of a [`Table`]: where it lies in the text, its mount point
+/// (unescaped, only when mountinfo escaped it; else the text's own bytes)
+/// and the unique id of the mount found there.
+#[derive(Debug)]
+struct Line {
+    span: std::ops::Range<usize>,
+    point: PointOf,
+    unique: Option<u64>,
+}
+
+#[derive(Debug)]
+enum PointOf {
+    Text(std::ops::Range<usize>),
+    Unescaped(Vec<u8>),
 }
 
 impl Table {
@@ -808,19 +827,37 @@ impl Table {
     /// was missed when the plan's reading was used).
     fn read(want: impl Fn(&[u8]) -> bool) -> Option<Table> {
         let text = super::cgroup::read_pseudo("/proc/self/mountinfo").ok()?;
-        Some(Table::parse(&text, |point| want(point).then(|| unique_mount_id(point)).flatten()))
+        Some(Table::parse(text, |point| want(point).then(|| unique_mount_id(point)).flatten()))
     }
 
-    fn parse(text: &str, id: impl Fn(&[u8]) -> Option<u64>) -> Table {
-        let lines = text
-            .lines()
-            .map(|l| {
-                let point = l.split(' ').nth(4).map(super::aliases::unescape_bytes).unwrap_or_default();
-                let unique = id(&point);
-                (l.to_string(), point, unique)
-            })
-            .collect();
-        Table { lines }
+    fn parse(text: String, id: impl Fn(&[u8]) -> Option<u64>) -> Table {
+        let mut lines = Vec::with_capacity(32);
+        let mut start = 0;
+        for l in text.split_inclusive('\n') {
+            let span = start..start + l.trim_end_matches('\n').len();
+            start += l.len();
+            // The fifth field, its offset within the line.
+            let mut fields = l[..span.len()].split(' ');
+            let before: usize = fields.by_ref().take(4).map(|f| f.len() + 1).sum();
+            let raw = fields.next().unwrap_or_default();
+            let at = span.start + before.min(span.len());
+            let point = if raw.contains('\\') {
+                PointOf::Unescaped(super::aliases::unescape_bytes(raw))
+            } else {
+                PointOf::Text(at..at + raw.len())
+            };
+            let mut line = Line { span, point, unique: None };
+            line.unique = id(Table::point_in(&text, &line));
+            lines.push(line);
+        }
+        Table { text, lines }
+    }
+
+    fn point_in<'a>(text: &'a str, line: &'a Line) -> &'a [u8] {
+        match &line.point {
+            PointOf::Text(r) => text.as_bytes().get(r.clone()).unwrap_or_default(),
+            PointOf::Unescaped(p) => p,
+        }
     }
 
     /// Whether every line whose mount point is one of `sources`, lies
@@ -830,17 +867,22 @@ impl Table {
     /// still the host's. A line with no unique id on either side is judged
     /// by its text alone.
     fn unchanged_for(&self, now: &Table, sources: &[&[u8]]) -> bool {
-        let relevant = |t: &Table| -> Vec<(String, Option<u64>)> {
-            let mut v: Vec<(String, Option<u64>)> = t
-                .lines
-                .iter()
-                .filter(|(_, point, _)| point.is_empty() || sources.iter().any(|s| related(point, s)))
-                .map(|(l, _, id)| (l.clone(), *id))
-                .collect();
-            v.sort();
-            v
-        };
-        relevant(self) == relevant(now)
+        self.relevant(sources) == now.relevant(sources)
+    }
+
+    /// The lines `unchanged_for` compares, in order.
+    fn relevant(&self, sources: &[&[u8]]) -> Vec<(&str, Option<u64>)> {
+        let mut v: Vec<(&str, Option<u64>)> = self
+            .lines
+            .iter()
+            .filter(|l| {
+                let point = Table::point_in(&self.text, l);
+                point.is_empty() || sources.iter().any(|s| related(point, s))
+            })
+            .map(|l| (self.text.get(l.span.clone()).unwrap_or_default(), l.unique))
+            .collect();
+        v.sort_unstable();
+        v
     }
 }
 
@@ -1065,7 +1107,7 @@ mod tests {
     }
 
     fn table(text: &str) -> Table {
-        Table::parse(text, |_| None)
+        Table::parse(text.to_owned(), |_| None)
     }
 
     #[test]
@@ -1102,13 +1144,13 @@ mod tests {
         // handed out again); the unique id of the mount at its point tells.
         let ws: &[&[u8]] = &[b"/var/tmp/ws"];
         let text = format!("{TABLE}31 27 0:31 / /var/tmp/ws/sub rw - tmpfs none rw\n");
-        let then = Table::parse(&text, |p| Some(if p == b"/var/tmp/ws/sub" { 100 } else { 1 }));
-        let same = Table::parse(&text, |p| Some(if p == b"/var/tmp/ws/sub" { 100 } else { 1 }));
-        let again = Table::parse(&text, |p| Some(if p == b"/var/tmp/ws/sub" { 101 } else { 1 }));
+        let then = Table::parse(text.clone(), |p| Some(if p == b"/var/tmp/ws/sub" { 100 } else { 1 }));
+        let same = Table::parse(text.clone(), |p| Some(if p == b"/var/tmp/ws/sub" { 100 } else { 1 }));
+        let again = Table::parse(text.clone(), |p| Some(if p == b"/var/tmp/ws/sub" { 101 } else { 1 }));
         assert!(then.unchanged_for(&same, ws));
         assert!(!then.unchanged_for(&again, ws));
         // Elsewhere, another mount does not count.
-        let other = Table::parse(&text, |p| {
+        let other = Table::parse(text.clone(), |p| {
             Some(if p == b"/var/tmp/other" {
                 7
             } else if p == b"/var/tmp/ws/sub" {
