@@ -908,14 +908,17 @@ pub fn compile_for(profile: Profile) -> Result<BpfProgram, FilterError> {
 }
 
 /// What the refused-write observer asks of a syscall the table allows
-/// (`crate::observe`): `SECCOMP_RET_USER_NOTIF` for every call, or only
-/// when argument `arg` has one of `mask`'s bits (an open's flags).
+/// (`crate::observe`): `SECCOMP_RET_USER_NOTIF` for every call, only when
+/// argument `arg` has one of `mask`'s bits (an open's flags), or only when
+/// argument `arg` is not null (a path that may be null).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Watch {
     /// Notify every call.
     Always,
     /// Notify a call whose argument `arg` has a bit of `mask` set.
     AnyBit { arg: u8, mask: u32 },
+    /// Notify a call whose argument `arg` (all 64 bits) is not zero.
+    NonNull { arg: u8 },
 }
 
 /// Compile the filter for `entries_for(profile)` with the observer's
@@ -975,7 +978,7 @@ pub fn compile_watched(profile: Profile, watch: &[(u32, Watch)]) -> Result<BpfPr
     for (j, (nr, w)) in watch_only.iter().enumerate() {
         cases.push(match w {
             Watch::Always => (*nr, Goto::Ret(RET_USER_NOTIF)),
-            Watch::AnyBit { .. } => (*nr, Goto::Block(conditional.len() + j)),
+            Watch::AnyBit { .. } | Watch::NonNull { .. } => (*nr, Goto::Block(conditional.len() + j)),
         });
     }
     a.dispatch(&cases, RET_ALLOW, &mut |a, i| match (conditional.get(i), i.checked_sub(conditional.len())) {
@@ -990,7 +993,7 @@ pub fn compile_watched(profile: Profile, watch: &[(u32, Watch)]) -> Result<BpfPr
 }
 
 /// Where a call is allowed: `ret ALLOW`, or what its watch asks for.
-fn emit_allow(a: &mut Asm, watch: Option<Watch>) {
+pub(crate) fn emit_allow(a: &mut Asm, watch: Option<Watch>) {
     match watch {
         None => a.stmt(BPF_RET_K, RET_ALLOW),
         Some(Watch::Always) => a.stmt(BPF_RET_K, RET_USER_NOTIF),
@@ -998,6 +1001,17 @@ fn emit_allow(a: &mut Asm, watch: Option<Watch>) {
             let notify = a.label();
             a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(arg));
             a.jump_if(BPF_JSET_K, mask, notify);
+            a.stmt(BPF_RET_K, RET_ALLOW);
+            a.bind(notify);
+            a.stmt(BPF_RET_K, RET_USER_NOTIF);
+        }
+        Some(Watch::NonNull { arg }) => {
+            // Both 32-bit halves of the argument: either set, not null.
+            let notify = a.label();
+            a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(arg));
+            a.jump_if(BPF_JSET_K, u32::MAX, notify);
+            a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(arg) + 4);
+            a.jump_if(BPF_JSET_K, u32::MAX, notify);
             a.stmt(BPF_RET_K, RET_ALLOW);
             a.bind(notify);
             a.stmt(BPF_RET_K, RET_USER_NOTIF);

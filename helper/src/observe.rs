@@ -23,9 +23,8 @@
 
 use seccompiler::BpfProgram;
 
-use crate::filter::{
-    Asm, FilterError, Goto, Profile, Watch, BPF_JEQ_K, BPF_JSET_K, BPF_LD_W_ABS, BPF_RET_K, OFF_ARGS, RET_ALLOW,
-};
+pub use crate::filter::Watch;
+use crate::filter::{Asm, FilterError, Goto, Profile, BPF_JEQ_K, BPF_JSET_K, BPF_LD_W_ABS, BPF_RET_K, OFF_ARGS, RET_ALLOW};
 
 /// `SECCOMP_RET_USER_NOTIF` (`<linux/seccomp.h>`).
 pub const RET_USER_NOTIF: u32 = 0x7fc0_0000;
@@ -75,11 +74,12 @@ pub enum Op {
     /// Changing the metadata of `file` (mode, owner, times, extended
     /// attributes); `follow`: whether a final symbolic link is followed by
     /// default; `flags`: the argument holding `AT_SYMLINK_NOFOLLOW` and
-    /// `AT_EMPTY_PATH`, if any. A null path (`utimensat(fd, NULL, ...)`)
-    /// names the directory fd's own file.
-    Meta { file: At, follow: bool, flags: Option<u8> },
-    /// Changing the metadata of the file open on the fd in argument `fd`.
-    MetaFd { fd: u8 },
+    /// `AT_EMPTY_PATH`, if any; `nullable`: whether a null path names the
+    /// directory fd's own file (`utimensat(fd, NULL, ...)`, which is
+    /// `futimens`, and `futimesat`). That form changes a file through a
+    /// descriptor and is not watched, as `fchmod` and `fchown` are not (see
+    /// [`Watched::watch`]).
+    Meta { file: At, follow: bool, flags: Option<u8>, nullable: bool },
     /// `truncate(path)`.
     Truncate { file: At },
 }
@@ -95,6 +95,26 @@ pub struct Watched {
     pub op: Op,
 }
 
+impl Watched {
+    /// Which of its calls stop: an open only when its flags ask for
+    /// writing; a metadata call with a nullable path only when it names a
+    /// path (`futimens`, `utimensat(fd, NULL, ...)`, goes on, as `fchmod`
+    /// and `fchown`, which are not in the table, do). Calls through a
+    /// descriptor are not watched: the descriptor's own `open` was (every
+    /// descriptor a command can write through was opened by a watched
+    /// `open`), and extracting an archive or copying with `cp -p` follows
+    /// each created file's `open` with `futimens`, `fchown` and `fchmod`,
+    /// three stops more per file for what its `open` already showed
+    /// writable (docs: "The refused-write report").
+    pub fn watch(&self) -> Watch {
+        match self.op {
+            Op::Open { flags: Some(arg), .. } => Watch::AnyBit { arg, mask: WRITE_OPEN_FLAGS },
+            Op::Meta { file, nullable: true, .. } => Watch::NonNull { arg: file.path },
+            _ => Watch::Always,
+        }
+    }
+}
+
 const fn w(name: &'static str, nr: i64, op: Op) -> Watched {
     Watched { name, nr, op }
 }
@@ -102,7 +122,8 @@ const fn w(name: &'static str, nr: i64, op: Op) -> Watched {
 /// Every watched syscall. Numbers not yet in libc are from
 /// `<asm-generic/unistd.h>` (the same on x86_64 and aarch64).
 pub fn watched() -> Vec<Watched> {
-    let meta = |file, follow, flags| Op::Meta { file, follow, flags };
+    let meta = |file, follow, flags| Op::Meta { file, follow, flags, nullable: false };
+    let meta_or_fd = |file, flags| Op::Meta { file, follow: true, flags, nullable: true };
     let mut v = vec![
         w("openat", libc::SYS_openat, Op::Open { file: at(0, 1), flags: Some(2) }),
         w("mkdirat", libc::SYS_mkdirat, Op::Create { file: at(0, 1) }),
@@ -115,15 +136,13 @@ pub fn watched() -> Vec<Watched> {
         w("fchmodat", libc::SYS_fchmodat, meta(at(0, 1), true, None)),
         w("fchmodat2", 452, meta(at(0, 1), true, Some(3))),
         w("fchownat", libc::SYS_fchownat, meta(at(0, 1), true, Some(4))),
-        w("utimensat", libc::SYS_utimensat, meta(at(0, 1), true, Some(3))),
+        w("utimensat", libc::SYS_utimensat, meta_or_fd(at(0, 1), Some(3))),
         w("setxattr", libc::SYS_setxattr, meta(cwd(0), true, None)),
         w("lsetxattr", libc::SYS_lsetxattr, meta(cwd(0), false, None)),
         w("removexattr", libc::SYS_removexattr, meta(cwd(0), true, None)),
         w("lremovexattr", libc::SYS_lremovexattr, meta(cwd(0), false, None)),
         w("setxattrat", 463, meta(at(0, 1), true, Some(2))),
         w("removexattrat", 466, meta(at(0, 1), true, Some(2))),
-        w("fchmod", libc::SYS_fchmod, Op::MetaFd { fd: 0 }),
-        w("fchown", libc::SYS_fchown, Op::MetaFd { fd: 0 }),
         w("truncate", libc::SYS_truncate, Op::Truncate { file: cwd(0) }),
     ];
     #[cfg(target_arch = "x86_64")]
@@ -142,7 +161,7 @@ pub fn watched() -> Vec<Watched> {
         w("lchown", libc::SYS_lchown, meta(cwd(0), false, None)),
         w("utime", libc::SYS_utime, meta(cwd(0), true, None)),
         w("utimes", libc::SYS_utimes, meta(cwd(0), true, None)),
-        w("futimesat", libc::SYS_futimesat, meta(at(0, 1), true, None)),
+        w("futimesat", libc::SYS_futimesat, meta_or_fd(at(0, 1), None)),
     ]);
     v
 }
@@ -154,8 +173,8 @@ pub fn lookup(nr: i32) -> Option<Watched> {
 
 /// Compile the observer's program: `ALLOW` for a foreign architecture and
 /// for x32 numbers (the main filter kills or refuses those), `USER_NOTIF`
-/// for the opens that carry a write flag and for every other watched call,
-/// `ALLOW` for the rest.
+/// for the opens that carry a write flag and for every other watched call
+/// as its [`Watched::watch`] says, `ALLOW` for the rest.
 pub fn compile() -> Result<BpfProgram, FilterError> {
     let table = watched();
     let mut a = Asm::default();
@@ -187,12 +206,16 @@ pub fn compile() -> Result<BpfProgram, FilterError> {
         a.stmt(BPF_RET_K, RET_USER_NOTIF);
     }
     a.bind(search);
-    let rest: Vec<(u32, Goto)> = table
+    let others: Vec<&Watched> = table.iter().filter(|x| !matches!(x.op, Op::Open { flags: Some(_), .. })).collect();
+    let rest: Vec<(u32, Goto)> = others
         .iter()
-        .filter(|x| !matches!(x.op, Op::Open { flags: Some(_), .. }))
-        .map(|x| (x.nr as u32, Goto::Ret(RET_USER_NOTIF)))
+        .enumerate()
+        .map(|(i, x)| match x.watch() {
+            Watch::Always => (x.nr as u32, Goto::Ret(RET_USER_NOTIF)),
+            _ => (x.nr as u32, Goto::Block(i)),
+        })
         .collect();
-    a.dispatch(&rest, RET_ALLOW, &mut |_, _| {})?;
+    a.dispatch(&rest, RET_ALLOW, &mut |a, i| crate::filter::emit_allow(a, others.get(i).map(|x| x.watch())))?;
     a.finish()
 }
 
@@ -207,13 +230,7 @@ pub fn compile() -> Result<BpfProgram, FilterError> {
 /// a call it cannot cache (`openat`) runs one program, not two
 /// (`filter::compile_watched`).
 pub fn compile_with(profile: Profile) -> Result<BpfProgram, FilterError> {
-    let watch: Vec<(u32, Watch)> = watched()
-        .iter()
-        .map(|x| match x.op {
-            Op::Open { flags: Some(f), .. } => (x.nr as u32, Watch::AnyBit { arg: f, mask: WRITE_OPEN_FLAGS }),
-            _ => (x.nr as u32, Watch::Always),
-        })
-        .collect();
+    let watch: Vec<(u32, Watch)> = watched().iter().map(|x| (x.nr as u32, x.watch())).collect();
     crate::filter::compile_watched(profile, &watch)
 }
 
@@ -254,9 +271,27 @@ mod tests {
                         assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_USER_NOTIF, "{} high bits", x.name);
                     }
                 }
-                _ => assert_eq!(run(&p, AUDIT_ARCH, nr, [0; 6]), RET_USER_NOTIF, "{}", x.name),
+                _ => match x.watch() {
+                    Watch::NonNull { arg } => {
+                        // futimens(fd): through a descriptor, not watched;
+                        // a path in either half of the pointer is.
+                        assert_eq!(run(&p, AUDIT_ARCH, nr, [0; 6]), RET_ALLOW, "{} null", x.name);
+                        for v in [0x7fff_1234_5678u64, 1, 1 << 40] {
+                            let mut args = [0u64; 6];
+                            args[usize::from(arg)] = v;
+                            assert_eq!(run(&p, AUDIT_ARCH, nr, args), RET_USER_NOTIF, "{} {v:#x}", x.name);
+                        }
+                    }
+                    _ => assert_eq!(run(&p, AUDIT_ARCH, nr, [0; 6]), RET_USER_NOTIF, "{}", x.name),
+                },
             }
         }
+        // Changes through a descriptor are not watched: its open was.
+        for nr in [libc::SYS_fchmod, libc::SYS_fchown, libc::SYS_ftruncate, libc::SYS_fsetxattr] {
+            assert_eq!(run(&p, AUDIT_ARCH, nr as u32, [3, 0o644, 0, 0, 0, 0]), RET_ALLOW, "syscall {nr}");
+        }
+        let utimensat = watched().into_iter().find(|x| x.name == "utimensat").map(|x| x.watch());
+        assert_eq!(utimensat, Some(Watch::NonNull { arg: 1 }));
     }
 
     #[test]

@@ -389,11 +389,6 @@ fn decide(n: &libc::seccomp_notif, listener: &OwnedFd, rules: &Rules, root: &mut
         Op::Open { file, .. } | Op::Create { file } | Op::Remove { file } | Op::Truncate { file } => vec![named(file)],
         Op::Meta { file, .. } => vec![named(file)],
         Op::Link { old, new } | Op::Rename { old, new } => vec![named(old), named(new)],
-        Op::MetaFd { fd } => vec![proc_fd(pid, arg(n, fd) as i32).map(|(fd, shown)| Named {
-            path: Vec::new(),
-            null: true,
-            base: Some(Base { fd, shown }),
-        })],
     };
     // Every process of the run shares one root: chroot, pivot_root and new
     // mount namespaces are refused by the main filter. It is kept only once
@@ -694,7 +689,7 @@ impl Ctx<'_> {
         };
         let landlock = matches!(self.rules, Rules::Landlock { .. });
         let [f, rest @ ..] = files else { return Ok(Verdict::NotRefused) };
-        if f.null && !matches!(op, Op::Meta { .. } | Op::MetaFd { .. }) {
+        if f.null && !matches!(op, Op::Meta { .. }) {
             // A null path fails with EFAULT.
             return Ok(Verdict::NotRefused);
         }
@@ -767,13 +762,6 @@ impl Ctx<'_> {
                     self.open(f, &f.path, if nofollow { libc::O_NOFOLLOW } else { 0 })?
                 };
                 Ok(refused(self.blocked(target.as_fd())?, &[f]))
-            }
-            Op::MetaFd { .. } => {
-                if landlock {
-                    return Ok(Verdict::NotRefused);
-                }
-                let Some(b) = &f.base else { return Ok(Verdict::NotRefused) };
-                Ok(refused(self.blocked(b.fd.as_fd())?, &[f]))
             }
             Op::Truncate { .. } => {
                 let t = self.open(f, &f.path, 0)?;

@@ -282,3 +282,48 @@ fn r0128_under_another_seccomp_listener_the_report_is_unavailable_and_the_run_go
     assert_eq!(v["refused_writes"]["sample"][0], real(&ws).join("x").display().to_string(), "{v}");
     assert!(!ws.join("x").exists());
 }
+
+/// What the command of r0862 runs: a metadata change through a descriptor
+/// opened read-only (`fchmod`, `futimens`), then the same changes by path
+/// (`chmod`, `utime`), each with the errno it met.
+const BY_FD_THEN_PATH: &str = "python3 -c \"import os,errno\n\
+def t(n,f):\n  try: f(); print(n,'ok')\n  except OSError as e: print(n,errno.errorcode[e.errno])\n\
+fd=os.open('README.md', os.O_RDONLY)\n\
+t('fchmod', lambda: os.fchmod(fd, 0o600))\n\
+t('futimens', lambda: os.utime(fd, (1, 1)))\n\
+t('chmod', lambda: os.chmod('src/main.rs', 0o600))\n\
+t('utime', lambda: os.utime('src/main.rs', (1, 1)))\"";
+
+#[test]
+fn r0862_changes_through_a_descriptor_are_refused_but_not_reported() {
+    // Only the path forms stop for the observer: `fchmod`, `fchown` and
+    // `futimens` go through a descriptor, whose `open` was watched (so
+    // that extracting an archive, which follows each created file's `open`
+    // with all three, stops once per file). The kernel refuses both forms
+    // alike; the report names the paths only.
+    let ws = Ws::new();
+    let mode = |rel: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        fs::metadata(ws.join(rel)).map(|m| m.permissions().mode() & 0o777).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    };
+    let (readme, main) = (mode("README.md"), mode("src/main.rs"));
+    let r = sh(&ws, BY_FD_THEN_PATH, |_| {});
+    let out = stdout(&r);
+    for line in ["fchmod EROFS", "futimens EROFS", "chmod EROFS", "utime EROFS"] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
+    let w = observed(&r);
+    assert_eq!((w.count, w.unresolved), (2, 0), "{w:?}");
+    assert_eq!(w.sample, vec![real(&ws).join("src/main.rs")], "{w:?}");
+    assert_eq!((mode("README.md"), mode("src/main.rs")), (readme, main), "a refused change landed");
+    // Control: writable, every change lands, unreported.
+    let r = sh(&ws, BY_FD_THEN_PATH, |req| req.writable = true);
+    let out = stdout(&r);
+    for line in ["fchmod ok", "futimens ok", "chmod ok", "utime ok"] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
+    assert_eq!(observed(&r).count, 0);
+    assert_eq!((mode("README.md"), mode("src/main.rs")), (0o600, 0o600));
+    let mtime = |rel: &str| fs::metadata(ws.join(rel)).and_then(|m| m.modified()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(mtime("README.md"), std::time::UNIX_EPOCH + std::time::Duration::from_secs(1));
+}
