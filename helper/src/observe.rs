@@ -24,7 +24,9 @@
 use seccompiler::BpfProgram;
 
 pub use crate::filter::Watch;
-use crate::filter::{Asm, FilterError, Goto, Profile, BPF_JEQ_K, BPF_JSET_K, BPF_LD_W_ABS, BPF_RET_K, OFF_ARGS, RET_ALLOW};
+use crate::filter::{
+    Asm, FilterError, Goto, Profile, BPF_JEQ_K, BPF_JSET_K, BPF_LD_W_ABS, BPF_RET_K, OFF_ARGS, RET_ALLOW,
+};
 
 /// `SECCOMP_RET_USER_NOTIF` (`<linux/seccomp.h>`).
 pub const RET_USER_NOTIF: u32 = 0x7fc0_0000;

@@ -423,9 +423,13 @@ fn id_valid(listener: &OwnedFd, id: u64) -> bool {
     unsafe { libc::ioctl(listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &id) == 0 }
 }
 
+/// `openat` from the working directory, not `open`: musl follows an `open`
+/// with `O_CLOEXEC` by an `F_SETFD` (for kernels before 2.6.23), a call
+/// more on every notification's path.
 fn open_proc(pid: libc::pid_t, what: &str) -> io::Result<OwnedFd> {
     let p = format!("/proc/{pid}/{what}");
-    let fd = nix::fcntl::open(
+    let fd = nix::fcntl::openat(
+        nix::fcntl::AT_FDCWD,
         p.as_str(),
         nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
         nix::sys::stat::Mode::empty(),

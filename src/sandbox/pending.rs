@@ -252,16 +252,26 @@ impl Records {
     ) -> Result<Records, SandboxError> {
         let name = format!("{}.runs", lock_name.trim_end_matches(".lock"));
         let path = lock_dir_path.join(&name);
-        match mkdirat(lock_dir, name.as_str(), Mode::from_bits_truncate(0o700)) {
-            Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(lock_err(&path, format!("cannot create it: {}", io::Error::from(e)))),
+        // Opened first, made only when missing (a `mkdir` less on every
+        // writable run but a workspace's first).
+        let open = || {
+            openat(
+                lock_dir,
+                name.as_str(),
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+        };
+        let dir = match open() {
+            Err(Errno::ENOENT) => {
+                match mkdirat(lock_dir, name.as_str(), Mode::from_bits_truncate(0o700)) {
+                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Err(e) => return Err(lock_err(&path, format!("cannot create it: {}", io::Error::from(e)))),
+                }
+                open()
+            }
+            r => r,
         }
-        let dir = openat(
-            lock_dir,
-            name.as_str(),
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
         .map_err(|e| lock_err(&path, format!("cannot open it ({}); it must be a directory", io::Error::from(e))))?;
         let st = fstat(&dir).map_err(|e| lock_err(&path, format!("cannot stat it: {}", io::Error::from(e))))?;
         if st.st_uid != uid || st.st_mode & 0o077 != 0 {
