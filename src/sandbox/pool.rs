@@ -834,7 +834,9 @@ impl Table {
         let mut lines = Vec::with_capacity(32);
         let mut start = 0;
         for l in text.split_inclusive('\n') {
-            let span = start..start + l.trim_end_matches('\n').len();
+            // As `str::lines` splits: without the `\n`, or a `\r\n`.
+            let body = l.strip_suffix('\n').map_or(l, |b| b.strip_suffix('\r').unwrap_or(b));
+            let span = start..start + body.len();
             start += l.len();
             // The fifth field, its offset within the line.
             let mut fields = l[..span.len()].split(' ');
@@ -1136,6 +1138,24 @@ mod tests {
         assert!(!then.unchanged_for(&table(&escaped), ws));
         assert!(related(b"/var/tmp/ws/a b", b"/var/tmp/ws"));
         assert!(!related(b"/var/tmp/wsx", b"/var/tmp/ws"));
+    }
+
+    #[test]
+    fn lines_and_points_are_those_str_lines_and_the_fifth_field_give() {
+        let text = "1 2 3 4 /a\\040b rest\n1 2 3\n\n1 2 3 4 /c\r\n9 9 9 9 /d\u{e9} x y";
+        let t = Table::parse(text.to_owned(), |_| None);
+        let old: Vec<(String, Vec<u8>)> = text
+            .lines()
+            .map(|l| {
+                (l.to_string(), l.split(' ').nth(4).map(super::super::aliases::unescape_bytes).unwrap_or_default())
+            })
+            .collect();
+        let new: Vec<(String, Vec<u8>)> = t
+            .lines
+            .iter()
+            .map(|l| (t.text[l.span.clone()].to_string(), Table::point_in(&t.text, l).to_vec()))
+            .collect();
+        assert_eq!(new, old);
     }
 
     #[test]
