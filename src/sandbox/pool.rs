@@ -54,6 +54,15 @@ use super::{launch, run, sys, Plan, SandboxError, Stdin};
 /// pool off.
 const MAX_FAILURES: u32 = 3;
 
+/// How long the pool stops making slots after a run found none ready while
+/// one was being made: runs come faster than slots are made, so a slot
+/// would only be a fresh run's setup made earlier, at a higher cost (the
+/// mount table read and compared, the host's tree copied, the shape's
+/// messages: a pooled `/bin/true` costs about 0.4 ms more CPU than a fresh
+/// one), on cores the runs need. Each such run renews it; once it has
+/// passed with none, the pool fills up again.
+const PRESSURE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// What the slots of a pool are made for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Key {
@@ -178,6 +187,11 @@ pub struct PoolStatus {
     /// Prepared slots given up at a request because something they made
     /// had changed on the host since (a source replaced, a mask detached).
     pub stale: u64,
+    /// Runs that found no slot ready while one was being made: runs were
+    /// coming faster than slots, and each paused the making of slots for a
+    /// moment (runs then go on in fresh helpers, which cost less CPU than
+    /// a slot; the pool fills up again once they slow down).
+    pub paused: u64,
     /// Why the pool is off, when it is.
     pub off: Option<String>,
 }
@@ -195,11 +209,17 @@ struct State {
     missed: u64,
     prepared: u64,
     stale: u64,
+    paused: u64,
     closed: bool,
     /// The spec of the last run a slot fits: the shape slots are prepared for.
     shape: Option<Arc<SpawnSpec>>,
     /// Slots being made that will be prepared.
     preparing: usize,
+    /// Until when runs come faster than slots are made ([`PRESSURE`]): no
+    /// slot is started before then.
+    pressure_until: Option<std::time::Instant>,
+    /// A refill is queued for when the pressure ends.
+    deferred: bool,
 }
 
 /// A pool of pre-made sandboxes (see the module's documentation).
@@ -265,6 +285,7 @@ impl Pool {
             missed: st.missed,
             prepared: st.prepared,
             stale: st.stale,
+            paused: st.paused,
             off: st.off.clone(),
         }
     }
@@ -286,7 +307,8 @@ impl Pool {
                 return None;
             };
             let mut discard = Vec::new();
-            if st.key.as_ref() != Some(&key) || !same_net(st.net.as_ref(), net) {
+            let moved = st.key.as_ref() != Some(&key) || !same_net(st.net.as_ref(), net);
+            if moved {
                 discard.extend(st.slots.drain(..));
                 st.key = Some(key.clone());
                 st.net = net.cloned();
@@ -355,6 +377,15 @@ impl Pool {
                     i += 1;
                 }
                 slot = chosen.and_then(|c| st.slots.remove(c));
+                // None ready for a run that could have taken one, while one
+                // is being made: the runs outpace the pool ([`PRESSURE`]).
+                if slot.is_none()
+                    && !moved
+                    && (st.making > 0 || st.slots.iter_mut().any(|s| matches!(s.poll_ready(), Readiness::Building)))
+                {
+                    st.pressure_until = Some(std::time::Instant::now() + PRESSURE);
+                    st.paused += 1;
+                }
             }
             if slot.as_ref().is_some_and(|s| s.prepared.is_some()) {
                 st.prepared += 1;
@@ -393,7 +424,7 @@ impl Pool {
     /// building a slot does not take the CPU from this run's own setup, on
     /// its critical path (the scheduler tends to put both on one core). A
     /// pool under pressure (back-to-back or concurrent runs) refills at
-    /// once, as before.
+    /// once, unless runs outpace it ([`PRESSURE`]).
     pub(super) fn refill_if_short(self: &Arc<Self>) {
         let short = {
             let mut st = self.lock();
@@ -404,12 +435,23 @@ impl Pool {
         }
     }
 
-    /// Start making slots until `size` are made or being made.
+    /// Start making slots until `size` are made or being made; while runs
+    /// outpace the pool ([`PRESSURE`]), none, and once that has passed.
     pub(super) fn refill(self: &Arc<Self>) {
         loop {
             let job = {
                 let mut st = self.lock();
                 if st.off.is_some() || st.closed || st.slots.len() + st.making >= self.size {
+                    return;
+                }
+                if let Some(until) = st.pressure_until.filter(|t| *t > std::time::Instant::now()) {
+                    if !st.deferred {
+                        st.deferred = true;
+                        drop(st);
+                        if !self.hand_to_maker(Job::After(until)) {
+                            self.lock().deferred = false;
+                        }
+                    }
                     return;
                 }
                 let Some(key) = st.key.clone() else { return };
@@ -423,7 +465,7 @@ impl Pool {
                     _ => None,
                 };
                 st.preparing += usize::from(shape.is_some());
-                Job { key, net: st.net.clone(), shape }
+                Job::Make { key, net: st.net.clone(), shape }
             };
             if !self.hand_to_maker(job) {
                 let mut st = self.lock();
@@ -684,12 +726,18 @@ impl Slot {
     }
 }
 
-/// A slot to make, for the pool's maker thread.
-struct Job {
-    key: Key,
-    net: Option<Arc<Namespaces>>,
-    /// The shape to prepare it for, if any.
-    shape: Option<Arc<SpawnSpec>>,
+/// Work for the pool's maker threads.
+enum Job {
+    /// A slot to make.
+    Make {
+        key: Key,
+        net: Option<Arc<Namespaces>>,
+        /// The shape to prepare it for, if any.
+        shape: Option<Arc<SpawnSpec>>,
+    },
+    /// Refill once the pressure has passed (this instant, or a later one if
+    /// runs renewed it).
+    After(std::time::Instant),
 }
 
 /// A maker thread's encodings of the last base and shape it sent: the
@@ -730,7 +778,32 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
     loop {
         // The lock is held while this thread waits; the others wait for it.
         let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
-        let Ok(Job { key, net, shape }) = job else { return };
+        let (key, net, shape) = match job {
+            Ok(Job::Make { key, net, shape }) => (key, net, shape),
+            Ok(Job::After(until)) => {
+                // Asleep in steps, so that a pool closed meanwhile is not
+                // held (nor refilled).
+                loop {
+                    let Some(pool) = pool.upgrade() else { return };
+                    let (closed, until) = {
+                        let st = pool.lock();
+                        (st.closed, st.pressure_until.map_or(until, |t| t.max(until)))
+                    };
+                    let left = until.saturating_duration_since(std::time::Instant::now());
+                    if closed || left.is_zero() {
+                        pool.lock().deferred = false;
+                        if !closed {
+                            pool.refill();
+                        }
+                        break;
+                    }
+                    drop(pool);
+                    std::thread::sleep(left.min(std::time::Duration::from_millis(10)));
+                }
+                continue;
+            }
+            Err(_) => return,
+        };
         let Some(pool) = pool.upgrade() else { return };
         let preparing = usize::from(shape.is_some());
         {

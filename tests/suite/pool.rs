@@ -1097,3 +1097,52 @@ fn r0861_a_mount_made_between_the_plan_and_the_take_gives_the_slot_up() {
         assert!(stderr(&r).contains("Read-only file system"), "{test}: {what}: {}", stderr(&r));
     }
 }
+
+#[test]
+fn r0863_runs_that_outpace_the_pool_pause_it_and_it_fills_up_after() {
+    // Eight runs at once on a pool of two: most find no slot ready while
+    // the pool makes more, so it stops making them (they would only be
+    // fresh setups made earlier, at a higher cost) and runs go on in fresh
+    // helpers, every one sandboxed; once the burst is over the pool fills
+    // up again by itself, and the next run takes a slot.
+    let test = "r0863";
+    let ws = Ws::new();
+    let sb = pooled(2);
+    let rt = rt();
+    let first = rt.block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()));
+    assert!(first.is_ok_and(|r| r.outcome == Outcome::Exited { code: 0 }), "{test}: first run");
+    await_ready(&sb, 2);
+    let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    let runs = rt.block_on(async {
+        let mut all = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let (sb, req) = (sb.clone(), ws.req(&["/bin/sh", "-c", "echo x > probe; echo $?"]));
+            all.spawn(async move { sb.run(&req, RunOptions::default()).await });
+        }
+        all.join_all().await
+    });
+    for (i, r) in runs.into_iter().enumerate() {
+        let r = r.unwrap_or_else(|e| panic!("{test}: run {i}: {}", portcullis::error_chain(&e)));
+        assert_eq!(stdout(&r), "2\n", "{test}: run {i}: {r:?}");
+    }
+    assert!(!ws.join("probe").exists(), "{test}: a write landed");
+    let burst = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    assert_eq!((burst.taken + burst.missed) - (before.taken + before.missed), 8, "{test}: {burst:?}");
+    assert!(burst.missed > before.missed, "{test}: eight runs at once all found a slot: {burst:?}");
+    assert!(burst.paused > before.paused, "{test}: runs outpaced the pool and it went on making slots: {burst:?}");
+    // It fills up again with no run to trigger it.
+    await_ready(&sb, 2);
+    let r = rt.block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()));
+    assert!(r.is_ok_and(|r| r.outcome == Outcome::Exited { code: 0 }), "{test}: the run after");
+    let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    assert_eq!(after.taken, burst.taken + 1, "{test}: the run after the burst took a slot: {after:?}");
+    // Control: runs one after another, each finding a slot ready, never
+    // pause it.
+    for i in 0..3 {
+        await_ready(&sb, 2);
+        let r = rt.block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()));
+        assert!(r.is_ok_and(|r| r.outcome == Outcome::Exited { code: 0 }), "{test}: run {i} after");
+    }
+    let calm = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
+    assert_eq!((calm.paused, calm.taken), (after.paused, after.taken + 3), "{test}: {calm:?}");
+}
