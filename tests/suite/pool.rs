@@ -24,6 +24,16 @@ fn await_ready(sb: &Sandbox, n: usize) {
     }
 }
 
+/// A pool of `n` that has learned its base from a first run of `/bin/true`
+/// in `ws` (a first run finds the pool empty) and has `n` slots ready.
+fn primed(test: &str, ws: &Ws, n: usize) -> (Sandbox, tokio::runtime::Runtime) {
+    let (sb, rt) = (pooled(n), rt());
+    let first = rt.block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()));
+    assert!(first.is_ok_and(|r| r.outcome == Outcome::Exited { code: 0 }), "{test}: first run");
+    await_ready(&sb, n);
+    (sb, rt)
+}
+
 /// Whether the pool's status came to satisfy `ok` within 10 s.
 fn await_status(sb: &Sandbox, ok: impl Fn(&portcullis::sandbox::PoolStatus) -> bool) -> bool {
     for _ in 0..1000 {
@@ -39,12 +49,7 @@ fn await_status(sb: &Sandbox, ok: impl Fn(&portcullis::sandbox::PoolStatus) -> b
 fn r0820_pooled_runs_are_sandboxed_like_fresh_ones() {
     let test = "r0820";
     let ws = Ws::new();
-    let sb = pooled(2);
-    let rt = rt();
-    // The first run finds an empty pool (it learns the base from it).
-    let first = rt.block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()));
-    assert!(first.is_ok_and(|r| r.outcome == Outcome::Exited { code: 0 }), "{test}: first run");
-    await_ready(&sb, 2);
+    let (sb, rt) = primed(test, &ws, 2);
     let status = sb.pool_status();
     for i in 0..6 {
         let r = rt
@@ -1107,11 +1112,7 @@ fn r0863_runs_that_outpace_the_pool_pause_it_and_it_fills_up_after() {
     // up again by itself, and the next run takes a slot.
     let test = "r0863";
     let ws = Ws::new();
-    let sb = pooled(2);
-    let rt = rt();
-    let first = rt.block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()));
-    assert!(first.is_ok_and(|r| r.outcome == Outcome::Exited { code: 0 }), "{test}: first run");
-    await_ready(&sb, 2);
+    let (sb, rt) = primed(test, &ws, 2);
     let before = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
     let runs = rt.block_on(async {
         let mut all = tokio::task::JoinSet::new();
