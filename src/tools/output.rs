@@ -160,7 +160,15 @@ impl RunOutput {
             Exec::Refused(r) => RunOutput::refused(r),
             Exec::Cancelled(n) => RunOutput {
                 exit_code: Some(130),
-                error: Some(ErrorInfo::new("cancelled", format!("{}; nothing ran", n.message))),
+                // Said once: the runner's own message may say it already.
+                error: Some(ErrorInfo::new(
+                    "cancelled",
+                    if n.message.contains("nothing ran") {
+                        n.message.clone()
+                    } else {
+                        format!("{}; nothing ran", n.message)
+                    },
+                )),
                 ..RunOutput::empty(RunOutcome::Cancelled)
             },
             Exec::Ran(ran) => {
@@ -271,4 +279,26 @@ pub struct TodoOutput {
 pub struct ErrorOutput {
     /// What went wrong and what to do next.
     pub error: ErrorInfo,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::NotStarted;
+
+    #[test]
+    fn a_cancelled_command_says_nothing_ran_once() {
+        let says = |message: &str| {
+            let out = RunOutput::of(&Exec::Cancelled(NotStarted { id: "a1".into(), message: message.into() }));
+            out.error.map(|e| (e.kind, e.message)).unwrap_or_default()
+        };
+        assert_eq!(
+            says("cancelled before it started: nothing ran"),
+            ("cancelled".to_string(), "cancelled before it started: nothing ran".to_string())
+        );
+        assert_eq!(
+            says("the call was cancelled before the job started"),
+            ("cancelled".to_string(), "the call was cancelled before the job started; nothing ran".to_string())
+        );
+    }
 }
