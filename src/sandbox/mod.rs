@@ -1161,7 +1161,11 @@ impl Sandbox {
         }
         run::check_containment(plan)?;
         let net = self.network_for(plan).await?;
-        let mut slot = self.pool.as_ref().and_then(|p| p.take(plan, &opts.stdin, net.as_ref()));
+        // Under way until this run is over (the pool judges its pressure by
+        // the runs beside it).
+        let in_flight = self.pool.as_ref().map(pool::Pool::enter);
+        let mut slot =
+            self.pool.as_ref().zip(in_flight.as_ref()).and_then(|(p, me)| p.take(plan, &opts.stdin, net.as_ref(), me));
         let mut cg = match slot.as_mut() {
             Some(s) => s.take_cgroup(),
             None => run::make_cgroup(plan, self.cgroup.as_ref().ok())?,

@@ -18,7 +18,8 @@
 //! when no other is ready, else once the run that took it has ended and
 //! its teardown is done (the sandbox's reaper starts it: `sandbox::behind`),
 //! so that it costs no time on either run's critical path (the CPU it
-//! takes is the same as a fresh run's setup). A slot that fails while it is built
+//! takes is the same as a fresh run's setup); while runs outpace it, it
+//! makes none (`PRESSURE`), since a fresh run costs less CPU than a slot. A slot that fails while it is built
 //! is thrown away; three in a row turn the pool off (runs go on with fresh
 //! helpers), and [`Pool::status`] says why.
 //!
@@ -55,7 +56,9 @@ use super::{launch, run, sys, Plan, SandboxError, Stdin};
 const MAX_FAILURES: u32 = 3;
 
 /// How long the pool stops making slots after a run found none ready while
-/// one was being made: runs come faster than slots are made, so a slot
+/// one was being made and another run had started less than this before
+/// (one caller's commands one after another never pause it, nor does a
+/// background job long under way): runs come faster than slots are made, so a slot
 /// would only be a fresh run's setup made earlier, at a higher cost (the
 /// mount table read and compared, the host's tree copied, the shape's
 /// messages: a pooled `/bin/true` costs about 0.4 ms more CPU than a fresh
@@ -187,10 +190,11 @@ pub struct PoolStatus {
     /// Prepared slots given up at a request because something they made
     /// had changed on the host since (a source replaced, a mask detached).
     pub stale: u64,
-    /// Runs that found no slot ready while one was being made: runs were
-    /// coming faster than slots, and each paused the making of slots for a
-    /// moment (runs then go on in fresh helpers, which cost less CPU than
-    /// a slot; the pool fills up again once they slow down).
+    /// Runs that found no slot ready while one was being made and another
+    /// run had just started: runs were coming faster than slots, and each
+    /// paused the making of slots for a moment (the runs during the pause
+    /// count as `missed` only: they go on in fresh helpers, which cost less
+    /// CPU than a slot; the pool fills up again once they slow down).
     pub paused: u64,
     /// Why the pool is off, when it is.
     pub off: Option<String>,
@@ -220,6 +224,10 @@ struct State {
     pressure_until: Option<std::time::Instant>,
     /// A refill is queued for when the pressure ends.
     deferred: bool,
+    /// The runs of the sandbox under way ([`Pool::enter`]): a token and
+    /// when each started.
+    runs: Vec<(u64, std::time::Instant)>,
+    next_run: u64,
 }
 
 /// A pool of pre-made sandboxes (see the module's documentation).
@@ -295,7 +303,13 @@ impl Pool {
     /// started and [`Pool::refill`] once it ended (or has the reaper call it
     /// after the teardown), so that making the next slot does not delay
     /// this one.
-    pub(super) fn take(self: &Arc<Self>, plan: &Plan, stdin: &Stdin, net: Option<&Arc<Namespaces>>) -> Option<Slot> {
+    pub(super) fn take(
+        self: &Arc<Self>,
+        plan: &Plan,
+        stdin: &Stdin,
+        net: Option<&Arc<Namespaces>>,
+        me: &InFlight,
+    ) -> Option<Slot> {
         let key = base_of(plan).map(|base| Key { base, cgroup: plan.containment.cgroup.clone() });
         let (slot, discard) = {
             let mut st = self.lock();
@@ -309,6 +323,8 @@ impl Pool {
             let mut discard = Vec::new();
             let moved = st.key.as_ref() != Some(&key) || !same_net(st.net.as_ref(), net);
             if moved {
+                // A new base starts unpaused: its slots are all to make.
+                st.pressure_until = None;
                 discard.extend(st.slots.drain(..));
                 st.key = Some(key.clone());
                 st.net = net.cloned();
@@ -328,6 +344,7 @@ impl Pool {
                 let mut now: Option<Option<Table>> = None;
                 let sources = bind_sources(&plan.spec);
                 let mut chosen: Option<usize> = None;
+                let mut building = st.making > 0;
                 let mut i = 0;
                 while i < st.slots.len() {
                     match st.slots[i].poll_ready() {
@@ -364,7 +381,8 @@ impl Pool {
                                 continue;
                             }
                         }
-                        Readiness::Ready | Readiness::Building => {}
+                        Readiness::Ready => {}
+                        Readiness::Building => building = true,
                         Readiness::Failed(why) => {
                             st.failures += 1;
                             if st.failures >= MAX_FAILURES {
@@ -378,12 +396,13 @@ impl Pool {
                 }
                 slot = chosen.and_then(|c| st.slots.remove(c));
                 // None ready for a run that could have taken one, while one
-                // is being made: the runs outpace the pool ([`PRESSURE`]).
-                if slot.is_none()
-                    && !moved
-                    && (st.making > 0 || st.slots.iter_mut().any(|s| matches!(s.poll_ready(), Readiness::Building)))
-                {
-                    st.pressure_until = Some(std::time::Instant::now() + PRESSURE);
+                // is being made and another run started lately: the runs
+                // outpace the pool ([`PRESSURE`]).
+                let now = std::time::Instant::now();
+                let beside =
+                    st.runs.iter().any(|(id, at)| *id != me.id && now.saturating_duration_since(*at) < PRESSURE);
+                if slot.is_none() && !moved && building && beside {
+                    st.pressure_until = Some(now + PRESSURE);
                     st.paused += 1;
                 }
             }
@@ -401,6 +420,17 @@ impl Pool {
         };
         drop(discard);
         slot
+    }
+
+    /// A run of the sandbox is under way until the value is dropped (the
+    /// pool tells runs that outpace it from one caller's runs one after
+    /// another by it: [`PRESSURE`]).
+    pub(super) fn enter(self: &Arc<Self>) -> InFlight {
+        let mut st = self.lock();
+        let id = st.next_run;
+        st.next_run += 1;
+        st.runs.push((id, std::time::Instant::now()));
+        InFlight { pool: Arc::clone(self), id }
     }
 
     /// Make slots for `plan`'s base now, before any run (a workspace
@@ -527,6 +557,18 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// A run under way ([`Pool::enter`]).
+pub(super) struct InFlight {
+    pool: Arc<Pool>,
+    id: u64,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.pool.lock().runs.retain(|(id, _)| *id != self.id);
     }
 }
 

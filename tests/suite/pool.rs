@@ -1137,13 +1137,14 @@ fn r0863_runs_that_outpace_the_pool_pause_it_and_it_fills_up_after() {
     assert!(r.is_ok_and(|r| r.outcome == Outcome::Exited { code: 0 }), "{test}: the run after");
     let after = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
     assert_eq!(after.taken, burst.taken + 1, "{test}: the run after the burst took a slot: {after:?}");
-    // Control: runs one after another, each finding a slot ready, never
-    // pause it.
-    for i in 0..3 {
-        await_ready(&sb, 2);
+    // Control: one caller's runs one after another, with no gap (each
+    // comes while the slot the one before started is being made), never
+    // pause it, whether or not they find a slot ready.
+    for i in 0..12 {
         let r = rt.block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()));
         assert!(r.is_ok_and(|r| r.outcome == Outcome::Exited { code: 0 }), "{test}: run {i} after");
     }
     let calm = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
-    assert_eq!((calm.paused, calm.taken), (after.paused, after.taken + 3), "{test}: {calm:?}");
+    assert_eq!(calm.paused, after.paused, "{test}: runs one after another paused the pool: {calm:?}");
+    assert!(calm.taken > after.taken, "{test}: {calm:?}");
 }
