@@ -23,7 +23,6 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -66,30 +65,12 @@ fn lock_err(path: &Path, problem: String) -> SandboxError {
 /// swap the lock files.
 pub(crate) fn open_dir(uid: u32) -> Result<OwnedFd, SandboxError> {
     let path = dir(uid);
-    // Opened first, made only when missing (then opened again): once it
-    // exists, as on every run but the first, a `mkdir` less. `openat`, not
-    // `open`, which musl follows with an `F_SETFD`.
-    let open = || {
-        nix::fcntl::openat(
-            nix::fcntl::AT_FDCWD,
+    let fd = open_private_dir(nix::fcntl::AT_FDCWD, &path).map_err(|step| match step {
+        DirStep::Create(e) => lock_err(&path, format!("cannot create it: {}", io::Error::from(e))),
+        DirStep::Open(e) => lock_err(
             &path,
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-    };
-    let fd = match open() {
-        Err(nix::errno::Errno::ENOENT) => {
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(lock_err(&path, format!("cannot create it: {e}"))),
-            }
-            open()
-        }
-        r => r,
-    }
-    .map_err(|e| {
-        lock_err(&path, format!("cannot open it ({}); it must be a directory, not a symbolic link", io::Error::from(e)))
+            format!("cannot open it ({}); it must be a directory, not a symbolic link", io::Error::from(e)),
+        ),
     })?;
     let st = fstat(fd.as_fd()).map_err(|e| lock_err(&path, format!("cannot stat it: {}", io::Error::from(e))))?;
     if st.st_uid != uid {
@@ -105,6 +86,38 @@ pub(crate) fn open_dir(uid: u32) -> Result<OwnedFd, SandboxError> {
         ));
     }
     Ok(fd)
+}
+
+/// Which step of [`open_private_dir`] failed.
+pub(crate) enum DirStep {
+    Create(nix::errno::Errno),
+    Open(nix::errno::Errno),
+}
+
+/// The directory `name` in `at` (made mode 700 when missing), opened without
+/// following a link: opened first, and made only when that finds it
+/// missing (then opened again), so that once it exists, as on every run but
+/// the first, no `mkdir` is made. `openat`, not `open`, which musl follows
+/// with an `F_SETFD`. The caller checks whose it is and its mode.
+pub(crate) fn open_private_dir(at: BorrowedFd<'_>, name: &Path) -> Result<OwnedFd, DirStep> {
+    let open = || {
+        nix::fcntl::openat(
+            at,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+    };
+    match open() {
+        Err(nix::errno::Errno::ENOENT) => {
+            match nix::sys::stat::mkdirat(at, name, Mode::from_bits_truncate(0o700)) {
+                Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+                Err(e) => return Err(DirStep::Create(e)),
+            }
+            open().map_err(DirStep::Open)
+        }
+        r => r.map_err(DirStep::Open),
+    }
 }
 
 /// The lock file's name for a workspace: its device and inode, so that two

@@ -35,7 +35,7 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,7 +43,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, Flock, FlockArg, OFlag};
-use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
+use nix::sys::stat::{fstat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 use serde::{Deserialize, Serialize};
 
@@ -252,27 +252,12 @@ impl Records {
     ) -> Result<Records, SandboxError> {
         let name = format!("{}.runs", lock_name.trim_end_matches(".lock"));
         let path = lock_dir_path.join(&name);
-        // Opened first, made only when missing (a `mkdir` less on every
-        // writable run but a workspace's first).
-        let open = || {
-            openat(
-                lock_dir,
-                name.as_str(),
-                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            )
-        };
-        let dir = match open() {
-            Err(Errno::ENOENT) => {
-                match mkdirat(lock_dir, name.as_str(), Mode::from_bits_truncate(0o700)) {
-                    Ok(()) | Err(Errno::EEXIST) => {}
-                    Err(e) => return Err(lock_err(&path, format!("cannot create it: {}", io::Error::from(e)))),
-                }
-                open()
+        let dir = super::lock::open_private_dir(lock_dir.as_fd(), Path::new(&name)).map_err(|step| match step {
+            super::lock::DirStep::Create(e) => lock_err(&path, format!("cannot create it: {}", io::Error::from(e))),
+            super::lock::DirStep::Open(e) => {
+                lock_err(&path, format!("cannot open it ({}); it must be a directory", io::Error::from(e)))
             }
-            r => r,
-        }
-        .map_err(|e| lock_err(&path, format!("cannot open it ({}); it must be a directory", io::Error::from(e))))?;
+        })?;
         let st = fstat(&dir).map_err(|e| lock_err(&path, format!("cannot stat it: {}", io::Error::from(e))))?;
         if st.st_uid != uid || st.st_mode & 0o077 != 0 {
             return Err(lock_err(
