@@ -34,6 +34,16 @@ fn primed(test: &str, ws: &Ws, n: usize) -> (Sandbox, tokio::runtime::Runtime) {
     (sb, rt)
 }
 
+/// Whether the caller is root; if not, says on stderr that `test` runs as
+/// root only, and `why`.
+fn root_only(test: &str, why: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    eprintln!("{test}: root only ({why})");
+    false
+}
+
 /// Whether the pool's status came to satisfy `ok` within 10 s.
 fn await_status(sb: &Sandbox, ok: impl Fn(&portcullis::sandbox::PoolStatus) -> bool) -> bool {
     for _ in 0..1000 {
@@ -148,10 +158,9 @@ fn fds_on_host_root(pid: &str) -> Vec<String> {
 #[test]
 fn r0829_no_process_of_a_running_slot_holds_the_host_tree() {
     let test = "r0829";
-    if !is_root() {
-        // A slot's pid 1 is non-dumpable: only root can read its
-        // descriptors from outside.
-        eprintln!("{test}: checked as root only (pid 1's descriptors are unreadable to uid 65534, by design)");
+    // A slot's pid 1 is non-dumpable: only root can read its descriptors
+    // from outside.
+    if !root_only(test, "pid 1's descriptors are unreadable to uid 65534, by design") {
         return;
     }
     // CONTROL: the check finds a descriptor on the host's root.
@@ -619,8 +628,7 @@ fn r0832_more_idmapped_binds_than_a_message_carries_are_refused() {
     // anything is sent, as a fresh run's helper does (E2BIG). (A request
     // whose trees do not match its spec: `r0827`.)
     let test = "r0832";
-    if !is_root() {
-        eprintln!("{test}: root only (only a root caller's binds are idmapped)");
+    if !root_only(test, "only a root caller's binds are idmapped") {
         return;
     }
     let ws = Ws::new();
@@ -756,8 +764,7 @@ fn r0834_a_mount_the_host_makes_after_a_slot_was_built_gives_the_slot_up() {
     // Every slot built before a change of the host's mount table is now
     // given up. Root only: the host's mount table is root's to change.
     let test = "r0834";
-    if !is_root() {
-        eprintln!("{test}: root only (it mounts on the host)");
+    if !root_only(test, "it mounts on the host") {
         return;
     }
     let ws = Ws::new();
@@ -897,8 +904,7 @@ fn r0837_host_mount_changes_that_no_event_or_line_shows_give_slots_up() {
     // raises no mount event. In each a pooled run showed what a fresh one
     // does not. Root only: the host's mounts are root's to change.
     let test = "r0837";
-    if !is_root() {
-        eprintln!("{test}: root only (it mounts on the host)");
+    if !root_only(test, "it mounts on the host") {
         return;
     }
     let rt = rt();
@@ -1055,8 +1061,7 @@ fn r0861_a_mount_made_between_the_plan_and_the_take_gives_the_slot_up() {
     // unique id and changes only its line (the slot's copy of it stays
     // writable). Root only: the host's mount table is root's to change.
     let test = "r0861";
-    if !is_root() {
-        eprintln!("{test}: root only (it mounts on the host)");
+    if !root_only(test, "it mounts on the host") {
         return;
     }
     let mount = |args: &[&str]| std::process::Command::new("mount").args(args).status().is_ok_and(|st| st.success());
