@@ -1130,6 +1130,7 @@ fn r0863_runs_that_outpace_the_pool_pause_it_and_it_fills_up_after() {
     for (i, r) in runs.into_iter().enumerate() {
         let r = r.unwrap_or_else(|e| panic!("{test}: run {i}: {}", portcullis::error_chain(&e)));
         assert_eq!(stdout(&r), "2\n", "{test}: run {i}: {r:?}");
+        assert!(stderr(&r).contains("Read-only file system"), "{test}: run {i}: {}", stderr(&r));
     }
     assert!(!ws.join("probe").exists(), "{test}: a write landed");
     let burst = sb.pool_status().unwrap_or_else(|| panic!("{test}: no pool"));
