@@ -165,14 +165,24 @@ fn locate<'m>(mounts: &'m [Mount], p: &Path) -> Option<(&'m Mount, PathBuf)> {
 /// read-only area (or a part of one, or a directory holding one) at another
 /// path. `writable` and `read_only` are real paths.
 pub fn check(writable: &[PathBuf], read_only: &[PathBuf]) -> Result<(), SandboxError> {
-    if writable.is_empty() || read_only.is_empty() {
+    if !needed(writable, read_only) {
         return Ok(());
     }
-    let text = super::cgroup::read_pseudo("/proc/self/mountinfo").map_err(|source| SandboxError::Io {
+    check_with(&parse(&read_table()?), writable, read_only)
+}
+
+/// Whether [`check`] has anything to judge (and so reads the mount table).
+pub(crate) fn needed(writable: &[PathBuf], read_only: &[PathBuf]) -> bool {
+    !writable.is_empty() && !read_only.is_empty()
+}
+
+/// Read `/proc/self/mountinfo` as [`check`] does (its error names the
+/// check's stage).
+pub(crate) fn read_table() -> Result<String, SandboxError> {
+    super::cgroup::read_pseudo("/proc/self/mountinfo").map_err(|source| SandboxError::Io {
         stage: "reading /proc/self/mountinfo for mounts inside the grants",
         source,
-    })?;
-    check_with(&parse(&text), writable, read_only)
+    })
 }
 
 pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[PathBuf]) -> Result<(), SandboxError> {

@@ -938,12 +938,24 @@ impl Sandbox {
 
     /// Plan, with a compiled profile or without.
     fn plan_opt(&self, profile: Option<&Profile>, req: &ExecRequest) -> Result<Plan, SandboxError> {
+        self.plan_when(profile, req, plan::Aliases::Now).map(|(plan, _)| plan)
+    }
+
+    /// [`Sandbox::plan_opt`], its alias check made now or handed back (a
+    /// run makes it with [`Sandbox::run_locked`]'s one reading of the
+    /// mount table).
+    fn plan_when(
+        &self,
+        profile: Option<&Profile>,
+        req: &ExecRequest,
+        when: plan::Aliases,
+    ) -> Result<(Plan, Option<plan::AliasCheck>), SandboxError> {
         not_full_as_degraded(req)?;
         let shared = network::joins(self.network.is_some(), req.network, req.degraded.unwrap_or(Mode::Full));
         let contained = containment::decide_with(&self.cgroup, req, self.uid, shared)?;
-        let mut plan = plan::build(req, self.uid, self.gid, contained, profile)?;
+        let (mut plan, aliases) = plan::build(req, self.uid, self.gid, contained, profile, when)?;
         network::choose(&mut plan.spec, self.network.is_some(), self.uid);
-        Ok(plan)
+        Ok((plan, aliases))
     }
 
     /// The shared network `plan` joins, made now if this is its first run.
@@ -992,14 +1004,14 @@ impl Sandbox {
         // The timeout covers the whole run, waiting for the workspace too.
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         if !req.writable && req.write.is_empty() {
-            let plan = self.plan_opt(profile, req)?;
+            let (plan, aliases) = self.plan_when(profile, req, plan::Aliases::Deferred)?;
             check(&plan)?;
             let held = self.take_locks(&plan.workspace, false, req, deadline, opts.cancel.as_ref()).await?;
-            return self.run_locked(&plan, req, opts, start, deadline, held).await;
+            return self.run_locked(&plan, aliases, req, opts, start, deadline, held).await;
         }
         let ws = canonical_workspace(req)?;
         let held = self.take_locks(&ws, true, req, deadline, opts.cancel.as_ref()).await?;
-        let plan = self.plan_locked(profile, req)?;
+        let (plan, aliases) = self.plan_locked(profile, req)?;
         if plan.workspace != ws {
             return Err(SandboxError::invalid(
                 "workspace",
@@ -1012,7 +1024,7 @@ impl Sandbox {
             ));
         }
         check(&plan)?;
-        self.run_locked(&plan, req, opts, start, deadline, held).await
+        self.run_locked(&plan, aliases, req, opts, start, deadline, held).await
     }
 
     /// Run exactly `plan`, made by [`Sandbox::plan`] for the same request.
@@ -1057,13 +1069,17 @@ impl Sandbox {
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         let writes = plan.writable || !plan.write_grants.is_empty() || !plan.create_grants.is_empty();
         let held = self.take_locks(&plan.workspace, writes, req, deadline, opts.cancel.as_ref()).await?;
+        let mut aliases = None;
         if writes {
-            let fresh = self.plan_locked(None, req)?;
+            // The fresh plan equals `plan` (but for the grants it created),
+            // so its alias check is `plan`'s, judged at the run's start.
+            let fresh;
+            (fresh, aliases) = self.plan_locked(None, req)?;
             if let Some(what) = stale_part(plan, &fresh) {
                 return Err(SandboxError::PlanChanged { workspace: plan.workspace.clone(), what });
             }
         }
-        self.run_locked(plan, req, opts, start, deadline, held).await
+        self.run_locked(plan, aliases, req, opts, start, deadline, held).await
     }
 
     /// The locks a run holds until it and its git guard are done: the
@@ -1118,14 +1134,19 @@ impl Sandbox {
 
     /// Plan a run that writes, under the workspace's lock: missing grants
     /// inside the workspace are created first (then planned on for real).
-    fn plan_locked(&self, profile: Option<&Profile>, req: &ExecRequest) -> Result<Plan, SandboxError> {
-        let mut plan = self.plan_opt(profile, req)?;
+    /// Its alias check is handed back, for [`Sandbox::run_locked`].
+    fn plan_locked(
+        &self,
+        profile: Option<&Profile>,
+        req: &ExecRequest,
+    ) -> Result<(Plan, Option<plan::AliasCheck>), SandboxError> {
+        let (mut plan, mut aliases) = self.plan_when(profile, req, plan::Aliases::Deferred)?;
         if !plan.create_grants.is_empty() {
             for g in &plan.create_grants {
                 let rel = g.strip_prefix(&plan.workspace).unwrap_or(g);
                 grants::create(&plan.workspace, rel)?;
             }
-            plan = self.plan_opt(profile, req)?;
+            (plan, aliases) = self.plan_when(profile, req, plan::Aliases::Deferred)?;
             if let Some(g) = plan.create_grants.first() {
                 return Err(SandboxError::CreateGrant {
                     path: g.clone(),
@@ -1133,7 +1154,7 @@ impl Sandbox {
                 });
             }
         }
-        Ok(plan)
+        Ok((plan, aliases))
     }
 
     /// Run a plan; `held` (see [`Sandbox::take_locks`]) is kept until the
@@ -1142,9 +1163,11 @@ impl Sandbox {
     /// what its git guard needs before its command starts, and at its end
     /// does the guard of every writable run of the workspace, or leaves it
     /// to the last one still going (`sandbox::pending`).
+    #[allow(clippy::too_many_arguments)]
     async fn run_locked(
         &self,
         plan: &Plan,
+        aliases: Option<plan::AliasCheck>,
         req: &ExecRequest,
         mut opts: RunOptions,
         start: Instant,
@@ -1161,11 +1184,25 @@ impl Sandbox {
         }
         run::check_containment(plan)?;
         let net = self.network_for(plan).await?;
+        // The host's mount table, read once, now that the plan is made: for
+        // the plan's alias check and for the pool's judgement of a slot
+        // (which reads it itself when there is no check).
+        let mountinfo = match &aliases {
+            Some(a) => {
+                let text = aliases::read_table()?;
+                a.against(&text)?;
+                Some(text)
+            }
+            None => None,
+        };
         // Under way until this run is over (the pool judges its pressure by
         // the runs beside it).
         let in_flight = self.pool.as_ref().map(pool::Pool::enter);
-        let mut slot =
-            self.pool.as_ref().zip(in_flight.as_ref()).and_then(|(p, me)| p.take(plan, &opts.stdin, net.as_ref(), me));
+        let mut slot = self
+            .pool
+            .as_ref()
+            .zip(in_flight.as_ref())
+            .and_then(|(p, me)| p.take(plan, &opts.stdin, net.as_ref(), me, mountinfo));
         let mut cg = match slot.as_mut() {
             Some(s) => s.take_cgroup(),
             None => run::make_cgroup(plan, self.cgroup.as_ref().ok())?,
@@ -1477,7 +1514,9 @@ mod tests {
         let d = tempfile::Builder::new().prefix("pc-steps-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
         let req = ExecRequest::new(d.path(), ["true"]);
         let contained = containment::decide(&Err(NoCgroup::NotMounted), &req, 1000).unwrap_or_else(|e| panic!("{e}"));
-        let plan = plan::build(&req, 1000, 1000, contained, None).unwrap_or_else(|e| panic!("{e}"));
+        let plan = plan::build(&req, 1000, 1000, contained, None, plan::Aliases::Now)
+            .map(|(p, _)| p)
+            .unwrap_or_else(|e| panic!("{e}"));
         for s in Step::ALL {
             let e = setup_error(&plan, Ok(*s), libc::EIO, NO_DETAIL);
             match (&e, s) {

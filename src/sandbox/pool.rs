@@ -309,6 +309,7 @@ impl Pool {
         stdin: &Stdin,
         net: Option<&Arc<Namespaces>>,
         me: &InFlight,
+        mut mountinfo: Option<String>,
     ) -> Option<Slot> {
         let key = base_of(plan).map(|base| Key { base, cgroup: plan.containment.cgroup.clone() });
         let (slot, discard) = {
@@ -349,7 +350,16 @@ impl Pool {
                 while i < st.slots.len() {
                     match st.slots[i].poll_ready() {
                         Readiness::Ready if same_net(st.slots[i].net.as_ref(), net) => {
-                            let now = now.get_or_insert_with(|| Table::read(|p| sources.iter().any(|s| related(p, s))));
+                            let now = now.get_or_insert_with(|| {
+                                let want = |p: &[u8]| sources.iter().any(|s| related(p, s));
+                                match mountinfo.take() {
+                                    // The caller read it after the plan, just before this take.
+                                    Some(text) => {
+                                        Some(Table::parse(text, |p| want(p).then(|| unique_mount_id(p)).flatten()))
+                                    }
+                                    None => Table::read(want),
+                                }
+                            });
                             let changed = match (st.slots[i].table.as_deref(), now.as_ref()) {
                                 (Some(then), Some(now)) => !then.unchanged_for(now, &sources),
                                 _ => true,

@@ -622,3 +622,51 @@ fn r0854_a_host_alias_renamed_into_a_grant_between_two_runs_is_refused() {
     refused(&run(&append("target/x/view/main.rs")), &["mount at", &view, "umount"]);
     assert_eq!(sha(&src), before, "src/main.rs (read-only) was written through the renamed alias");
 }
+
+#[test]
+fn r0864_an_alias_the_host_mounts_after_the_plan_is_refused_at_the_start() {
+    // A run judges the host's mounts against its plan when it is about to
+    // start (one reading of the mount table, shared with the pool's
+    // judgement of a slot), not while the plan is made: a bind of `src`
+    // into the grant made by the host after the plan (here inside
+    // `run_checked`'s check, which runs after the plan and before the run)
+    // refuses the run, naming the mount. Control: the same run without the
+    // mount writes in the grant.
+    if !in_root_pass("r0864", "a host bind mount needs root") {
+        return;
+    }
+    let ws = Ws::new();
+    let src = ws.join("src/main.rs");
+    let before = sha(&src);
+    fs::create_dir_all(ws.join("target/view")).unwrap_or_else(|e| panic!("{e}"));
+    let append = |f: &str| {
+        let mut req = ws.req(&["sh", "-c", &format!("echo PWNED >> {f}")]);
+        req.write.push("target".into());
+        req
+    };
+    let rt = super::util::rt();
+    // Control: no mount, the write in the grant lands.
+    let r = rt
+        .block_on(sandbox().run_checked(
+            &append("target/view/main.rs"),
+            portcullis::sandbox::RunOptions::default(),
+            |_| Ok(()),
+        ))
+        .unwrap_or_else(|e| panic!("r0864: control: {e}"));
+    assert_eq!(r.outcome.code(), Some(0), "r0864: control: {}", stderr(&r));
+    fs::remove_file(ws.join("target/view/main.rs")).unwrap_or_else(|e| panic!("{e}"));
+    let mut mounted = None;
+    let r = rt.block_on(sandbox().run_checked(
+        &append("target/view/main.rs"),
+        portcullis::sandbox::RunOptions::default(),
+        |_| {
+            mounted = Some(HostMount::bind(&ws.join("src"), &ws.join("target/view")));
+            Ok(())
+        },
+    ));
+    assert!(mounted.is_some(), "r0864: the check did not run");
+    let view = real(&ws.join("target/view")).display().to_string();
+    refused(&r, &["mount at", &view, "umount"]);
+    drop(mounted);
+    assert_eq!(sha(&src), before, "src/main.rs (read-only) was written through the alias mounted after the plan");
+}
