@@ -673,7 +673,7 @@ impl Conn {
             let result = conn.tools.call(&name, args, ctx).await;
             conn.forget(&key, &answer);
             let job = started_job(&result);
-            let result = conn.finish(call_result(&result), Some(&era));
+            let result = conn.finish(call_result(result), Some(&era));
             let sent = answer.send_if_open(&conn, wire::response(&id, Ok(result)), true);
             // A background job started while its call was cancelled: the
             // client never learns its id, so no one else could stop it.
@@ -740,7 +740,7 @@ fn started_job(r: &ToolResult) -> Option<String> {
 }
 
 /// A `tools/call` result: the structured object, mirrored as text.
-fn call_result(r: &ToolResult) -> Value {
+fn call_result(r: ToolResult) -> Value {
     json!({
         "content": [{ "type": "text", "text": r.content }],
         "structuredContent": r.structured,

@@ -336,11 +336,12 @@ pub fn kind_of(v: &Value) -> &'static str {
 
 /// A response line: the result or the error for `id`.
 pub fn response(id: &Value, answer: Result<Value, RpcError>) -> String {
-    let msg = match answer {
-        Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
-        Err(e) => json!({ "jsonrpc": "2.0", "id": id, "error": e.to_json() }),
-    };
-    msg.to_string()
+    // Written as `json!` would (its keys sorted), without building and
+    // walking a map of it first: every answer of the server is encoded here.
+    match answer {
+        Ok(result) => format!(r#"{{"id":{id},"jsonrpc":"2.0","result":{result}}}"#),
+        Err(e) => format!(r#"{{"error":{},"id":{id},"jsonrpc":"2.0"}}"#, e.to_json()),
+    }
 }
 
 /// A notification line.
@@ -352,6 +353,19 @@ pub fn notification(method: &str, params: Value) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_response_is_what_json_macro_encodes() {
+        let ids = [json!(7), json!("a \"quoted\" id\n"), json!(null), json!(-1.5)];
+        let result = json!({ "content": [{ "type": "text", "text": "{\"x\":1}" }], "isError": false, "z": "\u{1}é" });
+        for id in &ids {
+            let want = json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string();
+            assert_eq!(response(id, Ok(result.clone())), want);
+            let e = RpcError::new(INVALID_PARAMS, "bad \"x\"");
+            let want = json!({ "jsonrpc": "2.0", "id": id, "error": e.to_json() }).to_string();
+            assert_eq!(response(id, Err(e)), want);
+        }
+    }
 
     async fn frames(input: &[u8], max: usize) -> Vec<Frame> {
         let mut r = LineReader::new(tokio::io::BufReader::with_capacity(7, input), max);

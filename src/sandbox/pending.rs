@@ -154,7 +154,7 @@ struct IndexOnDisk {
 /// A record as it is on disk (serde JSON).
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct OnDisk {
+pub(super) struct OnDisk {
     version: u32,
     /// The host process that ran it (for people reading the file).
     pid: u32,
@@ -308,8 +308,14 @@ impl Records {
     /// Write the record of a run about to start: a fresh file (`O_EXCL`,
     /// mode 600) written whole under a temporary name, then renamed into
     /// place without replacing anything, so a record is never seen half
-    /// written. Returns its name. An error means the run must not start.
-    pub(super) fn write(&self, ws: &Path, guard: &Guard, cgroup: Option<&Path>) -> Result<String, SandboxError> {
+    /// written. Returns its name and what it holds. An error means the run
+    /// must not start.
+    pub(super) fn write(
+        &self,
+        ws: &Path,
+        guard: &Guard,
+        cgroup: Option<&Path>,
+    ) -> Result<(String, OnDisk), SandboxError> {
         let names = self.names().map_err(|e| lock_err(&self.path, format!("cannot list it: {e}")))?;
         if names.len() >= MAX_RECORDS {
             return Err(SandboxError::LimitExceeded {
@@ -323,7 +329,8 @@ impl Records {
                 ),
             });
         }
-        let data = serde_json::to_vec(&OnDisk::of(ws, self.anchor.as_deref(), guard, cgroup))
+        let record = OnDisk::of(ws, self.anchor.as_deref(), guard, cgroup);
+        let data = serde_json::to_vec(&record)
             .map_err(|e| lock_err(&self.path, format!("cannot encode the git-guard record: {e}")))?;
         if data.len() as u64 > MAX_RECORD_BYTES {
             return Err(SandboxError::LimitExceeded {
@@ -362,7 +369,7 @@ impl Records {
             let _ = nix::unistd::unlinkat(&self.dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
             return Err(e);
         }
-        Ok(name)
+        Ok((name, record))
     }
 
     fn read(&self, name: &str) -> Result<OnDisk, String> {
@@ -423,10 +430,13 @@ impl Records {
     /// fails this one. With `own_emptied`, the record `own`'s run found its
     /// cgroup holding nothing of its command (`run::only_scaffolding`; the
     /// leaf is removed behind the result), and its cgroup is not waited for.
+    /// `own` comes with what this process wrote into it, which is used
+    /// instead of reading it back (it is in the caller's private directory,
+    /// as trusted as the caller's memory).
     /// Returns how many records other than `own` were processed.
     pub(super) fn clean(
         &self,
-        own: Option<&str>,
+        own: Option<(&str, &OnDisk)>,
         own_emptied: bool,
         warnings: &mut Vec<Warning>,
         failures: &mut Vec<Failure>,
@@ -455,7 +465,11 @@ impl Records {
                 let _ = self.remove(name);
                 continue;
             }
-            let decoded = self.read(name).and_then(|d| d.guard());
+            let decoded = match own {
+                Some((n, record)) if n == name => record.guard(),
+                _ => self.read(name).and_then(|d| d.guard()),
+            };
+            let own = own.map(|(n, _)| n);
             let (workspace, anchor, guard, cgroup) = match decoded {
                 Ok(g) => g,
                 Err(problem) => {
@@ -504,7 +518,8 @@ impl Records {
 pub(super) struct Hold {
     lock: Flock<File>,
     records: Records,
-    own: Option<String>,
+    /// Its record's name and what it holds, once written.
+    own: Option<(String, OnDisk)>,
     /// What a cleanup before the run did (see [`Records::clean_if_alone`]).
     early: Early,
 }
@@ -552,7 +567,7 @@ impl Hold {
         };
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(alone) => {
-                let runs = records.clean(own.as_deref(), emptied, warnings, failures);
+                let runs = records.clean(own.as_ref().map(|(n, r)| (n.as_str(), r)), emptied, warnings, failures);
                 if runs > 0 {
                     warnings.push(Warning::GitGuardCoveredOthers { runs });
                 }
@@ -638,7 +653,7 @@ pub fn leave_record_for_tests(ws: &Path, git_guard: &[PathBuf]) -> Result<PathBu
         git_trees: vec![ws.clone()],
         fail_git_guard: false,
     };
-    let name = records.write(&ws, &guard, None)?;
+    let (name, _) = records.write(&ws, &guard, None)?;
     Ok(records.path.join(name))
 }
 
