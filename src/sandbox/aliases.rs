@@ -36,6 +36,7 @@
 //! the plan and the run is not seen (making it needs privileges on the host
 //! that a sandboxed command does not have).
 
+use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -43,19 +44,21 @@ use std::path::{Path, PathBuf};
 use super::{PathRefusal, SandboxError};
 use crate::path::memo;
 
-/// One line of `/proc/self/mountinfo`.
+/// One line of `/proc/self/mountinfo`, borrowing the text it was read from
+/// (a path is copied only when mountinfo escaped it: the table is parsed on
+/// every writable run's path).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Mount {
+pub(crate) struct Mount<'t> {
     /// `major:minor` of its filesystem.
-    pub dev: String,
+    pub dev: &'t str,
     /// The directory of that filesystem it shows.
-    pub root: PathBuf,
+    pub root: Cow<'t, Path>,
     /// Where it is mounted.
-    pub point: PathBuf,
+    pub point: Cow<'t, Path>,
     /// Its filesystem type (`overlay`, `fuse.bindfs`, ...).
-    pub fstype: String,
+    pub fstype: &'t str,
     /// Its super options, as mountinfo shows them (still escaped).
-    pub opts: String,
+    pub opts: &'t str,
 }
 
 /// Undo mountinfo's octal escapes (`\040` for a space and so on); the one
@@ -77,11 +80,11 @@ pub(super) fn unescape_bytes(s: &str) -> Vec<u8> {
     out
 }
 
-fn unescape(s: &str) -> PathBuf {
+fn unescape(s: &str) -> Cow<'_, Path> {
     if !s.contains('\\') {
-        return PathBuf::from(s);
+        return Cow::Borrowed(Path::new(s));
     }
-    PathBuf::from(OsStr::from_bytes(&unescape_bytes(s)))
+    Cow::Owned(PathBuf::from(OsStr::from_bytes(&unescape_bytes(s))))
 }
 
 /// The directories an overlay writes into, by the names its mounter gave
@@ -125,7 +128,7 @@ fn opaque(fstype: &str) -> bool {
 
 /// Parse mountinfo text, in its order (a later mount covers an earlier one
 /// at the same point).
-pub(crate) fn parse(text: &str) -> Vec<Mount> {
+pub(crate) fn parse(text: &str) -> Vec<Mount<'_>> {
     text.lines()
         .filter_map(|l| {
             // id parent major:minor root point options [optional fields] -
@@ -137,20 +140,14 @@ pub(crate) fn parse(text: &str) -> Vec<Mount> {
             rest.by_ref().find(|x| *x == "-")?;
             let fstype = rest.next()?;
             let opts = rest.nth(1).unwrap_or_default();
-            Some(Mount {
-                dev: dev.to_string(),
-                root: unescape(root),
-                point: unescape(point),
-                fstype: fstype.to_string(),
-                opts: opts.to_string(),
-            })
+            Some(Mount { dev, root: unescape(root), point: unescape(point), fstype, opts })
         })
         .collect()
 }
 
 /// The mount that shows `p` (the deepest point above it, the last one
 /// there), and where `p` lies within its filesystem.
-fn locate<'m>(mounts: &'m [Mount], p: &Path) -> Option<(&'m Mount, PathBuf)> {
+fn locate<'m, 't>(mounts: &'m [Mount<'t>], p: &Path) -> Option<(&'m Mount<'t>, PathBuf)> {
     let m = mounts
         .iter()
         .enumerate()
@@ -158,7 +155,7 @@ fn locate<'m>(mounts: &'m [Mount], p: &Path) -> Option<(&'m Mount, PathBuf)> {
         .max_by_key(|(i, m)| (m.point.components().count(), *i))
         .map(|(_, m)| m)?;
     let rest = p.strip_prefix(&m.point).ok()?;
-    Some((m, if rest.as_os_str().is_empty() { m.root.clone() } else { m.root.join(rest) }))
+    Some((m, if rest.as_os_str().is_empty() { m.root.to_path_buf() } else { m.root.join(rest) }))
 }
 
 /// Refuse the run when a writable area, or a host mount inside one, shows a
@@ -193,8 +190,8 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
         let r = read_only.iter().filter(|a| p.starts_with(a)).map(|a| a.components().count()).max();
         matches!((w, r), (Some(w), r) if r.map_or(true, |r| w > r))
     };
-    let areas: Vec<(&Path, String, PathBuf)> =
-        read_only.iter().filter_map(|a| locate(mounts, a).map(|(m, fs)| (a.as_path(), m.dev.clone(), fs))).collect();
+    let areas: Vec<(&Path, &str, PathBuf)> =
+        read_only.iter().filter_map(|a| locate(mounts, a).map(|(m, fs)| (a.as_path(), m.dev, fs))).collect();
     // What each writable area and each mount inside one shows, where, and
     // whether that mount is at or inside the writable area (not above it).
     let mut shown: Vec<(PathBuf, &Mount, bool, &Path, PathBuf)> = Vec::new();
@@ -203,9 +200,9 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
             shown.push((w.clone(), m, m.point == *w, w, fs));
         }
         for m in mounts.iter().filter(|m| m.point.starts_with(w) && m.point != *w && writes_at(&m.point)) {
-            if opaque(&m.fstype) {
+            if opaque(m.fstype) {
                 return Err(SandboxError::unsafe_path(
-                    m.point.clone(),
+                    m.point.to_path_buf(),
                     PathRefusal::Alias,
                     format!(
                         "the {} mount at {}, inside the writable area {}, keeps its files in directories the kernel \
@@ -219,7 +216,7 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
                     ),
                 ));
             }
-            shown.push((m.point.clone(), m, true, w, m.root.clone()));
+            shown.push((m.point.to_path_buf(), m, true, w, m.root.to_path_buf()));
         }
     }
     let refusal = |what: String, at: &Path, area: &Path, how: &str, ro: &Path, point: &Path| {
@@ -260,7 +257,7 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
             } else {
                 format!("{} (filesystem {}, its directory {})", at.display(), m.dev, fs.display())
             };
-            let point = if *mounted { m.point.as_path() } else { at.as_path() };
+            let point = if *mounted { m.point.as_ref() } else { at.as_path() };
             return Err(refusal(what, at, area, how, ro, point));
         }
         // An overlay writes into its upper directory (at the part of the
@@ -275,7 +272,7 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
                     continue;
                 }
                 return Err(SandboxError::unsafe_path(
-                    m.point.clone(),
+                    m.point.to_path_buf(),
                     PathRefusal::Alias,
                     format!(
                         "the overlay mount at {}, {}, writes into the {which} {}, which cannot be found here (the \
@@ -327,8 +324,9 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
 mod tests {
     use super::*;
 
-    fn m(dev: &str, root: &str, point: &str) -> Mount {
-        Mount { dev: dev.into(), root: root.into(), point: point.into(), fstype: "ext4".into(), opts: "rw".into() }
+    fn m<'a>(dev: &'a str, root: &'a str, point: &'a str) -> Mount<'a> {
+        let (root, point) = (Cow::Borrowed(Path::new(root)), Cow::Borrowed(Path::new(point)));
+        Mount { dev, root, point, fstype: "ext4", opts: "rw" }
     }
 
     fn p(s: &[&str]) -> Vec<PathBuf> {
@@ -367,11 +365,12 @@ mod tests {
         // A mount under a read-only area inside the grant is read-only itself.
         let mounts = vec![m("8:1", "/", "/"), m("8:1", "/etc", "/srv/data/ws/etc")];
         assert!(check_with(&mounts, &p(&["/srv/data"]), &p(&["/srv/data/ws", "/etc"])).is_ok());
-        assert_eq!(unescape("/a\\040b"), PathBuf::from("/a b"));
+        assert_eq!(unescape("/a\\040b").as_ref(), Path::new("/a b"));
     }
 
-    fn ov(point: &str, opts: &str) -> Mount {
-        Mount { dev: "0:77".into(), root: "/".into(), point: point.into(), fstype: "overlay".into(), opts: opts.into() }
+    fn ov<'a>(point: &'a str, opts: &'a str) -> Mount<'a> {
+        let (root, point) = (Cow::Borrowed(Path::new("/")), Cow::Borrowed(Path::new(point)));
+        Mount { dev: "0:77", root, point, fstype: "overlay", opts }
     }
 
     #[test]
@@ -381,7 +380,7 @@ mod tests {
                     48 27 8:1 /a\\040b /mnt rw - ext4 /dev/sda1 rw";
         let ms = parse(text);
         assert_eq!(ms.len(), 2);
-        assert_eq!((ms[0].fstype.as_str(), ms[1].fstype.as_str()), ("overlay", "ext4"));
+        assert_eq!((ms[0].fstype, ms[1].fstype), ("overlay", "ext4"));
         assert_eq!(ms[1].root, PathBuf::from("/a b"));
         assert_eq!(
             overlay_writes(&ms[0]),
@@ -398,9 +397,9 @@ mod tests {
                     4 1 0:8 / /s rw shared:4";
         let ms = parse(text);
         assert_eq!(ms.len(), 3, "{ms:?}");
-        assert_eq!((ms[0].dev.as_str(), ms[0].fstype.as_str(), ms[0].opts.as_str()), ("0:5", "proc", "rw"));
-        assert_eq!((ms[1].point.as_path(), ms[1].fstype.as_str(), ms[1].opts.as_str()), (Path::new("/q"), "tmpfs", ""));
-        assert_eq!((ms[2].point.as_path(), ms[2].fstype.as_str(), ms[2].opts.as_str()), (Path::new("/r"), "tmpfs", ""));
+        assert_eq!((ms[0].dev, ms[0].fstype, ms[0].opts), ("0:5", "proc", "rw"));
+        assert_eq!((ms[1].point.as_ref(), ms[1].fstype, ms[1].opts), (Path::new("/q"), "tmpfs", ""));
+        assert_eq!((ms[2].point.as_ref(), ms[2].fstype, ms[2].opts), (Path::new("/r"), "tmpfs", ""));
     }
 
     #[test]
@@ -411,10 +410,11 @@ mod tests {
             std::fs::create_dir_all(base.join(d)).unwrap_or_else(|e| panic!("{e}"));
         }
         let b = |s: &str| base.join(s).display().to_string();
-        let host = m("8:1", "/", "/");
         let writable = vec![base.join("ws/target")];
         let ro = vec![base.join("ws"), base.join("ws/target/up/keep")];
-        let with = |o: Mount| vec![host.clone(), o];
+        fn with(o: Mount<'_>) -> Vec<Mount<'_>> {
+            vec![m("8:1", "/", "/"), o]
+        }
         let opts = |up: &str, work: &str| format!("rw,lowerdir={},upperdir={up},workdir={work}", b("low"));
         let ovp = b("ws/target/ov");
         // The upper directory is the read-only src/: refused.
@@ -444,7 +444,8 @@ mod tests {
                 matches!(&e, Err(SandboxError::UnsafePath { message: s, .. }) if s.contains("cannot be found")),
                 "{e:?}"
             );
-            let root = vec![ov("/", &opts(up, "/nonexistent/pc-work"))];
+            let o = opts(up, "/nonexistent/pc-work");
+            let root = vec![ov("/", &o)];
             assert!(check_with(&root, &writable, &ro2).is_ok());
         }
         // A grant lying inside an overlay whose upper is src/: the part it shows.
@@ -457,14 +458,14 @@ mod tests {
         // A FUSE or NFS mount inside a grant: refused, naming it; one the
         // grant lies on: not judged.
         for t in ["fuse.bindfs", "nfs4", "9p"] {
-            let fuse = Mount { fstype: t.into(), ..m("0:88", "/", &ovp) };
+            let fuse = Mount { fstype: t, ..m("0:88", "/", &ovp) };
             let e = check_with(&with(fuse.clone()), &writable, &ro2);
             assert!(
                 matches!(&e, Err(SandboxError::UnsafePath { message: s, .. }) if s.contains(t) && s.contains("umount")),
                 "{e:?}"
             );
-            let above = Mount { point: base.clone(), ..fuse };
-            assert!(check_with(&[host.clone(), above], &writable, &[base.join("ws/src")]).is_ok());
+            let above = Mount { point: base.clone().into(), ..fuse };
+            assert!(check_with(&[m("8:1", "/", "/"), above], &writable, &[base.join("ws/src")]).is_ok());
         }
     }
 }
