@@ -32,11 +32,20 @@ pub fn memfd_with(name: &std::ffi::CStr, data: &[u8]) -> io::Result<OwnedFd> {
 /// and `read_to_end` asks `fstat` and `lseek` for a size a pseudo-file
 /// does not have).
 pub fn read_proc_file(path: &std::path::Path) -> io::Result<Vec<u8>> {
+    read_proc_file_in(None, path)
+}
+
+/// [`read_proc_file`], `path` looked up beneath `dir` when given (a
+/// cgroup's own files, by its directory's descriptor: one name to look up
+/// instead of the whole path through the cgroup file system).
+pub fn read_proc_file_in(dir: Option<std::os::fd::BorrowedFd<'_>>, path: &std::path::Path) -> io::Result<Vec<u8>> {
     use std::os::unix::ffi::OsStrExt;
     let c =
         std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: a valid C string and flags; the fd returned is checked.
-    let fd = unsafe { libc::openat(libc::AT_FDCWD, c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY) };
+    let at = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: a valid C string and flags, on an open directory (or the
+    // working directory); the fd returned is checked.
+    let fd = unsafe { libc::openat(at, c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }

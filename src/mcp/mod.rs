@@ -566,12 +566,8 @@ impl Conn {
 
     /// A result as its era has it: a modern one says `resultType` and
     /// names the server in `_meta`.
-    fn finish(&self, mut result: Value, era: Option<&Era>) -> Value {
-        if era == Some(&Era::Modern) {
-            result["resultType"] = json!("complete");
-            result["_meta"] = json!({ META_SERVER_INFO: self.server_info() });
-        }
-        result
+    fn finish(&self, result: Value, era: Option<&Era>) -> Value {
+        finish_with(result, era, || self.server_info())
     }
 
     fn list(&self, params: &Map<String, Value>, era: &Era) -> Result<Value, RpcError> {
@@ -673,8 +669,7 @@ impl Conn {
             let result = conn.tools.call(&name, args, ctx).await;
             conn.forget(&key, &answer);
             let job = started_job(&result);
-            let result = conn.finish(call_result(result), Some(&era));
-            let sent = answer.send_if_open(&conn, wire::response(&id, Ok(result)), true);
+            let sent = answer.send_if_open(&conn, call_answer(&id, &result, &era, || conn.server_info()), true);
             // A background job started while its call was cancelled: the
             // client never learns its id, so no one else could stop it.
             if let (false, Some(job)) = (sent, job) {
@@ -739,11 +734,61 @@ fn started_job(r: &ToolResult) -> Option<String> {
     s.get("job_id").and_then(Value::as_str).map(str::to_string)
 }
 
+/// A result as its era has it (see [`Conn::finish`]).
+fn finish_with(mut result: Value, era: Option<&Era>, info: impl FnOnce() -> Value) -> Value {
+    if era == Some(&Era::Modern) {
+        result["resultType"] = json!("complete");
+        result["_meta"] = json!({ META_SERVER_INFO: info() });
+    }
+    result
+}
+
+/// The answer line of a `tools/call`: its result (the structured object,
+/// mirrored as text) as its era has it ([`finish_with`]), written as
+/// `json!` would write it (keys sorted) but without encoding the structured
+/// object a second time: `r.content` is its JSON text already
+/// (`ToolResult`'s one constructor makes it so).
+fn call_answer(id: &Value, r: &ToolResult, era: &Era, info: impl FnOnce() -> Value) -> String {
+    let text = Value::String(r.content.clone());
+    let (meta, kind) = match era {
+        Era::Modern => (format!(r#""_meta":{},"#, json!({ META_SERVER_INFO: info() })), r#""resultType":"complete","#),
+        Era::Handshake(_) => (String::new(), ""),
+    };
+    format!(
+        r#"{{"id":{id},"jsonrpc":"2.0","result":{{{meta}"content":[{{"text":{text},"type":"text"}}],"isError":{},{kind}"structuredContent":{}}}}}"#,
+        r.is_error, r.content
+    )
+}
+
 /// A `tools/call` result: the structured object, mirrored as text.
+#[cfg(test)]
 fn call_result(r: ToolResult) -> Value {
     json!({
         "content": [{ "type": "text", "text": r.content }],
         "structuredContent": r.structured,
         "isError": r.is_error,
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_answer_is_what_the_value_path_encodes() {
+        let info = || json!({ "name": "portcullis", "version": "0" });
+        let results = [
+            ToolResult::error(crate::tools::output::ErrorInfo::new("refused", "no \"x\" here\n\u{7}é")),
+            crate::tools::ToolResult::for_tests(json!({ "stdout": "a\tb", "exit_code": 0, "z": [1, null] }), false),
+        ];
+        for r in &results {
+            for era in [Era::Modern, Era::Handshake("2025-06-18".into())] {
+                for id in [json!(3), json!("x\"y")] {
+                    let want = wire::response(&id, Ok(finish_with(call_result(r.clone()), Some(&era), info)));
+                    assert_eq!(call_answer(&id, r, &era, info), want);
+                }
+            }
+        }
+    }
 }

@@ -334,13 +334,19 @@ impl Cgroup {
     /// The pids in the leaf (`cgroup.procs`), as this process's pid
     /// namespace numbers them.
     pub fn procs(&self) -> io::Result<Vec<libc::pid_t>> {
-        let text = read_pseudo(self.path.join("cgroup.procs"))?;
+        let text = self.read_own("cgroup.procs")?;
         text.split_whitespace().map(|p| p.parse().map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))).collect()
     }
 
     /// Whether any process is left.
     pub fn populated(&self) -> bool {
-        read_pseudo(self.path.join("cgroup.events")).map(|s| s.lines().any(|l| l == "populated 1")).unwrap_or(false)
+        self.read_own("cgroup.events").map(|s| s.lines().any(|l| l == "populated 1")).unwrap_or(false)
+    }
+
+    /// One of the leaf's own files, by the leaf's descriptor.
+    fn read_own(&self, name: &str) -> io::Result<String> {
+        let bytes = crate::sys::read_proc_file_in(Some(std::os::fd::AsFd::as_fd(&self.dir)), Path::new(name))?;
+        String::from_utf8(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
     }
 
     /// Kill, wait until empty (bounded), remove. Returns whether it is gone.

@@ -307,6 +307,12 @@ impl ToolResult {
         ToolResult { content: structured.to_string(), structured, is_error }
     }
 
+    /// Test support: a result of `structured` (an object).
+    #[cfg(test)]
+    pub(crate) fn for_tests(structured: Value, is_error: bool) -> ToolResult {
+        ToolResult::of(structured, is_error)
+    }
+
     /// A failed call.
     pub fn error(e: ErrorInfo) -> ToolResult {
         ToolResult::of(json!({ "error": e }), true)
