@@ -75,6 +75,35 @@ pub fn read_proc_file_in(dir: Option<std::os::fd::BorrowedFd<'_>>, path: &std::p
     }
 }
 
+/// The whole of an open pseudo-file, read again from offset 0 with
+/// `pread` (a cgroup's `cgroup.procs` lists its processes afresh each time
+/// it is read from its start).
+pub fn read_from_start(fd: &OwnedFd) -> io::Result<Vec<u8>> {
+    let mut buf: Vec<u8> = Vec::with_capacity(4 * 1024);
+    loop {
+        if buf.len() == buf.capacity() {
+            buf.reserve(buf.capacity());
+        }
+        let at = libc::off_t::try_from(buf.len()).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: reading into the vector's spare capacity, at most its
+        // length, from an fd we own.
+        let n = unsafe { libc::pread(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), at) };
+        match usize::try_from(n) {
+            Ok(0) => return Ok(buf),
+            // SAFETY: the kernel initialised `n` bytes of the spare
+            // capacity, which `n` does not exceed.
+            Ok(n) => unsafe { buf.set_len(buf.len() + n) },
+            Err(_) => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
 /// Duplicate `fd` to a number at or above `min`, close-on-exec.
 ///
 /// The raw system call: musl's `fcntl` follows every `F_DUPFD_CLOEXEC` with

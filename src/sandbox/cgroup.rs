@@ -183,6 +183,11 @@ pub struct Cgroup {
     pub pids: bool,
     /// Whether `memory.max` was set.
     pub memory: bool,
+    /// Its `cgroup.procs`, opened when the leaf is made (by a pool's maker
+    /// thread, ahead of the run) and read again from its start after the
+    /// run: the kernel restarts the list at offset 0, and the open (a
+    /// cgroupfs lookup and a `seq_file`) stays off the run's end.
+    procs_file: Option<OwnedFd>,
     removed: bool,
 }
 
@@ -299,7 +304,9 @@ impl CgroupHost {
                 return Err(failed("open the per-command cgroup", &path)(e));
             }
         };
-        let mut cg = Cgroup { dir, path, pids: false, memory: false, removed: false };
+        let flags = nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC;
+        let procs_file = nix::fcntl::openat(&dir, "cgroup.procs", flags, nix::sys::stat::Mode::empty()).ok();
+        let mut cg = Cgroup { dir, path, pids: false, memory: false, procs_file, removed: false };
         let kill = cg.path.join("cgroup.kill");
         if !kill.exists() {
             return Err(failed("find", &kill)(io::Error::from_raw_os_error(libc::ENOENT)));
@@ -334,7 +341,11 @@ impl Cgroup {
     /// The pids in the leaf (`cgroup.procs`), as this process's pid
     /// namespace numbers them.
     pub fn procs(&self) -> io::Result<Vec<libc::pid_t>> {
-        let text = self.read_own("cgroup.procs")?;
+        let text = match &self.procs_file {
+            Some(f) => String::from_utf8(crate::sys::read_from_start(f)?)
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?,
+            None => self.read_own("cgroup.procs")?,
+        };
         text.split_whitespace().map(|p| p.parse().map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))).collect()
     }
 
