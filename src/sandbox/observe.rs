@@ -359,8 +359,9 @@ enum Verdict {
     Gone,
 }
 
-/// A file a call names, with everything read from the calling process
-/// (so that nothing depends on its pid after the `ID_VALID` check).
+/// A file a call names, with what was read from the calling process before
+/// the `ID_VALID` check (its directory's `/proc` link is read only when
+/// needed, and checked again: see [`Base`]).
 struct Named {
     /// The path as given (empty with `null`).
     path: Vec<u8>,
@@ -373,8 +374,27 @@ struct Named {
 struct Base {
     /// The directory (or, for `AT_EMPTY_PATH`/a null path, the file).
     fd: OwnedFd,
+    /// The `/proc` link that shows its path inside the command's root
+    /// (`/proc/PID/cwd`, `/proc/PID/fd/N`).
+    link: String,
+    /// That path, read only when needed (a refusal's sample, a `..` above
+    /// the directory): most notifications are writes the kernel allows,
+    /// and the link's read was a call more on each of their paths. It is
+    /// read before the answer, while the caller waits in its call, and a
+    /// verdict that read it is trusted only if `ID_VALID` still holds
+    /// after it ([`decide`]).
+    shown: std::cell::OnceCell<Option<Vec<u8>>>,
+}
+
+impl Base {
+    fn new(fd: OwnedFd, link: String) -> Base {
+        Base { fd, link, shown: std::cell::OnceCell::new() }
+    }
+
     /// Its path inside the command's root, as `/proc` shows it.
-    shown: Option<Vec<u8>>,
+    fn shown(&self) -> Option<&[u8]> {
+        self.shown.get_or_init(|| std::fs::read_link(&self.link).ok().map(|p| p.into_os_string().into_vec())).as_deref()
+    }
 }
 
 fn arg(n: &libc::seccomp_notif, i: u8) -> u64 {
@@ -412,10 +432,17 @@ fn decide(n: &libc::seccomp_notif, listener: &OwnedFd, rules: &Rules, root: &mut
         }
     }
     let ctx = Ctx { root: root.as_fd(), rules };
-    match ctx.judge(watched.op, n, &got) {
+    let verdict = match ctx.judge(watched.op, n, &got) {
         Ok(v) => v,
         Err(_) => Verdict::Unresolved,
+    };
+    // A `/proc` link read after the first check: still the caller's only
+    // if the call is still pending now.
+    let read_late = got.iter().any(|f| f.base.as_ref().is_some_and(|b| b.shown.get().is_some()));
+    if read_late && !id_valid(listener, n.id) {
+        return Verdict::Gone;
     }
+    verdict
 }
 
 fn id_valid(listener: &OwnedFd, id: u64) -> bool {
@@ -437,14 +464,15 @@ fn open_proc(pid: libc::pid_t, what: &str) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// The file open on the process's fd `fd`, and its path as `/proc` shows it.
-fn proc_fd(pid: libc::pid_t, fd: i32) -> io::Result<(OwnedFd, Option<Vec<u8>>)> {
+/// The file open on the process's fd `fd` (its path as `/proc` shows it
+/// read when needed).
+fn proc_fd(pid: libc::pid_t, fd: i32) -> io::Result<Base> {
     if fd < 0 {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
     let what = format!("fd/{fd}");
     let file = open_proc(pid, &what)?;
-    Ok((file, std::fs::read_link(format!("/proc/{pid}/{what}")).ok().map(|p| p.into_os_string().into_vec())))
+    Ok(Base::new(file, format!("/proc/{pid}/{what}")))
 }
 
 fn read_named(pid: libc::pid_t, n: &libc::seccomp_notif, a: At) -> io::Result<Named> {
@@ -457,13 +485,11 @@ fn read_named(pid: libc::pid_t, n: &libc::seccomp_notif, a: At) -> io::Result<Na
     let base = if path.first() == Some(&b'/') {
         None
     } else {
-        let (fd, shown) = if dirfd == libc::AT_FDCWD {
-            let shown = std::fs::read_link(format!("/proc/{pid}/cwd")).ok().map(|p| p.into_os_string().into_vec());
-            (open_proc(pid, "cwd")?, shown)
+        Some(if dirfd == libc::AT_FDCWD {
+            Base::new(open_proc(pid, "cwd")?, format!("/proc/{pid}/cwd"))
         } else {
             proc_fd(pid, dirfd)?
-        };
-        Some(Base { fd, shown })
+        })
     };
     Ok(Named { path, null, base })
 }
@@ -579,8 +605,8 @@ impl Ctx<'_> {
             Some(base) => match openat2(base.fd.as_fd(), path, flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) {
                 // A `..` above the directory or an absolute symbolic link:
                 // resolve from the directory's path inside the root.
-                Err(e) if errno_of(&e) == libc::EXDEV => match &base.shown {
-                    Some(dir) if dir.first() == Some(&b'/') => in_root(&[dir.as_slice(), b"/", path].concat()),
+                Err(e) if errno_of(&e) == libc::EXDEV => match base.shown() {
+                    Some(dir) if dir.first() == Some(&b'/') => in_root(&[dir, b"/", path].concat()),
                     _ => Err(e),
                 },
                 r => r,
@@ -593,7 +619,7 @@ impl Ctx<'_> {
         let raw: Vec<u8> = match &f.base {
             None => f.path.clone(),
             Some(b) => {
-                let dir = b.shown.clone().unwrap_or_else(|| b"?".to_vec());
+                let dir = b.shown().map_or_else(|| b"?".to_vec(), <[u8]>::to_vec);
                 if f.path.is_empty() {
                     dir
                 } else if dir.ends_with(b"/") {
