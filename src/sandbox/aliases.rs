@@ -32,9 +32,13 @@
 //! refuses the run. A grant that is or lies on one is the user's choice and
 //! is not judged.
 //!
-//! The mounts are read while the run is planned; one the host adds between
-//! the plan and the run is not seen (making it needs privileges on the host
-//! that a sandboxed command does not have).
+//! The mounts are read while the run is planned, before the plan walks the
+//! writable areas (a mount refused here is never walked), and again when
+//! the run starts, in the one reading the pool's judgement of a slot uses
+//! too (`Sandbox::run_locked`): an alias the host mounts between the plan
+//! and the run is refused as well. One made after the run started is not
+//! seen (making it needs privileges on the host that a sandboxed command
+//! does not have).
 
 use std::borrow::Cow;
 use std::ffi::OsStr;

@@ -938,22 +938,20 @@ impl Sandbox {
 
     /// Plan, with a compiled profile or without.
     fn plan_opt(&self, profile: Option<&Profile>, req: &ExecRequest) -> Result<Plan, SandboxError> {
-        self.plan_when(profile, req, plan::Aliases::Now).map(|(plan, _)| plan)
+        self.plan_checking(profile, req).map(|(plan, _)| plan)
     }
 
-    /// [`Sandbox::plan_opt`], its alias check made now or handed back (a
-    /// run makes it with [`Sandbox::run_locked`]'s one reading of the
-    /// mount table).
-    fn plan_when(
+    /// [`Sandbox::plan_opt`], with its alias check handed back for the run
+    /// to make again at its start ([`Sandbox::run_locked`]).
+    fn plan_checking(
         &self,
         profile: Option<&Profile>,
         req: &ExecRequest,
-        when: plan::Aliases,
     ) -> Result<(Plan, Option<plan::AliasCheck>), SandboxError> {
         not_full_as_degraded(req)?;
         let shared = network::joins(self.network.is_some(), req.network, req.degraded.unwrap_or(Mode::Full));
         let contained = containment::decide_with(&self.cgroup, req, self.uid, shared)?;
-        let (mut plan, aliases) = plan::build(req, self.uid, self.gid, contained, profile, when)?;
+        let (mut plan, aliases) = plan::build(req, self.uid, self.gid, contained, profile)?;
         network::choose(&mut plan.spec, self.network.is_some(), self.uid);
         Ok((plan, aliases))
     }
@@ -1004,7 +1002,7 @@ impl Sandbox {
         // The timeout covers the whole run, waiting for the workspace too.
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         if !req.writable && req.write.is_empty() {
-            let (plan, aliases) = self.plan_when(profile, req, plan::Aliases::Deferred)?;
+            let (plan, aliases) = self.plan_checking(profile, req)?;
             check(&plan)?;
             let held = self.take_locks(&plan.workspace, false, req, deadline, opts.cancel.as_ref()).await?;
             return self.run_locked(&plan, aliases, req, opts, start, deadline, held).await;
@@ -1140,13 +1138,13 @@ impl Sandbox {
         profile: Option<&Profile>,
         req: &ExecRequest,
     ) -> Result<(Plan, Option<plan::AliasCheck>), SandboxError> {
-        let (mut plan, mut aliases) = self.plan_when(profile, req, plan::Aliases::Deferred)?;
+        let (mut plan, mut aliases) = self.plan_checking(profile, req)?;
         if !plan.create_grants.is_empty() {
             for g in &plan.create_grants {
                 let rel = g.strip_prefix(&plan.workspace).unwrap_or(g);
                 grants::create(&plan.workspace, rel)?;
             }
-            (plan, aliases) = self.plan_when(profile, req, plan::Aliases::Deferred)?;
+            (plan, aliases) = self.plan_checking(profile, req)?;
             if let Some(g) = plan.create_grants.first() {
                 return Err(SandboxError::CreateGrant {
                     path: g.clone(),
@@ -1185,7 +1183,8 @@ impl Sandbox {
         run::check_containment(plan)?;
         let net = self.network_for(plan).await?;
         // The host's mount table, read once, now that the plan is made: for
-        // the plan's alias check and for the pool's judgement of a slot
+        // the plan's alias check made again (an alias the host mounted since
+        // the plan is refused too) and for the pool's judgement of a slot
         // (which reads it itself when there is no check).
         let mountinfo = match &aliases {
             Some(a) => {
@@ -1514,9 +1513,7 @@ mod tests {
         let d = tempfile::Builder::new().prefix("pc-steps-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
         let req = ExecRequest::new(d.path(), ["true"]);
         let contained = containment::decide(&Err(NoCgroup::NotMounted), &req, 1000).unwrap_or_else(|e| panic!("{e}"));
-        let plan = plan::build(&req, 1000, 1000, contained, None, plan::Aliases::Now)
-            .map(|(p, _)| p)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let plan = plan::build(&req, 1000, 1000, contained, None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         for s in Step::ALL {
             let e = setup_error(&plan, Ok(*s), libc::EIO, NO_DETAIL);
             match (&e, s) {

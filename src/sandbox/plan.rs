@@ -123,20 +123,13 @@ fn is_within(p: &Path, root: &Path) -> bool {
     p.starts_with(root)
 }
 
-/// When a plan's host-mount alias check (`sandbox::aliases`) reads the
-/// mount table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Aliases {
-    /// While the plan is made (a plan shown or handed out).
-    Now,
-    /// Later, by the caller, with [`AliasCheck::against`]: a run reads the
-    /// table once, just before it starts, for this check and for the pool's
-    /// judgement of a slot.
-    Deferred,
-}
-
 /// The host-mount alias check of a plan with writable areas: its writable
-/// areas and the read-only areas no mount inside them may show.
+/// areas and the read-only areas no mount inside them may show. The plan
+/// makes it before its walk of the writable areas (a mount it refuses, a
+/// FUSE mount whose daemon is gone or a bind of a large tree, is never
+/// walked); a run makes it again at its start, against the mount table it
+/// reads there once for this and for the pool's judgement of a slot, so
+/// that an alias the host mounts after the plan is refused too.
 #[derive(Debug, Clone)]
 pub(crate) struct AliasCheck {
     writable: Vec<PathBuf>,
@@ -157,15 +150,14 @@ impl AliasCheck {
 /// the rlimits that go with it.
 /// `profile`, when given, supplies what it compiled (see
 /// `sandbox::profile`); the plan is the same either way. The host-mount
-/// alias check is made now or handed back to the caller (`when`), who must
-/// make it before the run starts (`None`: the plan has nothing to check).
+/// alias check, made while planning, comes back for the run to make again
+/// at its start (`None`: the plan has nothing to check).
 pub(crate) fn build(
     req: &ExecRequest,
     uid: u32,
     gid: u32,
     contained: (Containment, Vec<Rlimit>),
     profile: Option<&Profile>,
-    when: Aliases,
 ) -> Result<(Plan, Option<AliasCheck>), SandboxError> {
     check_request(req)?;
     // The plan's lookups are remembered until it is made (`path::memo`).
@@ -183,7 +175,7 @@ pub(crate) fn build(
     let lock_dir = super::lock::dir(uid);
     let masked = deny_masks_for(req, uid, &at.ws, &base, &lock_dir, &read_roots, &access, &areas, profile)?;
     let pinned = pins(&at.ws, &access, &read_roots, &git.protected, &masked, &areas);
-    let (kept, aliases) = read_only_names(req, &at.ws, &access, &read_roots, &git.protected, &masked, &areas, when)?;
+    let (kept, aliases) = read_only_names(req, &at.ws, &access, &read_roots, &git.protected, &masked, &areas)?;
     let mounts = mount_plan(base, &git.protected, &kept, &pinned, &masked);
     let cwd = working_directory(req, &at, &read_roots, &access)?;
     let ll = landlock_rules(req, uid, &at.ws, &access, &read_roots, &git.protected, &kept, &lock_dir)?;
@@ -778,8 +770,7 @@ fn pins(
 
 /// The link walk: names in writable areas kept read-only (hard links,
 /// privileged programs) or masked (unlistable directories), after the alias
-/// check.
-#[allow(clippy::too_many_arguments)]
+/// check (which comes back for the run's start).
 fn read_only_names(
     req: &ExecRequest,
     ws: &Path,
@@ -788,7 +779,6 @@ fn read_only_names(
     protected: &[PathBuf],
     masked: &[PathBuf],
     areas: &Areas,
-    when: Aliases,
 ) -> Result<(super::links::Kept, Option<AliasCheck>), SandboxError> {
     let (writable, create_grants, protect_areas) = (access.writable, &access.create_grants, &areas.protect);
     // Hard links: a writable name of a file that has another name the run
@@ -805,24 +795,13 @@ fn read_only_names(
         .filter(|p| memo::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
         .collect();
     let kept: Vec<PathBuf> = not_writable.iter().chain(&system).cloned().collect();
-    let aliases = match when {
-        Aliases::Now => {
-            super::aliases::check(protect_areas, &kept)?;
-            None
-        }
-        Aliases::Deferred => {
-            super::aliases::needed(protect_areas, &kept).then(|| AliasCheck { writable: protect_areas.clone(), kept })
-        }
-    };
+    super::aliases::check(protect_areas, &kept)?;
+    let aliases =
+        super::aliases::needed(protect_areas, &kept).then(|| AliasCheck { writable: protect_areas.clone(), kept });
     // A grant still to be created (only `--explain` plans one) holds nothing.
     let walked: Vec<PathBuf> = protect_areas.iter().filter(|a| !create_grants.contains(a)).cloned().collect();
-    match super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly)) {
-        Ok(names) => Ok((names, aliases)),
-        // An alias makes the walk meet one directory twice: the alias check
-        // names the mount and says what to unmount, so it speaks first, as
-        // when it is made now.
-        Err(e) => Err(aliases.map_or(Ok(()), |a| a.against(&super::aliases::read_table()?)).err().unwrap_or(e)),
-    }
+    let names = super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))?;
+    Ok((names, aliases))
 }
 
 /// The mount plan: the base mounts, then the carve-outs (read-only names,
@@ -1389,9 +1368,7 @@ mod tests {
         let d = tree();
         let mut r = req(&d);
         r.write.push("target".into());
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None, Aliases::Now)
-            .map(|(p, _)| p)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         let depths: Vec<usize> = p
             .spec
             .mounts
@@ -1414,18 +1391,14 @@ mod tests {
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
         let mut r = req(&d);
         r.deny = vec![".env*".into(), "secrets".into()];
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None, Aliases::Now)
-            .map(|(p, _)| p)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         let mut got: Vec<PathBuf> = p.masked.clone();
         got.sort();
         let mut want = vec![ws.join(".env"), ws.join("a/b/.env.local"), ws.join("secrets")];
         want.sort();
         assert_eq!(got, want, "a bare name matches at any depth; docs/secrets.md is not 'secrets'");
         r.deny = vec!["a/**/.env*".into()];
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None, Aliases::Now)
-            .map(|(p, _)| p)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.masked, vec![ws.join("a/b/.env.local")]);
     }
 
@@ -1435,24 +1408,20 @@ mod tests {
         fs::create_dir_all(d.path().join(".git/hooks")).unwrap_or_else(|e| panic!("{e}"));
         fs::write(d.path().join(".git/config"), "").unwrap_or_else(|e| panic!("{e}"));
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
-        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000), None, Aliases::Now)
+        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000), None)
             .map(|(p, _)| p)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(p.protected.is_empty(), "nothing to protect in a read-only workspace");
         let mut r = req(&d);
         r.writable = true;
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None, Aliases::Now)
-            .map(|(p, _)| p)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.protected, vec![ws.join(".git/config"), ws.join(".git/hooks")]);
     }
 
     #[test]
     fn root_callers_run_as_nobody_with_idmapped_workspace() {
         let d = tree();
-        let p = build(&req(&d), 0, 0, uncontained(&req(&d), 0), None, Aliases::Now)
-            .map(|(p, _)| p)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&req(&d), 0, 0, uncontained(&req(&d), 0), None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.spec.identity.inside_uid, p.spec.identity.outside_uid), (0, ROOT_RUNS_AS));
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
         assert!(p
@@ -1460,7 +1429,7 @@ mod tests {
             .mounts
             .iter()
             .any(|m| matches!(m, MountOp::Bind { dst, idmap: true, .. } if *dst == bytes(&ws))));
-        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000), None, Aliases::Now)
+        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000), None)
             .map(|(p, _)| p)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.spec.identity.inside_uid, p.spec.identity.outside_uid), (1000, 1000));
@@ -1473,9 +1442,7 @@ mod tests {
         let mut r = req(&d);
         r.env.push(("A".into(), "1".into()));
         r.env.push(("A".into(), "2".into()));
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None, Aliases::Now)
-            .map(|(p, _)| p)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.spec.env, vec![b"A=2".to_vec(), b"PATH=/usr/local/bin:/usr/bin:/bin".to_vec()]);
     }
 }

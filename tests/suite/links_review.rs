@@ -670,3 +670,34 @@ fn r0864_an_alias_the_host_mounts_after_the_plan_is_refused_at_the_start() {
     drop(mounted);
     assert_eq!(sha(&src), before, "src/main.rs (read-only) was written through the alias mounted after the plan");
 }
+
+#[test]
+fn r0865_a_grant_to_create_inside_an_alias_is_refused_before_it_is_created() {
+    // Found in review: with the alias check made only at the run's start, a
+    // run refused for an alias first created its missing write grant, inside
+    // the read-only area the alias shows. The plan checks before it creates
+    // anything (and before it walks the writable areas). Control: without the
+    // alias the grant is created and the run works.
+    if !in_root_pass("r0865", "a host bind mount needs root") {
+        return;
+    }
+    let ws = Ws::new();
+    let ro = tempfile::Builder::new().prefix("pc-ro-").tempdir_in(test_root()).unwrap_or_else(|e| panic!("{e}"));
+    fs::create_dir_all(ws.join("target/ro")).unwrap_or_else(|e| panic!("{e}"));
+    let req = || {
+        let mut req = ws.req(&["sh", "-c", "echo ran"]);
+        req.read.push(ro.path().to_path_buf());
+        req.write.push("target/ro/newdir".into());
+        req
+    };
+    {
+        let _m = HostMount::bind(ro.path(), &ws.join("target/ro"));
+        let r = run(&req());
+        refused(&r, &["lies inside", &real(ro.path()).display().to_string(), "umount"]);
+        assert!(!ro.path().join("newdir").exists(), "r0865: the refused run created its grant in the read-only area");
+    }
+    // Control: no alias, the grant is created in the workspace and the run works.
+    let r = run_ok(&req());
+    assert_eq!(super::util::stdout(&r), "ran\n", "r0865: control: {}", stderr(&r));
+    assert!(ws.join("target/ro/newdir").is_dir(), "r0865: control: the grant was not created");
+}
