@@ -644,51 +644,41 @@ impl Slot {
         observing: &mut super::observe::Setup,
     ) -> Result<(run::Launched, run::Streams), SandboxError> {
         let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
-        if let Some(readied) = self.prepared.take() {
-            // Built whole for this run's shape: only the command, its
-            // environment and its working directory go.
-            let json = serde_json::to_vec(&plan.spec.request())
-                .map_err(|e| SandboxError::Io { stage: "encoding the request", source: io::Error::other(e) })?;
-            send_request(&self.sock, &json)?;
-            drop(readied);
-        } else {
-            let trees = self
-                .idmapped_trees(&plan.spec)
-                .map_err(|(step, errno, detail)| super::setup_error(plan, Ok(step), errno, detail))?;
-            let json = run::encode_spec(&for_slot(&plan.spec))?;
-            self.send_spec(b'r', &json, trees, observing, "handing the spec to a pre-made sandbox")?;
-        }
+        // What is sent, made first; then the helper and its pipes are
+        // registered with the runtime, and the request goes last. The
+        // command's process, woken by it, is put on this CPU (a socket's
+        // wake-up says the sender is about to sleep): work done here after
+        // the send delayed the command by as much, while the other CPU
+        // idled (a scheduler trace of `serve`: 80 µs).
+        let outgoing = match self.prepared.take() {
+            Some(readied) => {
+                // Built whole for this run's shape: only the command, its
+                // environment and its working directory go.
+                let json = serde_json::to_vec(&plan.spec.request())
+                    .map_err(|e| SandboxError::Io { stage: "encoding the request", source: io::Error::other(e) })?;
+                Outgoing::Request(json, readied)
+            }
+            None => {
+                let trees = self
+                    .idmapped_trees(&plan.spec)
+                    .map_err(|(step, errno, detail)| super::setup_error(plan, Ok(step), errno, detail))?;
+                Outgoing::Spec(run::encode_spec(&for_slot(&plan.spec))?, trees)
+            }
+        };
         let Slot { sock, lifeline, report_r, child, pid1, .. } = self;
-        drop(sock);
         let child = child.attach().map_err(io_err("waiting for a pre-made sandbox"))?;
-        run::launched(child, lifeline, report_r, pid1)
-    }
-
-    /// Send a spec, encoded as a slot runs it ([`for_slot`]), with `tag`
-    /// (`r` to run it, `p` to prepare for it), a root caller's idmapped
-    /// `trees`, and before it the observer's socket (`o`). Without a socket (the
-    /// library's observer could not start) the command installs no
-    /// observer, as in a one-shot run without fd 7 (the helper checks the
-    /// spec asks for one).
-    fn send_spec(
-        &self,
-        tag: u8,
-        json: &[u8],
-        trees: Vec<Option<OwnedFd>>,
-        observing: &mut super::observe::Setup,
-        stage: &'static str,
-    ) -> Result<(), SandboxError> {
-        let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
-        let memfd = sys::memfd_with(c"portcullis-spec", json).map_err(io_err("writing the spec"))?;
-        if let Some(o) = observing.helper_end() {
-            send(&self.sock, b'o', &[o]).map_err(io_err(stage))?;
+        let launched = run::launched(child, lifeline, report_r, pid1)?;
+        match outgoing {
+            Outgoing::Request(json, readied) => {
+                send_request(&sock, &json)?;
+                drop(readied);
+            }
+            Outgoing::Spec(json, trees) => {
+                send_spec(&sock, b'r', &json, trees, observing, "handing the spec to a pre-made sandbox")?;
+            }
         }
-        let mut fds: Vec<RawFd> = vec![memfd.as_raw_fd()];
-        fds.extend(trees.iter().flatten().map(|t| t.as_raw_fd()));
-        send(&self.sock, tag, &fds).map_err(io_err(stage))?;
-        drop((memfd, trees));
-        observing.spawned();
-        Ok(())
+        drop(sock);
+        Ok(launched)
     }
 
     /// The observer a prepared slot's run goes on with (started when the
@@ -722,7 +712,7 @@ impl Slot {
             source: io::Error::other(format!("{}: {}", step.describe(), io::Error::from_raw_os_error(errno))),
         })?;
         let mut observing = super::observe::Setup::new(shape);
-        self.send_spec(b'p', json, trees, &mut observing, "preparing a pre-made sandbox")?;
+        send_spec(&self.sock, b'p', json, trees, &mut observing, "preparing a pre-made sandbox")?;
         await_readable(&self.sock, deadline, closed)
             .map_err(io_err("waiting for a pre-made sandbox to be prepared"))?;
         let (msg, mut fds) = super::network::receive_up_to(&self.sock, 1 + 8 * MAX_PREPARED_MOUNTS)
@@ -945,11 +935,13 @@ enum PointOf {
 
 impl Table {
     /// The table now, with the unique ids of the mount points `want` keeps;
-    /// `None` when it cannot be read. Read at the take itself, not taken
-    /// from the run's plan: the plan's walk of the writable areas can last
-    /// long enough for the host to mount over a source in between (a
-    /// review's reproduction: a read-only bind made during a 300 ms plan
-    /// was missed when the plan's reading was used).
+    /// `None` when it cannot be read. Read at the take itself (or just
+    /// before it by the run, which judges its aliases against the same
+    /// text: [`Table::parse`]), not taken from the run's plan: the plan's
+    /// walk of the writable areas can last long enough for the host to
+    /// mount over a source in between (a review's reproduction: a read-only
+    /// bind made during a 300 ms plan was missed when the plan's reading was
+    /// used).
     fn read(want: impl Fn(&[u8]) -> bool) -> Option<Table> {
         let text = super::cgroup::read_pseudo("/proc/self/mountinfo").ok()?;
         Some(Table::parse(text, |point| want(point).then(|| unique_mount_id(point)).flatten()))
@@ -1109,6 +1101,41 @@ fn send_request(sock: &OwnedFd, json: &[u8]) -> Result<(), SandboxError> {
     }
     let memfd = sys::memfd_with(c"portcullis-request", json).map_err(io_err("writing the request"))?;
     send(sock, b'x', &[memfd.as_raw_fd()]).map_err(io_err(stage))
+}
+
+/// What a run sends a slot's command process: the request alone (to a
+/// slot prepared for its shape, kept until it is sent), or the whole spec
+/// with a root caller's idmapped trees.
+enum Outgoing {
+    Request(Vec<u8>, Box<Readied>),
+    Spec(Vec<u8>, Vec<Option<OwnedFd>>),
+}
+
+/// Send a spec to a slot's command process, encoded as a slot runs it
+/// ([`for_slot`]), with `tag` (`r` to run it, `p` to prepare for it), a
+/// root caller's idmapped `trees`, and before it the observer's socket
+/// (`o`). Without a socket (the library's observer could not start) the
+/// command installs no observer, as in a one-shot run without fd 7 (the
+/// helper checks the spec asks for one).
+fn send_spec(
+    sock: &OwnedFd,
+    tag: u8,
+    json: &[u8],
+    trees: Vec<Option<OwnedFd>>,
+    observing: &mut super::observe::Setup,
+    stage: &'static str,
+) -> Result<(), SandboxError> {
+    let io_err = |stage: &'static str| move |source: io::Error| SandboxError::Io { stage, source };
+    let memfd = sys::memfd_with(c"portcullis-spec", json).map_err(io_err("writing the spec"))?;
+    if let Some(o) = observing.helper_end() {
+        send(sock, b'o', &[o]).map_err(io_err(stage))?;
+    }
+    let mut fds: Vec<RawFd> = vec![memfd.as_raw_fd()];
+    fds.extend(trees.iter().flatten().map(|t| t.as_raw_fd()));
+    send(sock, tag, &fds).map_err(io_err(stage))?;
+    drop((memfd, trees));
+    observing.spawned();
+    Ok(())
 }
 
 /// [`send`], with `payload` after the tag in the same message.
