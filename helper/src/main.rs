@@ -355,7 +355,7 @@ fn clone_flags(spec: &SpawnSpec) -> Result<u64, Fail> {
 }
 
 /// In the new child: become pid 1; never returns.
-fn run_pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: OwnedFd, report_fd: &OwnedFd) -> ! {
+fn run_pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: chan::End, report_fd: &OwnedFd) -> ! {
     let f = match pid1(spec, prep, via, chan, report_fd) {
         Ok(never) => match never {},
         Err(f) => f,
@@ -375,7 +375,7 @@ fn release_pid1(
     via: CloneCall,
     cgroup: Option<&OwnedFd>,
     spec: &SpawnSpec,
-    chan_outer: &OwnedFd,
+    chan_outer: &chan::End,
 ) -> Result<(), Fail> {
     let joined = match (via, cgroup) {
         (CloneCall::Clone, Some(cg)) => sys::join_cgroup(cg.as_fd(), pid).map_err(|e| Fail::io(Step::JoinCgroup, e)),
@@ -440,9 +440,9 @@ fn remove_orphaned_cgroup(cg: &OwnedFd) {
 /// Write pid 1's maps; for a root caller make the idmapped trees through
 /// pid 1's own user namespace (host side, where only host root may idmap);
 /// send them; then make the network namespace and send it too.
-fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &OwnedFd) -> Result<(), Fail> {
+fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &chan::End) -> Result<(), Fail> {
     if spec.mode == Mode::LandlockOnly {
-        return chan::send(chan_outer, b'm', &[]).map_err(|e| Fail::io(Step::HandOver, e));
+        return chan_outer.send_go(b'm', &[]).map_err(|e| Fail::io(Step::HandOver, e));
     }
     write_maps(pid, &spec.identity)?;
     let userns = std::fs::File::open(format!("/proc/{pid}/ns/user"))
@@ -455,7 +455,7 @@ fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &OwnedFd) -> Resul
         Vec::new()
     };
     let raw: Vec<i32> = trees.iter().flatten().map(|t| t.as_raw_fd()).collect();
-    chan::send(chan_outer, b'm', &raw).map_err(|e| Fail::io(Step::HandOver, e))?;
+    chan_outer.send_go(b'm', &raw).map_err(|e| Fail::io(Step::HandOver, e))?;
     drop(trees);
     if spec.network == Network::None && spec.netns == Netns::Private {
         let netns = parallel_netns(&userns)?;
@@ -545,7 +545,13 @@ pub(crate) fn supervise(
 pub(crate) enum Never {}
 
 /// Pid 1 of the sandbox, one line per step (see `Step`).
-fn pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: OwnedFd, report_fd: &OwnedFd) -> Result<Never, Fail> {
+fn pid1(
+    spec: &SpawnSpec,
+    prep: &Prepared,
+    via: CloneCall,
+    chan: chan::End,
+    report_fd: &OwnedFd,
+) -> Result<Never, Fail> {
     let trees = await_go_ahead(&chan)?;
     if spec.mode == Mode::LandlockOnly {
         return landlock_only_pid1(spec, prep, via, report_fd);
@@ -567,8 +573,11 @@ fn pid1(spec: &SpawnSpec, prep: &Prepared, via: CloneCall, chan: OwnedFd, report
 /// signal is tied to the right thread; waiting for its first message
 /// afterwards closes the race with a parent that died before the prctl
 /// (EOF, not a message). The message carries the idmapped trees.
-pub(crate) fn await_go_ahead(chan: &OwnedFd) -> Result<Vec<OwnedFd>, Fail> {
+pub(crate) fn await_go_ahead(chan: &chan::End) -> Result<Vec<OwnedFd>, Fail> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
+    if chan.await_go().is_err() {
+        sys::exit_now(EXIT_SETUP);
+    }
     match chan::recv(chan) {
         Ok(Some((b'm', fds))) => Ok(fds),
         _ => sys::exit_now(EXIT_SETUP),

@@ -139,7 +139,7 @@ fn start(
     via: CloneCall,
     cgroup: Option<&OwnedFd>,
     base: &SlotSpec,
-    chan_outer: &OwnedFd,
+    chan_outer: &chan::End,
 ) -> Result<OwnedFd, Fail> {
     if let (CloneCall::Clone, Some(cg)) = (via, cgroup) {
         sys::join_cgroup(cg.as_fd(), pid).map_err(|e| Fail::io(Step::JoinCgroup, e))?;
@@ -148,7 +148,7 @@ fn start(
     let userns = std::fs::File::open(format!("/proc/{pid}/ns/user"))
         .map(OwnedFd::from)
         .map_err(|e| Fail::io(Step::OpenUserns, e))?;
-    chan::send(chan_outer, b'm', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
+    chan_outer.send_go(b'm', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
     if base.network == Network::None && base.netns == Netns::Private {
         // Made in a child, so that this process stays in the host's user
         // namespace (where it removes the cgroup leaf at the end, as a
@@ -234,7 +234,7 @@ fn hand_over(sock: OwnedFd, pid1: libc::pid_t, userns: &OwnedFd, chan_outer: &Ow
 }
 
 /// Pid 1 of a slot; never returns.
-fn run_pid1(base: &SlotSpec, programs: Programs, via: CloneCall, chan: OwnedFd, report_fd: &OwnedFd) -> ! {
+fn run_pid1(base: &SlotSpec, programs: Programs, via: CloneCall, chan: chan::End, report_fd: &OwnedFd) -> ! {
     let f = match pid1(base, programs, via, chan, report_fd) {
         Ok(never) => match never {},
         Err(f) => f,
@@ -249,7 +249,7 @@ fn pid1(
     base: &SlotSpec,
     programs: Programs,
     via: CloneCall,
-    chan: OwnedFd,
+    chan: chan::End,
     report_fd: &OwnedFd,
 ) -> Result<Never, Fail> {
     crate::await_go_ahead(&chan)?;
@@ -303,7 +303,7 @@ fn command_ahead(
     base: &SlotSpec,
     programs: Programs,
     via: CloneCall,
-    chan: OwnedFd,
+    chan: chan::End,
     root: mounts::Root,
     host: Option<OwnedFd>,
     report_fd: &OwnedFd,
@@ -340,7 +340,7 @@ type Sent = (OwnedFd, Vec<OwnedFd>, Option<OwnedFd>);
 fn build(
     base: &SlotSpec,
     programs: Programs,
-    chan: OwnedFd,
+    chan: chan::End,
     mut root: mounts::Root,
     host: Option<OwnedFd>,
     (memfd, trees, observe): Sent,
