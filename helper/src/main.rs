@@ -33,6 +33,7 @@
 
 mod chan;
 mod command;
+mod cpus;
 mod mounts;
 mod notify;
 mod shared_net;
@@ -270,6 +271,7 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
     drop_host_groups()?;
     shared_net::join(spec.netns)?;
     let flags = clone_flags(&spec)?;
+    cpus::remember();
     let (pid, pidfd, via) = match spawn_pid1(flags, cgroup.as_ref())? {
         (sys::Forked::Child, via) => {
             drop((chan_outer, lifeline, cgroup));
@@ -455,9 +457,13 @@ fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &chan::End) -> Res
         Vec::new()
     };
     let raw: Vec<i32> = trees.iter().flatten().map(|t| t.as_raw_fd()).collect();
+    let makes_network = spec.network == Network::None && spec.netns == Netns::Private;
+    if makes_network {
+        cpus::apart(pid);
+    }
     chan_outer.send_go(b'm', &raw).map_err(|e| Fail::io(Step::HandOver, e))?;
     drop(trees);
-    if spec.network == Network::None && spec.netns == Netns::Private {
+    if makes_network {
         let netns = parallel_netns(&userns)?;
         chan::send(chan_outer, b'n', &[netns.as_raw_fd()]).map_err(|e| Fail::io(Step::NetNamespace, e))?;
     }
@@ -564,6 +570,7 @@ fn pid1(
     nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, errno(e)))?;
     join_network(spec.network, spec.netns, &chan)?;
     drop(chan);
+    cpus::together();
     become_init()?;
     let child = fork_command(spec, prep, via, report_fd)?;
     sys::exit_now(reap(child, report_fd))

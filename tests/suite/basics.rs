@@ -177,3 +177,39 @@ fn r0018_doctor_reports_every_layer() {
     let expected = if is_root() { "cgroup-kill" } else { "pid-namespace" };
     assert_eq!(v["kill_mechanism"], expected);
 }
+
+/// The command may run on every CPU its caller may: while the outer helper
+/// makes the network namespace, pid 1 is kept off the helper's CPU
+/// (`helper/src/cpus.rs`), and it takes every allowed CPU back before it
+/// forks the command, which inherits its affinity. Checked from the
+/// command's own `/proc/self/status` against the caller's thread; the
+/// control runs the CLI pinned to one CPU and sees that one CPU (so the
+/// line does follow the caller's affinity). On one CPU the first check
+/// cannot fail.
+#[test]
+fn r0866_the_command_runs_on_every_cpu_its_caller_may() {
+    let test = "r0866";
+    let line = |status: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with("Cpus_allowed_list:"))
+            .map(|l| l.split_whitespace().last().unwrap_or("").to_string())
+    };
+    let ours = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_else(|e| panic!("{test}: {e}"));
+    let ours = line(&ours).unwrap_or_else(|| panic!("{test}: no Cpus_allowed_list here"));
+    let ws = Ws::new();
+    let r = sh(&ws, "cat /proc/self/status", |_| {});
+    assert_eq!(line(&stdout(&r)).as_deref(), Some(ours.as_str()), "{test}: {}", stderr(&r));
+    // Control: the CLI pinned to the first CPU it may use.
+    let first = ours.split([',', '-']).next().unwrap_or("0").to_string();
+    let out = std::process::Command::new("taskset")
+        .args(["-c", &first])
+        .arg(bin_dir().join("portcullis"))
+        .args(["exec", "--workspace"])
+        .arg(ws.path())
+        .args(["--", "cat", "/proc/self/status"])
+        .output()
+        .unwrap_or_else(|e| panic!("{test}: taskset: {e}"));
+    let shown = line(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(shown.as_deref(), Some(first.as_str()), "{test}: control: {}", String::from_utf8_lossy(&out.stderr));
+}
