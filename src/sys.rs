@@ -51,35 +51,20 @@ pub fn read_proc_file_in(dir: Option<std::os::fd::BorrowedFd<'_>>, path: &std::p
     }
     // SAFETY: the fd was just returned by the kernel and is ours.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
-    loop {
-        if buf.len() == buf.capacity() {
-            buf.reserve(buf.capacity());
-        }
-        let spare = buf.spare_capacity_mut();
-        // SAFETY: reading into the vector's spare capacity, at most its
-        // length, from an fd we own.
-        let n = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
-        match usize::try_from(n) {
-            Ok(0) => return Ok(buf),
-            // SAFETY: the kernel initialised `n` bytes of the spare
-            // capacity, which `n` does not exceed.
-            Ok(n) => unsafe { buf.set_len(buf.len() + n) },
-            Err(_) => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
+    read_whole(&fd, 16 * 1024, false)
 }
 
 /// The whole of an open pseudo-file, read again from offset 0 with
 /// `pread` (a cgroup's `cgroup.procs` lists its processes afresh each time
 /// it is read from its start).
 pub fn read_from_start(fd: &OwnedFd) -> io::Result<Vec<u8>> {
-    let mut buf: Vec<u8> = Vec::with_capacity(4 * 1024);
+    read_whole(fd, 4 * 1024, true)
+}
+
+/// Read `fd` to its end into room for `room` bytes (grown as needed): with
+/// `read` from where it is, or with `pread` from offset 0 (`from_start`).
+fn read_whole(fd: &OwnedFd, room: usize, from_start: bool) -> io::Result<Vec<u8>> {
+    let mut buf: Vec<u8> = Vec::with_capacity(room);
     loop {
         if buf.len() == buf.capacity() {
             buf.reserve(buf.capacity());
@@ -88,7 +73,12 @@ pub fn read_from_start(fd: &OwnedFd) -> io::Result<Vec<u8>> {
         let spare = buf.spare_capacity_mut();
         // SAFETY: reading into the vector's spare capacity, at most its
         // length, from an fd we own.
-        let n = unsafe { libc::pread(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), at) };
+        let n = unsafe {
+            match from_start {
+                true => libc::pread(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), at),
+                false => libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()),
+            }
+        };
         match usize::try_from(n) {
             Ok(0) => return Ok(buf),
             // SAFETY: the kernel initialised `n` bytes of the spare
