@@ -70,6 +70,15 @@ impl End {
         Ok(())
     }
 
+    /// Whether the other end has hung up (its process is gone), now.
+    pub fn hung_up(&self) -> bool {
+        let mut fds = [libc::pollfd { fd: self.sock.as_raw_fd(), events: 0, revents: 0 }];
+        // SAFETY: poll on one descriptor we own, without waiting; the array
+        // outlives the call.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) };
+        r > 0 && fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0
+    }
+
     /// Wait until the other end sent its go-ahead ([`End::send_go`]) or
     /// hung up; the message is then read with [`recv`] as before.
     pub fn await_go(&self) -> io::Result<()> {

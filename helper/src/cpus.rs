@@ -1,47 +1,48 @@
-//! Where pid 1 runs while the outer helper makes the network namespace.
+//! Where the outer helper runs while it makes the network namespace.
 //!
 //! The outer helper's go-ahead wakes pid 1, and the scheduler tends to put
 //! a woken process on its waker's CPU: pid 1 then waited there behind the
 //! network namespace being made (a few hundred µs in the kernel) while
-//! another CPU idled, on the critical path of every one-shot run. So, while
-//! the network is made, pid 1 may not run on the outer helper's CPU
-//! ([`apart`]), and it takes every CPU back before it forks the command
-//! ([`together`]), which inherits its affinity. The allowed CPUs are
-//! remembered before the clone ([`remember`]), so pid 1's copy of this
-//! process's memory holds them too. All of it is best effort: with one CPU
-//! allowed, or on any error, nothing changes.
+//! another CPU idled, on the critical path of every one-shot run. So, once
+//! pid 1 is woken, the outer helper steps off the CPU pid 1 was put on
+//! ([`step_aside`]) while it makes the network. Only the outer helper's own
+//! affinity changes: it forks nothing afterwards, and pid 1 and the command
+//! keep the affinity they were born with (since Linux 6.2 a process whose
+//! affinity was ever set keeps that set as asked, through later changes of
+//! its cpuset, and passes it on: setting pid 1's pinned the command to the
+//! CPUs of the moment, found in review). All of it is best effort: with one
+//! CPU allowed, or on any error, nothing changes.
 
-use std::sync::OnceLock;
-
-use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
+use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
 
-/// The CPUs this process may run on, as they were before the clone.
-static ALLOWED: OnceLock<CpuSet> = OnceLock::new();
-
-/// Remember the allowed CPUs; call before the clone of pid 1.
-pub fn remember() {
-    if let Ok(set) = sched_getaffinity(Pid::from_raw(0)) {
-        let _ = ALLOWED.set(set);
-    }
+/// The CPU `pid` is on (or last ran on): the 39th field of its
+/// `/proc/PID/stat`, counted after the command name's closing parenthesis
+/// (the name may hold anything).
+fn cpu_of(pid: libc::pid_t) -> Option<usize> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // Fields 3.. follow the name; the processor is field 39.
+    rest.split_whitespace().nth(39 - 3).and_then(|f| f.parse().ok())
 }
 
-/// Keep `pid1` off this process's CPU (while this process makes the
-/// network namespace), if another CPU is allowed.
-pub fn apart(pid1: libc::pid_t) {
-    let (Some(all), Ok(here)) = (ALLOWED.get(), sched_getcpu()) else { return };
-    let mut rest = *all;
-    if rest.unset(here).is_err() {
-        return;
+/// Step off the CPU `pid1` was woken on, onto the other CPUs this process
+/// may use; returns what to put back with [`step_back`].
+pub fn step_aside(pid1: libc::pid_t) -> Option<CpuSet> {
+    let allowed = sched_getaffinity(Pid::from_raw(0)).ok()?;
+    let there = cpu_of(pid1)?;
+    let mut rest = allowed;
+    rest.unset(there).ok()?;
+    if !(0..CpuSet::count()).any(|c| rest.is_set(c).unwrap_or(false)) {
+        return None;
     }
-    if (0..CpuSet::count()).any(|c| rest.is_set(c).unwrap_or(false)) {
-        let _ = sched_setaffinity(Pid::from_raw(pid1), &rest);
-    }
+    sched_setaffinity(Pid::from_raw(0), &rest).ok()?;
+    Some(allowed)
 }
 
-/// In pid 1: every allowed CPU back, before the command is forked.
-pub fn together() {
-    if let Some(all) = ALLOWED.get() {
-        let _ = sched_setaffinity(Pid::from_raw(0), all);
+/// Put this process's affinity back (after [`step_aside`]).
+pub fn step_back(allowed: Option<CpuSet>) {
+    if let Some(all) = allowed {
+        let _ = sched_setaffinity(Pid::from_raw(0), &all);
     }
 }

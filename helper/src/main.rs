@@ -271,7 +271,6 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
     drop_host_groups()?;
     shared_net::join(spec.netns)?;
     let flags = clone_flags(&spec)?;
-    cpus::remember();
     let (pid, pidfd, via) = match spawn_pid1(flags, cgroup.as_ref())? {
         (sys::Forked::Child, via) => {
             drop((chan_outer, lifeline, cgroup));
@@ -284,8 +283,10 @@ fn outer(report_fd: &OwnedFd) -> Result<i32, Fail> {
         release_output();
     }
     release_pid1(pid, pidfd.as_fd(), via, cgroup.as_ref(), &spec, &chan_outer)?;
-    drop(chan_outer);
+    // Open until this process exits: its hang-up tells pid 1 that this
+    // process is gone (`switch_ids`).
     let (code, orphaned) = supervise(pid, pidfd.as_fd(), &lifeline, &set)?;
+    drop(chan_outer);
     clean_up(spec.mode, orphaned, cgroup);
     Ok(code)
 }
@@ -457,14 +458,13 @@ fn start_pid1(pid: libc::pid_t, spec: &SpawnSpec, chan_outer: &chan::End) -> Res
         Vec::new()
     };
     let raw: Vec<i32> = trees.iter().flatten().map(|t| t.as_raw_fd()).collect();
-    let makes_network = spec.network == Network::None && spec.netns == Netns::Private;
-    if makes_network {
-        cpus::apart(pid);
-    }
     chan_outer.send_go(b'm', &raw).map_err(|e| Fail::io(Step::HandOver, e))?;
     drop(trees);
-    if makes_network {
-        let netns = parallel_netns(&userns)?;
+    if spec.network == Network::None && spec.netns == Netns::Private {
+        let aside = cpus::step_aside(pid);
+        let made = parallel_netns(&userns);
+        cpus::step_back(aside);
+        let netns = made?;
         chan::send(chan_outer, b'n', &[netns.as_raw_fd()]).map_err(|e| Fail::io(Step::NetNamespace, e))?;
     }
     Ok(())
@@ -562,7 +562,7 @@ fn pid1(
     if spec.mode == Mode::LandlockOnly {
         return landlock_only_pid1(spec, prep, via, report_fd);
     }
-    switch_ids(&spec.identity)?;
+    switch_ids(&spec.identity, &chan)?;
     let all: Vec<usize> = (0..spec.mounts.len()).collect();
     let sources = mounts::open_sources(None, &spec.mounts, &all, premade_trees(&spec.mounts, trees)?)?;
     mounts::build_root(spec, &sources)?;
@@ -570,7 +570,6 @@ fn pid1(
     nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, errno(e)))?;
     join_network(spec.network, spec.netns, &chan)?;
     drop(chan);
-    cpus::together();
     become_init()?;
     let child = fork_command(spec, prep, via, report_fd)?;
     sys::exit_now(reap(child, report_fd))
@@ -594,10 +593,20 @@ pub(crate) fn await_go_ahead(chan: &chan::End) -> Result<Vec<OwnedFd>, Fail> {
 /// `SwitchIds`: become the mapped ids. A clone keeps its parent's host ids;
 /// for a root caller those (host root) are unmapped here, so switch to the
 /// inside ids, which map to `nobody`. Capabilities in this namespace stay.
-pub(crate) fn switch_ids(id: &Identity) -> Result<(), Fail> {
+///
+/// A change of the effective ids clears the parent-death signal (found in
+/// review: as root, pid 1 outlived a killed outer helper and the command
+/// ran past its timeout), so it is set again, and the outer helper's end of
+/// `chan` checked: a helper that died in between has hung it up.
+pub(crate) fn switch_ids(id: &Identity, chan: &chan::End) -> Result<(), Fail> {
     let (gid, uid) = (nix::unistd::Gid::from_raw(id.inside_gid), nix::unistd::Uid::from_raw(id.inside_uid));
     nix::unistd::setresgid(gid, gid, gid).map_err(|e| Fail::io(Step::SwitchIds, errno(e)))?;
-    nix::unistd::setresuid(uid, uid, uid).map_err(|e| Fail::io(Step::SwitchIds, errno(e)))
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| Fail::io(Step::SwitchIds, errno(e)))?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
+    if chan.hung_up() {
+        sys::exit_now(EXIT_SETUP);
+    }
+    Ok(())
 }
 
 /// The idmapped trees that came with a spec, one per `idmap` bind of its

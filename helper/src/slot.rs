@@ -253,7 +253,7 @@ fn pid1(
     report_fd: &OwnedFd,
 ) -> Result<Never, Fail> {
     crate::await_go_ahead(&chan)?;
-    crate::switch_ids(&base.identity)?;
+    crate::switch_ids(&base.identity, &chan)?;
     let all: Vec<usize> = (0..base.mounts.len()).collect();
     let sources = mounts::open_sources(None, &base.mounts, &all, Vec::new())?;
     let skip_readonly = cfg!(debug_assertions) && base.test_switches.skip_readonly;

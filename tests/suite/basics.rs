@@ -179,9 +179,10 @@ fn r0018_doctor_reports_every_layer() {
 }
 
 /// The command may run on every CPU its caller may: while the outer helper
-/// makes the network namespace, pid 1 is kept off the helper's CPU
-/// (`helper/src/cpus.rs`), and it takes every allowed CPU back before it
-/// forks the command, which inherits its affinity. Checked from the
+/// makes the network namespace it steps off pid 1's CPU
+/// (`helper/src/cpus.rs`), changing only its own affinity, never pid 1's
+/// (the command would inherit it, pinned: a review found that with an
+/// earlier version that set pid 1's and put it back). Checked from the
 /// command's own `/proc/self/status` against the caller's thread; the
 /// control runs the CLI pinned to one CPU and sees that one CPU (so the
 /// line does follow the caller's affinity). On one CPU the first check

@@ -156,3 +156,65 @@ fn r0858_a_one_shot_sandbox_finishes_its_teardown_in_settle() {
     drop(sb);
     assert!(t.elapsed() < Duration::from_secs(5), "{test}: the drop took {:?}", t.elapsed());
 }
+
+/// The outer helper killed (`SIGKILL`) mid-run takes the whole sandbox with
+/// it, as root too: pid 1's parent-death signal is set again after it
+/// switches ids (a change of the effective ids clears it; found in review:
+/// as root, pid 1 outlived the helper and the command ran on past its
+/// timeout). Checked from outside by the command's unique argv. Control:
+/// the command is seen running before the kill.
+#[test]
+fn r0867_a_killed_outer_helper_takes_the_sandbox_with_it() {
+    let test = "r0867";
+    let ws = Ws::new();
+    let secs = format!("30.{}", std::process::id() % 1000 + 100);
+    let mut cli = std::process::Command::new(bin_dir().join("portcullis"))
+        .args(["exec", "--workspace"])
+        .arg(ws.path())
+        .args(["--timeout", "20", "--", "sleep", &secs])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    // The command itself (argv `sleep SECS`), not the CLI naming it.
+    let running = || {
+        std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                let argv: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+                argv.len() >= 2 && argv[0] == b"sleep" && argv[1] == secs.as_bytes()
+            })
+        })
+    };
+    // The helper is a child of one of the CLI's threads.
+    let helper = || -> Option<i32> {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", cli.id())).ok()?;
+        tasks.flatten().find_map(|t| {
+            let kids = std::fs::read_to_string(t.path().join("children")).ok()?;
+            kids.split_whitespace().filter_map(|p| p.parse().ok()).find(|p: &i32| {
+                std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "portcullis-help")
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !running() {
+        assert!(Instant::now() < deadline, "{test}: control: the command never showed up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = helper().unwrap_or_else(|| panic!("{test}: no helper under the CLI"));
+    // SAFETY: kill(2) on a pid read from our own child's children list.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "{test}: kill");
+    let start = Instant::now();
+    let status = cli.wait().unwrap_or_else(|e| panic!("{test}: {e}"));
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{test}: the CLI took {:?} after the helper's kill",
+        start.elapsed()
+    );
+    assert_eq!(status.code(), Some(125), "{test}: {status:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while running() {
+        assert!(Instant::now() < deadline, "{test}: the command outlived its killed helper");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
