@@ -205,10 +205,14 @@ pub fn sweep_orphans(parent: &Path) {
             continue;
         };
         let Ok(pid) = pid.parse::<i32>() else { continue };
-        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH);
-        let empty =
-            fs::read_to_string(e.path().join("cgroup.events")).is_ok_and(|s| s.lines().any(|l| l == "populated 0"));
-        if gone && empty {
+        // The leaves of live callers (their pre-made sandboxes too: a few
+        // per workspace, a node's worth under one parent) are passed over
+        // with one call each; only a dead caller's leaf is read.
+        if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) != Err(nix::errno::Errno::ESRCH) {
+            continue;
+        }
+        let empty = read_pseudo(e.path().join("cgroup.events")).is_ok_and(|s| s.lines().any(|l| l == "populated 0"));
+        if empty {
             let _ = fs::remove_dir(e.path());
         }
     }
