@@ -16,14 +16,10 @@
 use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
 
-/// The CPU `pid` is on (or last ran on): the 39th field of its
-/// `/proc/PID/stat`, counted after the command name's closing parenthesis
-/// (the name may hold anything).
+/// The CPU `pid` is on (or last ran on): field 39 of its `/proc/PID/stat`.
 fn cpu_of(pid: libc::pid_t) -> Option<usize> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // Fields 3.. follow the name; the processor is field 39.
-    rest.split_whitespace().nth(39 - 3).and_then(|f| f.parse().ok())
+    portcullis_helper::procstat::field(&stat, 39)?.parse().ok()
 }
 
 /// Step off the CPU `pid1` was woken on, onto the other CPUs this process

@@ -15,6 +15,7 @@ pub mod filter;
 pub mod mount_api;
 pub mod network;
 pub mod observe;
+pub mod procstat;
 pub mod report;
 pub mod spec;
 

@@ -754,10 +754,11 @@ fn call_answer(id: &Value, r: &ToolResult, era: &Era, info: impl FnOnce() -> Val
         Era::Modern => (format!(r#""_meta":{},"#, json!({ META_SERVER_INFO: info() })), r#""resultType":"complete","#),
         Era::Handshake(_) => (String::new(), ""),
     };
-    format!(
-        r#"{{"id":{id},"jsonrpc":"2.0","result":{{{meta}"content":[{{"text":{text},"type":"text"}}],"isError":{},{kind}"structuredContent":{}}}}}"#,
+    let result = format!(
+        r#"{{{meta}"content":[{{"text":{text},"type":"text"}}],"isError":{},{kind}"structuredContent":{}}}"#,
         r.is_error, r.content
-    )
+    );
+    wire::response_text(id, &result)
 }
 
 /// A `tools/call` result: the structured object, mirrored as text.

@@ -339,9 +339,15 @@ pub fn response(id: &Value, answer: Result<Value, RpcError>) -> String {
     // Written as `json!` would (its keys sorted), without building and
     // walking a map of it first: every answer of the server is encoded here.
     match answer {
-        Ok(result) => format!(r#"{{"id":{id},"jsonrpc":"2.0","result":{result}}}"#),
+        Ok(result) => response_text(id, &result.to_string()),
         Err(e) => format!(r#"{{"error":{},"id":{id},"jsonrpc":"2.0"}}"#, e.to_json()),
     }
+}
+
+/// A response line for `id` whose result is `result`, JSON text already
+/// encoded (a `tools/call` answer is written around its result's text).
+pub fn response_text(id: &Value, result: &str) -> String {
+    format!(r#"{{"id":{id},"jsonrpc":"2.0","result":{result}}}"#)
 }
 
 /// A notification line.

@@ -4,7 +4,7 @@
 //! mount beneath it, writable: a host bind of `ws/src` onto `ws/target/view`
 //! would make `ws/src` writable through `--write target`, and Landlock's rule
 //! on `target` covers it too. A write grant can itself be such an alias
-//! (`--write /alias` for a bind of `ws/src`). [`check`] reads the caller's
+//! (`--write /alias` for a bind of `ws/src`). [`AliasCheck`] reads the caller's
 //! `/proc/self/mountinfo` and judges, on each filesystem, the part every
 //! writable area and every mount inside one shows (its device and its path
 //! within that filesystem) against the part each read-only area of the plan
@@ -162,23 +162,43 @@ fn locate<'m, 't>(mounts: &'m [Mount<'t>], p: &Path) -> Option<(&'m Mount<'t>, P
     Some((m, if rest.as_os_str().is_empty() { m.root.to_path_buf() } else { m.root.join(rest) }))
 }
 
-/// Refuse the run when a writable area, or a host mount inside one, shows a
-/// read-only area (or a part of one, or a directory holding one) at another
-/// path. `writable` and `read_only` are real paths.
-pub fn check(writable: &[PathBuf], read_only: &[PathBuf]) -> Result<(), SandboxError> {
-    if !needed(writable, read_only) {
-        return Ok(());
+/// The check of a plan's writable areas against the read-only areas no
+/// mount inside them may show (real paths). The plan makes it before its
+/// walk of the writable areas ([`AliasCheck::now`]: a mount it refuses, a
+/// FUSE mount whose daemon is gone or a bind of a large tree, is never
+/// walked); a run makes it again at its start ([`AliasCheck::against`]),
+/// against the mount table it reads there once for this and for the pool's
+/// judgement of a slot, so that an alias the host mounts after the plan is
+/// refused too.
+#[derive(Debug, Clone)]
+pub(crate) struct AliasCheck {
+    writable: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
+}
+
+impl AliasCheck {
+    /// The check of these areas; `None` when there is nothing to judge (no
+    /// writable area, or nothing read-only).
+    pub(crate) fn new(writable: Vec<PathBuf>, read_only: Vec<PathBuf>) -> Option<AliasCheck> {
+        (!writable.is_empty() && !read_only.is_empty()).then_some(AliasCheck { writable, read_only })
     }
-    check_with(&parse(&read_table()?), writable, read_only)
+
+    /// Refuse the run when a writable area, or a host mount inside one,
+    /// shows a read-only area (or a part of one, or a directory holding
+    /// one) at another path: judged against the mount table now.
+    pub(crate) fn now(&self) -> Result<(), SandboxError> {
+        self.against(&read_table()?)
+    }
+
+    /// The same, against `mountinfo` (the text of `/proc/self/mountinfo`,
+    /// read after the plan was made).
+    pub(crate) fn against(&self, mountinfo: &str) -> Result<(), SandboxError> {
+        check_with(&parse(mountinfo), &self.writable, &self.read_only)
+    }
 }
 
-/// Whether [`check`] has anything to judge (and so reads the mount table).
-pub(crate) fn needed(writable: &[PathBuf], read_only: &[PathBuf]) -> bool {
-    !writable.is_empty() && !read_only.is_empty()
-}
-
-/// Read `/proc/self/mountinfo` as [`check`] does (its error names the
-/// check's stage).
+/// Read `/proc/self/mountinfo` for the check (its error names the check's
+/// stage).
 pub(crate) fn read_table() -> Result<String, SandboxError> {
     super::cgroup::read_pseudo("/proc/self/mountinfo").map_err(|source| SandboxError::Io {
         stage: "reading /proc/self/mountinfo for mounts inside the grants",

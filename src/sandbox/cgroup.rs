@@ -131,8 +131,12 @@ fn read_controllers(parent: &Path) -> Vec<String> {
 /// syscalls for a 1.5 KB mountinfo. [`crate::sys::read_proc_file`] reads into
 /// 16 KiB of room: four calls in all (open, two reads, close).
 pub(super) fn read_pseudo(path: impl AsRef<Path>) -> io::Result<String> {
-    String::from_utf8(crate::sys::read_proc_file(path.as_ref())?)
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+    utf8(crate::sys::read_proc_file(path.as_ref())?)
+}
+
+/// A pseudo-file's bytes as text (`InvalidData` if they are not UTF-8).
+fn utf8(bytes: Vec<u8>) -> io::Result<String> {
+    String::from_utf8(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
 }
 
 /// Undo mountinfo's octal escapes (`\040` for a space).
@@ -346,8 +350,7 @@ impl Cgroup {
     /// namespace numbers them.
     pub fn procs(&self) -> io::Result<Vec<libc::pid_t>> {
         let text = match &self.procs_file {
-            Some(f) => String::from_utf8(crate::sys::read_from_start(f)?)
-                .map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?,
+            Some(f) => utf8(crate::sys::read_from_start(f)?)?,
             None => self.read_own("cgroup.procs")?,
         };
         text.split_whitespace().map(|p| p.parse().map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))).collect()
@@ -360,8 +363,7 @@ impl Cgroup {
 
     /// One of the leaf's own files, by the leaf's descriptor.
     fn read_own(&self, name: &str) -> io::Result<String> {
-        let bytes = crate::sys::read_proc_file_in(Some(std::os::fd::AsFd::as_fd(&self.dir)), Path::new(name))?;
-        String::from_utf8(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+        utf8(crate::sys::read_proc_file_in(Some(std::os::fd::AsFd::as_fd(&self.dir)), Path::new(name))?)
     }
 
     /// Kill, wait until empty (bounded), remove. Returns whether it is gone.

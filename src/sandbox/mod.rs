@@ -947,7 +947,7 @@ impl Sandbox {
         &self,
         profile: Option<&Profile>,
         req: &ExecRequest,
-    ) -> Result<(Plan, Option<plan::AliasCheck>), SandboxError> {
+    ) -> Result<(Plan, Option<aliases::AliasCheck>), SandboxError> {
         not_full_as_degraded(req)?;
         let shared = network::joins(self.network.is_some(), req.network, req.degraded.unwrap_or(Mode::Full));
         let contained = containment::decide_with(&self.cgroup, req, self.uid, shared)?;
@@ -1137,7 +1137,7 @@ impl Sandbox {
         &self,
         profile: Option<&Profile>,
         req: &ExecRequest,
-    ) -> Result<(Plan, Option<plan::AliasCheck>), SandboxError> {
+    ) -> Result<(Plan, Option<aliases::AliasCheck>), SandboxError> {
         let (mut plan, mut aliases) = self.plan_checking(profile, req)?;
         if !plan.create_grants.is_empty() {
             for g in &plan.create_grants {
@@ -1165,7 +1165,7 @@ impl Sandbox {
     async fn run_locked(
         &self,
         plan: &Plan,
-        aliases: Option<plan::AliasCheck>,
+        aliases: Option<aliases::AliasCheck>,
         req: &ExecRequest,
         mut opts: RunOptions,
         start: Instant,

@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 
 use portcullis_helper::spec::{Identity, LandlockSpec, Mode, MountOp, Network, Rlimit, SpawnSpec, SPEC_VERSION};
 
+use super::aliases::AliasCheck;
 use super::containment::Containment;
 use super::git;
 use super::profile::Profile;
@@ -121,27 +122,6 @@ fn depth(p: &[u8]) -> usize {
 
 fn is_within(p: &Path, root: &Path) -> bool {
     p.starts_with(root)
-}
-
-/// The host-mount alias check of a plan with writable areas: its writable
-/// areas and the read-only areas no mount inside them may show. The plan
-/// makes it before its walk of the writable areas (a mount it refuses, a
-/// FUSE mount whose daemon is gone or a bind of a large tree, is never
-/// walked); a run makes it again at its start, against the mount table it
-/// reads there once for this and for the pool's judgement of a slot, so
-/// that an alias the host mounts after the plan is refused too.
-#[derive(Debug, Clone)]
-pub(crate) struct AliasCheck {
-    writable: Vec<PathBuf>,
-    kept: Vec<PathBuf>,
-}
-
-impl AliasCheck {
-    /// Judge the plan against `mountinfo` (the text of
-    /// `/proc/self/mountinfo`, read after the plan was made).
-    pub(crate) fn against(&self, mountinfo: &str) -> Result<(), SandboxError> {
-        super::aliases::check_with(&super::aliases::parse(mountinfo), &self.writable, &self.kept)
-    }
 }
 
 /// Build the plan. Does I/O (canonicalisation, the deny walk) but starts
@@ -795,9 +775,10 @@ fn read_only_names(
         .filter(|p| memo::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
         .collect();
     let kept: Vec<PathBuf> = not_writable.iter().chain(&system).cloned().collect();
-    super::aliases::check(protect_areas, &kept)?;
-    let aliases =
-        super::aliases::needed(protect_areas, &kept).then(|| AliasCheck { writable: protect_areas.clone(), kept });
+    let aliases = AliasCheck::new(protect_areas.clone(), kept);
+    if let Some(a) = &aliases {
+        a.now()?;
+    }
     // A grant still to be created (only `--explain` plans one) holds nothing.
     let walked: Vec<PathBuf> = protect_areas.iter().filter(|a| !create_grants.contains(a)).cloned().collect();
     let names = super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))?;

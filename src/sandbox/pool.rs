@@ -354,9 +354,7 @@ impl Pool {
                                 let want = |p: &[u8]| sources.iter().any(|s| related(p, s));
                                 match mountinfo.take() {
                                     // The caller read it after the plan, just before this take.
-                                    Some(text) => {
-                                        Some(Table::parse(text, |p| want(p).then(|| unique_mount_id(p)).flatten()))
-                                    }
+                                    Some(text) => Some(Table::of(text, want)),
                                     None => Table::read(want),
                                 }
                             });
@@ -943,8 +941,13 @@ impl Table {
     /// bind made during a 300 ms plan was missed when the plan's reading was
     /// used).
     fn read(want: impl Fn(&[u8]) -> bool) -> Option<Table> {
-        let text = super::cgroup::read_pseudo("/proc/self/mountinfo").ok()?;
-        Some(Table::parse(text, |point| want(point).then(|| unique_mount_id(point)).flatten()))
+        Some(Table::of(super::cgroup::read_pseudo("/proc/self/mountinfo").ok()?, want))
+    }
+
+    /// The table of `text` (just read), with the unique ids of the mount
+    /// points `want` keeps.
+    fn of(text: String, want: impl Fn(&[u8]) -> bool) -> Table {
+        Table::parse(text, |point| want(point).then(|| unique_mount_id(point)).flatten())
     }
 
     fn parse(text: String, id: impl Fn(&[u8]) -> Option<u64>) -> Table {

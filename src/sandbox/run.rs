@@ -449,10 +449,11 @@ fn parent_of(pid: libc::pid_t) -> io::Result<Option<libc::pid_t>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
         Err(e) => return Err(e),
     };
-    // The name (second field) is in parentheses and may hold anything.
-    let bad = || io::Error::from_raw_os_error(libc::EINVAL);
-    let rest = &stat[stat.rfind(')').ok_or_else(bad)? + 1..];
-    rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()).map(Some).ok_or_else(bad)
+    // The parent is field 4.
+    portcullis_helper::procstat::field(&stat, 4)
+        .and_then(|p| p.parse().ok())
+        .map(Some)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 /// Kill what is left in the cgroup and remove it: nothing of the run may
