@@ -10,6 +10,7 @@
 use std::fs;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -85,10 +86,11 @@ fn lists_this_process(dir: &Path) -> Option<bool> {
 /// first read costs a process about 0.1 ms (the kernel formats every
 /// mount; one-shot `portcullis exec` pays it on every command). Taken only
 /// when the directory of this process's cgroup as that filesystem shows it
-/// lists this process in `cgroup.procs`, which proves it is this process's
-/// cgroup: a mount whose root is another part of the hierarchy (a
-/// container's bind of its own subtree, a cgroup namespace's view) shows
-/// another directory at that path, or none, and `mountinfo` decides.
+/// is proven to be that cgroup ([`surely_own`]), or else lists this process
+/// in `cgroup.procs`: a mount whose root is another part of the hierarchy
+/// (a container's bind of its own subtree, a cgroup namespace's view) shows
+/// another directory at that path, or none, and `mountinfo` decides. `own`
+/// is this process's `/proc/self/cgroup`.
 fn discover_usual(own: &str) -> Option<CgroupHost> {
     let path = Path::new(own.lines().find_map(|l| l.strip_prefix("0::"))?);
     // A process outside its cgroup namespace's root sees `/../x`: a join
@@ -109,12 +111,34 @@ fn discover_usual(own: &str) -> Option<CgroupHost> {
         if !cgroup2(&parent) {
             return None;
         }
-        (lists_this_process(&parent) == Some(true)).then(|| CgroupHost {
+        (surely_own(Path::new(mount), &parent) || lists_this_process(&parent) == Some(true)).then(|| CgroupHost {
             mount: PathBuf::from(mount),
             controllers: read_controllers(&parent),
             parent,
         })
     })
+}
+
+/// Whether `dir`, `mount` joined with the path `/proc/self/cgroup` gives,
+/// is this process's cgroup for certain, by three `statx`s: this process is
+/// in the initial cgroup namespace (so that path starts at the hierarchy's
+/// root), `mount` shows the hierarchy from its root (the root cgroup's
+/// directory is inode 1), and `dir` lies on `mount` itself, not on a mount
+/// over part of it. Otherwise [`lists_this_process`] decides, which makes
+/// the kernel format every process of the cgroup: a root cgroup's hundred
+/// processes took 50-60 µs of each `portcullis exec` here.
+fn surely_own(mount: &Path, dir: &Path) -> bool {
+    /// `PROC_CGROUP_INIT_INO` (<linux/proc_ns.h>): the initial cgroup
+    /// namespace's inode number, fixed.
+    const INIT_CGROUP_NS: u64 = 0xEFFF_FFFB;
+    let ino = |p: &Path| nix::sys::stat::stat(p).map(|s| s.st_ino);
+    let mount_of = |p: &Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+        crate::sys::unique_mount_at(None, &c, 0)
+    };
+    ino(Path::new("/proc/self/ns/cgroup")) == Ok(INIT_CGROUP_NS)
+        && ino(mount) == Ok(1)
+        && mount_of(mount).is_some_and(|m| Some(m) == mount_of(dir))
 }
 
 /// `cgroup.subtree_control`: the controllers enabled for the leaves.
@@ -505,15 +529,49 @@ mod tests {
         if fs::create_dir(&child).is_ok() {
             let rel = child.strip_prefix(&slow.mount).map(|r| r.display().to_string()).unwrap_or_default();
             let taken = discover_usual(&format!("0::/{rel}\n")).is_some();
+            let listed = lists_this_process(&child);
+            let vouched = surely_own(&slow.mount, &child);
             // Removed before the verdict, so a failure leaves nothing behind.
             let _ = fs::remove_dir(&child);
-            assert!(!taken, "{rel}");
+            assert_ne!(listed, Some(true), "{rel}");
+            // Where the statx proof holds (the initial cgroup namespace, the
+            // whole hierarchy mounted) the path is taken as given: the one
+            // caller passes this process's own `/proc/self/cgroup`.
+            assert_eq!(taken, vouched, "{rel}");
         }
     }
 
     /// `cgroup.procs` decides: a directory that lists this process is its
     /// cgroup, one that lists others is not, one without the file says
     /// nothing.
+    /// Where the three `statx`s vouch for a directory, `cgroup.procs`
+    /// agrees; and this host (the initial cgroup namespace, the usual
+    /// mount) is one where they do.
+    #[test]
+    fn a_sure_directory_lists_this_process() {
+        let Ok(own) = read_pseudo("/proc/self/cgroup") else { return };
+        let Some(path) = own.lines().find_map(|l| l.strip_prefix("0::")) else { return };
+        let mut sure = 0;
+        for mount in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
+            let cgroup2 = nix::sys::statfs::statfs(mount)
+                .is_ok_and(|st| st.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC);
+            if !cgroup2 {
+                continue;
+            }
+            let dir = Path::new(mount).join(path.trim_start_matches('/'));
+            if surely_own(Path::new(mount), &dir) {
+                sure += 1;
+                assert_eq!(lists_this_process(&dir), Some(true), "{}", dir.display());
+            }
+            let sibling = Path::new(mount).join("portcullis-not-a-cgroup");
+            assert!(!surely_own(Path::new(mount), &sibling), "{}", sibling.display());
+        }
+        let init_ns = nix::sys::stat::stat("/proc/self/ns/cgroup").is_ok_and(|s| s.st_ino == 0xEFFF_FFFB);
+        if init_ns && discover().is_ok_and(|h| nix::sys::stat::stat(&h.mount).is_ok_and(|s| s.st_ino == 1)) {
+            assert_eq!(sure, 1, "the initial cgroup namespace and a mount of the whole hierarchy");
+        }
+    }
+
     #[test]
     fn a_cgroup_directory_says_who_is_in_it() {
         let d = std::env::temp_dir().join(format!("portcullis-procs-{}", std::process::id()));
