@@ -135,6 +135,7 @@ struct CheckArgs {
 }
 
 #[derive(Args)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct ExecArgs {
     /// The workspace directory (overrides the policy's).
     #[arg(long, value_name = "DIR", required_unless_present = "policy")]
@@ -241,7 +242,9 @@ struct ExecArgs {
 const FAILED: u8 = portcullis::sandbox::status::FAILED;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let quick = quick::exec_args(&args).map(|a| Cli { cmd: Cmd::Exec(Box::new(a)) });
+    let cli = match quick.map_or_else(|| Cli::try_parse_from(&args), Ok) {
         Ok(c) => c,
         Err(e) => {
             // --help and --version print on stdout and succeed; every other
@@ -641,3 +644,293 @@ fn refusal(e: &Exec, json: bool) -> ExitCode {
 #[cfg(target_env = "musl")]
 #[global_allocator]
 static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+/// `portcullis exec` parsed without clap, for the plain cases. clap builds
+/// its whole model of the subcommand (28 arguments, their parsers and
+/// rules) before it reads a word: about 0.1 ms of every one-shot command
+/// on the project's VM, 3 % of it (docs/sandbox.md, "Session 22").
+///
+/// [`exec_args`] answers only where it takes the words exactly as clap
+/// does, and `None` for anything else: a short option, an unknown or
+/// repeated one, `--help`, a flag with a value, a value that starts with
+/// `-` or is empty, one clap's parser would refuse, a broken rule
+/// (`--sh` without `--policy`, `--read-only` with `--writable`, neither
+/// `--workspace` nor `--policy`), no `--` or no command after it. clap
+/// then parses, and reports, as before. `tests::quick_parse_agrees_with_clap`
+/// holds the two to the same answer on generated command lines.
+mod quick {
+    use std::ffi::{OsStr, OsString};
+    use std::path::PathBuf;
+
+    use portcullis::sandbox::Mode;
+    use portcullis::Network;
+
+    use super::ExecArgs;
+
+    pub(super) fn exec_args(args: &[OsString]) -> Option<ExecArgs> {
+        let (head, rest) = args.get(1..)?.split_first()?;
+        if head != "exec" {
+            return None;
+        }
+        let split = rest.iter().position(|a| a == "--")?;
+        let (opts, command) = (&rest[..split], &rest[split + 1..]);
+        if command.is_empty() {
+            return None;
+        }
+        let mut a = ExecArgs {
+            workspace: None,
+            policy: None,
+            sh: false,
+            read_only: false,
+            writable: false,
+            write: Vec::new(),
+            read: Vec::new(),
+            deny: Vec::new(),
+            protect: Vec::new(),
+            cwd: None,
+            timeout: None,
+            network: None,
+            env: Vec::new(),
+            inherit_env: Vec::new(),
+            pids: None,
+            memory: None,
+            max_output: None,
+            degraded: None,
+            no_refused_writes: false,
+            json: false,
+            explain: false,
+            audit: None,
+            test_skip_readonly: false,
+            test_skip_landlock: false,
+            test_skip_seccomp: false,
+            test_fail_git_guard: false,
+            command: command.to_vec(),
+        };
+        let mut words = opts.iter();
+        while let Some(word) = words.next() {
+            let word = word.to_str()?.strip_prefix("--")?;
+            let (name, inline) = match word.split_once('=') {
+                Some((n, v)) => (n, Some(OsString::from(v))),
+                None => (word, None),
+            };
+            if let Some(flag) = flag(&mut a, name) {
+                if inline.is_some() || std::mem::replace(flag, true) {
+                    return None;
+                }
+                continue;
+            }
+            let value = match inline {
+                Some(v) => v,
+                None => {
+                    let v = words.next()?;
+                    if v.as_encoded_bytes().first() == Some(&b'-') {
+                        return None;
+                    }
+                    v.clone()
+                }
+            };
+            if value.is_empty() {
+                return None;
+            }
+            take(&mut a, name, value)?;
+        }
+        let rules = (a.workspace.is_some() || a.policy.is_some())
+            && (!a.sh || a.policy.is_some())
+            && !(a.read_only && a.writable);
+        rules.then_some(a)
+    }
+
+    fn flag<'a>(a: &'a mut ExecArgs, name: &str) -> Option<&'a mut bool> {
+        Some(match name {
+            "sh" => &mut a.sh,
+            "read-only" => &mut a.read_only,
+            "writable" => &mut a.writable,
+            "no-refused-writes" => &mut a.no_refused_writes,
+            "json" => &mut a.json,
+            "explain" => &mut a.explain,
+            "test-skip-readonly" => &mut a.test_skip_readonly,
+            "test-skip-landlock" => &mut a.test_skip_landlock,
+            "test-skip-seccomp" => &mut a.test_skip_seccomp,
+            "test-fail-git-guard" => &mut a.test_fail_git_guard,
+            _ => return None,
+        })
+    }
+
+    /// Set an option's value; `None` for an unknown option, a second value
+    /// of a single one, or a value its parser refuses.
+    fn take(a: &mut ExecArgs, name: &str, value: OsString) -> Option<()> {
+        fn once<T>(slot: &mut Option<T>, v: T) -> Option<()> {
+            slot.is_none().then(|| *slot = Some(v))
+        }
+        fn add<T>(list: &mut Vec<T>, v: T) -> Option<()> {
+            list.push(v);
+            Some(())
+        }
+        let text = |v: &OsStr| v.to_str().map(str::to_owned);
+        match name {
+            "workspace" => once(&mut a.workspace, PathBuf::from(value)),
+            "policy" => once(&mut a.policy, PathBuf::from(value)),
+            "cwd" => once(&mut a.cwd, PathBuf::from(value)),
+            "audit" => once(&mut a.audit, PathBuf::from(value)),
+            "write" => add(&mut a.write, PathBuf::from(value)),
+            "read" => add(&mut a.read, PathBuf::from(value)),
+            "protect" => add(&mut a.protect, PathBuf::from(value)),
+            "deny" => add(&mut a.deny, text(&value)?),
+            "env" => add(&mut a.env, text(&value)?),
+            "inherit-env" => add(&mut a.inherit_env, value),
+            "timeout" => once(&mut a.timeout, portcullis::units::parse_duration(&text(&value)?).ok()?),
+            "memory" => once(&mut a.memory, portcullis::units::parse_size(&text(&value)?).ok()?),
+            "max-output" => once(&mut a.max_output, portcullis::units::parse_size(&text(&value)?).ok()?),
+            "pids" => once(&mut a.pids, text(&value)?.parse::<u64>().ok()?),
+            "network" => {
+                let v = text(&value)?;
+                let n = Network::ALL.iter().find(|n| n.name() == v)?;
+                once(&mut a.network, *n)
+            }
+            "degraded" => {
+                let v = text(&value)?;
+                let m = Mode::DEGRADED.iter().find(|m| m.name() == v)?;
+                once(&mut a.degraded, *m)
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStringExt;
+
+    /// Generated `portcullis exec` lines: every word the quick parse takes
+    /// it takes as clap does, and the plain lines it takes at all.
+    #[test]
+    fn quick_parse_agrees_with_clap() {
+        let names = [
+            "workspace",
+            "policy",
+            "sh",
+            "read-only",
+            "writable",
+            "write",
+            "read",
+            "deny",
+            "protect",
+            "cwd",
+            "timeout",
+            "network",
+            "env",
+            "inherit-env",
+            "pids",
+            "memory",
+            "max-output",
+            "degraded",
+            "no-refused-writes",
+            "json",
+            "explain",
+            "audit",
+            "test-skip-readonly",
+            "test-skip-landlock",
+            "test-skip-seccomp",
+            "test-fail-git-guard",
+            "help",
+            "version",
+            "jsonx",
+            "work",
+            "",
+        ];
+        let values: [&[u8]; 22] = [
+            b".",
+            b"/tmp/ws",
+            b"",
+            b"-x",
+            b"--",
+            b"5",
+            b"+7",
+            b"-3",
+            b"1m30s",
+            b"0.5",
+            b"4MiB",
+            b"3 MiB",
+            b"none",
+            b"host",
+            b"None",
+            b"landlock-only",
+            b"full",
+            b"K=V",
+            b"*.env",
+            b"\xff\xfe",
+            b"a=b=c",
+            b"18446744073709551616",
+        ];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let (mut taken, mut cases) = (0, 0);
+        for _ in 0..40_000 {
+            let mut argv: Vec<OsString> = vec!["portcullis".into(), "exec".into()];
+            for _ in 0..next(6) {
+                let name = names[next(names.len())];
+                let value = values[next(values.len())].to_vec();
+                match next(8) {
+                    0 => argv.push(format!("-{name}").into()),
+                    1 | 2 => {
+                        let mut w = format!("--{name}=").into_bytes();
+                        w.extend(value);
+                        argv.push(OsString::from_vec(w));
+                    }
+                    3 => argv.push(format!("--{name}").into()),
+                    _ => {
+                        argv.push(format!("--{name}").into());
+                        argv.push(OsString::from_vec(value));
+                    }
+                }
+            }
+            // Mostly a workspace, so that lines the quick parse takes are common.
+            if next(3) != 0 {
+                argv.insert(2 + next(argv.len() - 1), "--workspace=/w".into());
+            }
+            match next(6) {
+                0 => {}
+                1 => argv.push("--".into()),
+                _ => argv.extend([
+                    "--".into(),
+                    "/bin/true".into(),
+                    OsString::from_vec(values[next(values.len())].to_vec()),
+                ]),
+            }
+            cases += 1;
+            let quick = quick::exec_args(&argv);
+            let clap = Cli::try_parse_from(&argv);
+            if let Some(q) = quick {
+                taken += 1;
+                match clap {
+                    Ok(Cli { cmd: Cmd::Exec(c) }) => assert_eq!(q, *c, "{argv:?}"),
+                    Ok(_) => panic!("clap parsed another subcommand: {argv:?}"),
+                    Err(e) => panic!("the quick parse took what clap refuses ({e}): {argv:?}"),
+                }
+            }
+        }
+        eprintln!("the quick parse took {taken} of {cases} lines");
+        assert!(taken * 20 > cases, "the quick parse took {taken} of {cases} lines");
+        // The plain lines are taken.
+        for line in [
+            &["exec", "--workspace", ".", "--", "/bin/true"][..],
+            &["exec", "--workspace=/w", "--writable", "--timeout", "5", "--pids", "256", "--", "make", "test"],
+            &["exec", "--policy", "p.toml", "--sh", "--json", "--", "echo hi > f"],
+            &["exec", "--workspace", ".", "--deny", ".env*", "--network", "host", "--", "ls", "--", "-l"],
+        ] {
+            let argv: Vec<OsString> =
+                std::iter::once("portcullis").chain(line.iter().copied()).map(OsString::from).collect();
+            let q = quick::exec_args(&argv).unwrap_or_else(|| panic!("not taken: {line:?}"));
+            match Cli::try_parse_from(&argv) {
+                Ok(Cli { cmd: Cmd::Exec(c) }) => assert_eq!(q, *c),
+                _ => panic!("clap did not parse {line:?}"),
+            }
+        }
+    }
+}
