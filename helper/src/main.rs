@@ -210,11 +210,22 @@ fn prepare(spec: &SpawnSpec) -> Result<Prepared, Fail> {
     prepare_with(spec, programs)
 }
 
+/// The programs build.rs compiled (`PROGRAMS`).
+mod precompiled {
+    include!(concat!(env!("OUT_DIR"), "/seccomp_programs.rs"));
+}
+
 /// `CompileSeccomp`: the main filter for the mode and network, and the
-/// refused-write observer's when `observe`.
+/// refused-write observer's when `observe`: as build.rs compiled them with
+/// this code (a cross build compiles them here).
 pub(crate) fn compile(mode: Mode, network: Network, observe: bool) -> Result<Programs, Fail> {
     let profile = filter::Profile { degraded: mode == Mode::LandlockOnly, network_none: network == Network::None };
-    let filter = filter::compile_for(profile).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?;
+    let built = precompiled::PROGRAMS.iter().find(|(p, ..)| *p == (profile.degraded, profile.network_none));
+    let fail = |_| Fail::errno(Step::CompileSeccomp, libc::EINVAL);
+    let filter = match built {
+        Some((_, main, _)) => main.to_vec(),
+        None => filter::compile_for(profile).map_err(fail)?,
+    };
     // The observer's program alone serves only a debug helper's
     // `skip_seccomp` (a release helper refuses that switch): not compiled
     // for every run of a release one.
@@ -222,9 +233,10 @@ pub(crate) fn compile(mode: Mode, network: Network, observe: bool) -> Result<Pro
         true => Some(observe::compile().map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
         false => None,
     };
-    let folded = match observe {
-        true => Some(observe::compile_with(profile).map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
-        false => None,
+    let folded = match (observe, built) {
+        (true, Some((_, _, folded))) => Some(folded.to_vec()),
+        (true, None) => Some(observe::compile_with(profile).map_err(fail)?),
+        (false, _) => None,
     };
     Ok(Programs { filter, observer, folded })
 }
@@ -815,3 +827,24 @@ pub(crate) fn release_output() {
 #[cfg(target_env = "musl")]
 #[global_allocator]
 static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// build.rs's programs are what this code compiles now, for every
+    /// profile (a native build has all four).
+    #[test]
+    fn precompiled_programs_match() {
+        assert_eq!(precompiled::PROGRAMS.len(), 4, "a native build precompiles every profile");
+        for &((degraded, network_none), main, folded) in precompiled::PROGRAMS {
+            let profile = filter::Profile { degraded, network_none };
+            assert_eq!(Some(main.to_vec()), filter::compile_for(profile).ok(), "{degraded}/{network_none}");
+            assert_eq!(Some(folded.to_vec()), observe::compile_with(profile).ok(), "{degraded}/{network_none}");
+        }
+        let Ok(p) = compile(Mode::Full, Network::None, true) else { panic!("compile") };
+        let want = filter::Profile { degraded: false, network_none: true };
+        assert_eq!(Some(p.filter), filter::compile_for(want).ok());
+        assert_eq!(p.folded, observe::compile_with(want).ok());
+    }
+}

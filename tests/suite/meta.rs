@@ -235,7 +235,10 @@ fn assert_glibc_fallback(code: i32, stdout: &str, stderr: &str, target: &std::pa
     if stderr.contains("no static glibc") {
         assert!(!log.contains("crt-static"), "a dynamic build was announced, but:\n{log}");
     } else {
-        assert!(log.contains("-C target-feature=+crt-static"), "not a static glibc build:\n{log}\nstderr:\n{stderr}");
+        assert!(
+            log.contains("-C target-feature=+crt-static -C relocation-model=static"),
+            "not a static, position-dependent glibc build:\n{log}\nstderr:\n{stderr}"
+        );
     }
     assert!(stderr.contains("works"), "the fallback does not say the build still works:\n{stderr}");
 }
@@ -316,9 +319,12 @@ fn r0853_build_static_adds_the_musl_target_with_rustup() {
     assert_eq!(std::fs::read_to_string(&asked).unwrap_or_default().trim(), format!("rustup target add {musl}"));
     let log = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
-        log.contains(&format!("build --release --target {musl} --bins --example bench_driver RUSTFLAGS=\n")),
+        log.contains(&format!(
+            "build --release --target {musl} --bins --example bench_driver RUSTFLAGS=-C relocation-model=static\n"
+        )),
         "cargo was called as:\n{log}"
     );
+    assert!(stderr.contains("position-dependent"), "stderr:\n{stderr}");
     let bin = target.join("bin");
     assert_eq!(stdout.lines().last(), Some(bin.to_string_lossy().as_ref()), "stdout:\n{stdout}");
     for b in ["portcullis", "portcullis-helper", "bench_driver"] {
@@ -330,4 +336,52 @@ fn r0853_build_static_adds_the_musl_target_with_rustup() {
     let (code, _, stderr, _) = run_build_static(root.path(), &path, &[]);
     assert_eq!(code, 0, "second build-static failed; stderr:\n{stderr}");
     assert_eq!(std::fs::read_to_string(&asked).unwrap_or_default().lines().count(), 1, "rustup was asked again");
+}
+
+/// r0868: PORTCULLIS_PIE=1 builds the position-independent binaries (no
+/// relocation model of ours, the caller's RUSTFLAGS kept); another value is
+/// refused with what to say instead.
+#[test]
+fn r0868_build_static_builds_static_pie_on_request() {
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let libdir = root.path().join("musl-libdir");
+    let body = format!(
+        "#!/bin/sh
+: > {}/libstd-0123.rlib
+",
+        libdir.display()
+    );
+    let (path, log) = build_static_stand_ins(root.path(), Some(&body));
+    let musl = format!("{}-unknown-linux-musl", host_triple().split('-').next().unwrap_or("x86_64"));
+    let run = |pie: &str, rustflags: Option<&str>| {
+        let mut c = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/build-static"));
+        c.env("PATH", &path)
+            .env("CARGO_TARGET_DIR", root.path().join("target"))
+            .env_remove("PORTCULLIS_LIBC")
+            .env("PORTCULLIS_PIE", pie);
+        match rustflags {
+            Some(f) => c.env("RUSTFLAGS", f),
+            None => c.env_remove("RUSTFLAGS"),
+        };
+        let out = c.output().unwrap_or_else(|e| panic!("run scripts/build-static: {e}"));
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, stderr) = run("1", Some("-C debuginfo=1"));
+    assert_eq!(code, 0, "stderr:\n{stderr}");
+    assert!(stderr.contains("static-pie"), "stderr:\n{stderr}");
+    let (code, stderr) = run("0", Some("-C debuginfo=1"));
+    assert_eq!(code, 0, "stderr:\n{stderr}");
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    let calls: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        calls,
+        [
+            format!("cargo build --release --target {musl} --bins RUSTFLAGS=-C debuginfo=1"),
+            format!("cargo build --release --target {musl} --bins RUSTFLAGS=-C debuginfo=1 -C relocation-model=static"),
+        ],
+        "cargo was called as:\n{log}"
+    );
+    let (code, stderr) = run("yes", None);
+    assert_eq!(code, 2, "stderr:\n{stderr}");
+    assert!(stderr.contains("say 1 (position-independent) or 0"), "stderr:\n{stderr}");
 }
