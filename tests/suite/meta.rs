@@ -157,7 +157,7 @@ fn build_static_stand_ins(root: &std::path::Path, rustup: Option<&str>) -> (std:
     script(
         "cargo",
         &format!(
-            "#!/bin/sh\necho \"cargo $* RUSTFLAGS=${{RUSTFLAGS:-}}\" >> {log}\n\
+            "#!/bin/sh\necho \"cargo $* RUSTFLAGS=${{RUSTFLAGS-(unset)}}\" >> {log}\n\
              ex=; while [ $# -gt 0 ]; do [ \"$1\" = --target ] && t=$2; [ \"$1\" = --example ] && ex=$2; shift; done\n\
              mkdir -p \"$CARGO_TARGET_DIR/$t/release/examples\" || exit 1\n\
              for b in portcullis portcullis-helper; do echo \"$t\" > \"$CARGO_TARGET_DIR/$t/release/$b\"; done\n\
@@ -236,7 +236,9 @@ fn assert_glibc_fallback(code: i32, stdout: &str, stderr: &str, target: &std::pa
         assert!(!log.contains("crt-static"), "a dynamic build was announced, but:\n{log}");
     } else {
         assert!(
-            log.contains("-C target-feature=+crt-static -C relocation-model=static"),
+            log.contains(&format!(
+                "--config target.{host}.rustflags = [\"-C\", \"target-feature=+crt-static\", \"-C\", \"relocation-model=static\"] RUSTFLAGS=(unset)"
+            )),
             "not a static, position-dependent glibc build:\n{log}\nstderr:\n{stderr}"
         );
     }
@@ -320,7 +322,7 @@ fn r0853_build_static_adds_the_musl_target_with_rustup() {
     let log = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         log.contains(&format!(
-            "build --release --target {musl} --bins --example bench_driver RUSTFLAGS=-C relocation-model=static\n"
+            "build --release --target {musl} --bins --config target.{musl}.rustflags = [\"-C\", \"relocation-model=static\"] --example bench_driver RUSTFLAGS=(unset)\n"
         )),
         "cargo was called as:\n{log}"
     );
@@ -339,8 +341,10 @@ fn r0853_build_static_adds_the_musl_target_with_rustup() {
 }
 
 /// r0868: PORTCULLIS_PIE=1 builds the position-independent binaries (no
-/// relocation model of ours, the caller's RUSTFLAGS kept); another value is
-/// refused with what to say instead.
+/// relocation model of ours, the caller's RUSTFLAGS kept, or left unset so
+/// that cargo's config files still count); our flag goes to the caller's
+/// RUSTFLAGS when it set one; another value is refused with what to say
+/// instead.
 #[test]
 fn r0868_build_static_builds_static_pie_on_request() {
     let root = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
@@ -366,17 +370,18 @@ fn r0868_build_static_builds_static_pie_on_request() {
         let out = c.output().unwrap_or_else(|e| panic!("run scripts/build-static: {e}"));
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
     };
-    let (code, stderr) = run("1", Some("-C debuginfo=1"));
-    assert_eq!(code, 0, "stderr:\n{stderr}");
-    assert!(stderr.contains("static-pie"), "stderr:\n{stderr}");
-    let (code, stderr) = run("0", Some("-C debuginfo=1"));
-    assert_eq!(code, 0, "stderr:\n{stderr}");
+    for (pie, flags) in [("1", Some("-C debuginfo=1")), ("1", None), ("0", Some("-C debuginfo=1"))] {
+        let (code, stderr) = run(pie, flags);
+        assert_eq!(code, 0, "stderr:\n{stderr}");
+        assert!(stderr.contains(if pie == "1" { "static-pie" } else { "position-dependent" }), "stderr:\n{stderr}");
+    }
     let log = std::fs::read_to_string(&log).unwrap_or_default();
     let calls: Vec<&str> = log.lines().collect();
     assert_eq!(
         calls,
         [
             format!("cargo build --release --target {musl} --bins RUSTFLAGS=-C debuginfo=1"),
+            format!("cargo build --release --target {musl} --bins RUSTFLAGS=(unset)"),
             format!("cargo build --release --target {musl} --bins RUSTFLAGS=-C debuginfo=1 -C relocation-model=static"),
         ],
         "cargo was called as:\n{log}"
