@@ -132,6 +132,10 @@ impl Observer {
     /// Start serving our end of the hand-over socket, on an idle observer
     /// thread if there is one, else on a new one.
     pub(crate) fn start(sock: OwnedFd, rules: Rules) -> io::Result<Observer> {
+        #[cfg(test)]
+        if tests::FAIL_START.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+        }
         let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
         let (tx, done) = tokio::sync::oneshot::channel();
         hand_out(Job { sock, stop: stop_r, rules, tx })?;
@@ -885,10 +889,16 @@ fn tidy(p: &Path) -> PathBuf {
 
 /// The observer of one run, from the spec to the report.
 pub(crate) enum Setup {
-    /// Switched off, or could not be started (the command runs unobserved).
+    /// Switched off, or could not be set up (the command runs unobserved).
     Without(RefusedWrites),
-    /// The thread runs; `helper_end` goes to the helper on `OBSERVE_FD`.
-    With { observer: Observer, helper_end: Option<OwnedFd> },
+    /// The socket is made; `helper_end` goes to the helper on
+    /// `OBSERVE_FD`, and the thread serving `ours` starts once the helper
+    /// has it ([`Setup::spawned`]).
+    Ready { ours: OwnedFd, rules: Rules, helper_end: OwnedFd },
+    /// The thread serves the run.
+    With { observer: Observer },
+    /// Spent by a failed [`Setup::spawned`].
+    Gone,
 }
 
 impl Setup {
@@ -925,8 +935,7 @@ impl Setup {
                 drop(theirs);
                 t
             };
-            let observer = Observer::start(ours, rules)?;
-            Ok(Setup::With { observer, helper_end: Some(theirs) })
+            Ok(Setup::Ready { ours, rules, helper_end: theirs })
         })();
         match started {
             Ok(s) => s,
@@ -937,24 +946,41 @@ impl Setup {
     /// The fd the helper gets on `OBSERVE_FD`, if any.
     pub(crate) fn helper_end(&self) -> Option<RawFd> {
         match self {
-            Setup::With { helper_end: Some(fd), .. } => Some(fd.as_raw_fd()),
+            Setup::Ready { helper_end, .. } => Some(helper_end.as_raw_fd()),
             _ => None,
         }
     }
 
-    /// The helper holds its end now: close ours, or the end of the run
-    /// would not be seen.
-    pub(crate) fn spawned(&mut self) {
-        if let Setup::With { helper_end, .. } = self {
-            drop(helper_end.take());
+    /// The helper holds its end now: close ours (or the end of the run
+    /// would not be seen), and start serving the socket. The thread starts
+    /// here rather than before the helper, where a one-shot run's first
+    /// observer thread (a `clone` and its stack) was on the way to the
+    /// helper's spawn; the helper's command hands its listener over a
+    /// millisecond later at the soonest, and the socket holds it until
+    /// then. A thread that cannot be started now is an error: the helper
+    /// has the socket, and its command would install an observer nobody
+    /// serves, so the caller stops the run before its command starts.
+    pub(crate) fn spawned(&mut self) -> io::Result<()> {
+        if !matches!(self, Setup::Ready { .. }) {
+            return Ok(());
         }
+        let Setup::Ready { ours, rules, helper_end } = std::mem::replace(self, Setup::Gone) else {
+            return Ok(());
+        };
+        drop(helper_end);
+        *self = Setup::With { observer: Observer::start(ours, rules)? };
+        Ok(())
     }
 
     /// Every process of the run is gone: the report.
     pub(crate) async fn finish(self) -> RefusedWrites {
         match self {
             Setup::Without(r) => r,
-            Setup::With { observer, .. } => observer.finish().await,
+            Setup::With { observer } => observer.finish().await,
+            // Never handed to a helper, or the run was stopped.
+            Setup::Ready { .. } | Setup::Gone => {
+                RefusedWrites::unavailable("the observer was not started (the run was stopped before its command)")
+            }
         }
     }
 }
@@ -970,6 +996,51 @@ mod tests {
         assert_eq!(split_last(b"c"), (&b""[..], &b"c"[..]));
         assert_eq!(split_last(b"a/dir//"), (&b"a"[..], &b"dir"[..]));
         assert_eq!(split_last(b"/"), (&b"/"[..], &b""[..]));
+    }
+
+    /// Makes the next [`Observer::start`] fail as a thread that cannot be
+    /// made would (`EAGAIN`).
+    pub(super) static FAIL_START: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    /// The thread starts once the helper holds its end; when it cannot,
+    /// `spawned` says so (the caller stops the run), our end is closed, so
+    /// that the command's hand-over fails instead of leaving an observer
+    /// nobody serves, and the report says the observer was not started.
+    #[test]
+    fn the_thread_starts_after_the_spawn_or_the_run_is_stopped() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+        let ready = || {
+            let (ours, theirs) = nix::sys::socket::socketpair(
+                nix::sys::socket::AddressFamily::Unix,
+                nix::sys::socket::SockType::SeqPacket,
+                None,
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            let helper_end = theirs.try_clone().unwrap_or_else(|e| panic!("{e}"));
+            (Setup::Ready { ours, rules: Rules::ReadOnlyMounts, helper_end }, theirs)
+        };
+        let send =
+            |fd: &OwnedFd| nix::sys::socket::send(fd.as_raw_fd(), b"x", nix::sys::socket::MsgFlags::MSG_NOSIGNAL);
+        // Control: started, the thread serves and reports.
+        let (mut setup, _theirs) = ready();
+        assert!(setup.helper_end().is_some());
+        setup.spawned().unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(setup, Setup::With { .. }) && setup.helper_end().is_none());
+        // (No command handed a listener over: the thread's own report.)
+        let report = rt.block_on(setup.finish());
+        let not_started = |r: &RefusedWrites| r.reason.as_deref().is_some_and(|m| m.contains("was not started"));
+        assert!(!not_started(&report), "{report:?}");
+        // A thread that cannot be made.
+        let (mut setup, theirs) = ready();
+        FAIL_START.store(true, std::sync::atomic::Ordering::SeqCst);
+        let e = setup.spawned().err().unwrap_or_else(|| panic!("spawned succeeded"));
+        assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
+        assert!(matches!(setup, Setup::Gone));
+        assert_eq!(send(&theirs), Err(nix::errno::Errno::EPIPE), "our end is still open");
+        let report = rt.block_on(setup.finish());
+        assert_eq!(report.state, RefusedWrites::unavailable("").state);
+        assert!(not_started(&report), "{report:?}");
     }
 
     #[test]
