@@ -134,7 +134,7 @@ struct CheckArgs {
     line: Vec<String>,
 }
 
-#[derive(Args)]
+#[derive(Args, Default)]
 #[cfg_attr(test, derive(Debug, PartialEq))]
 struct ExecArgs {
     /// The workspace directory (overrides the policy's).
@@ -677,35 +677,7 @@ mod quick {
         if command.is_empty() {
             return None;
         }
-        let mut a = ExecArgs {
-            workspace: None,
-            policy: None,
-            sh: false,
-            read_only: false,
-            writable: false,
-            write: Vec::new(),
-            read: Vec::new(),
-            deny: Vec::new(),
-            protect: Vec::new(),
-            cwd: None,
-            timeout: None,
-            network: None,
-            env: Vec::new(),
-            inherit_env: Vec::new(),
-            pids: None,
-            memory: None,
-            max_output: None,
-            degraded: None,
-            no_refused_writes: false,
-            json: false,
-            explain: false,
-            audit: None,
-            test_skip_readonly: false,
-            test_skip_landlock: false,
-            test_skip_seccomp: false,
-            test_fail_git_guard: false,
-            command: command.to_vec(),
-        };
+        let mut a = ExecArgs { command: command.to_vec(), ..ExecArgs::default() };
         let mut words = opts.iter();
         while let Some(word) = words.next() {
             let word = word.to_str()?.strip_prefix("--")?;

@@ -230,7 +230,7 @@ pub(crate) fn compile(mode: Mode, network: Network, observe: bool) -> Result<Pro
     // `skip_seccomp` (a release helper refuses that switch): not compiled
     // for every run of a release one.
     let observer = match observe && cfg!(debug_assertions) {
-        true => Some(observe::compile().map_err(|_| Fail::errno(Step::CompileSeccomp, libc::EINVAL))?),
+        true => Some(observe::compile().map_err(fail)?),
         false => None,
     };
     let folded = match (observe, built) {

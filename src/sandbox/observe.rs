@@ -887,6 +887,12 @@ fn tidy(p: &Path) -> PathBuf {
     out
 }
 
+/// The stage named when the observer's thread cannot be started once the
+/// helper has its socket ([`Setup::spawned`]); what to do instead.
+pub(crate) const THREAD_STAGE: &str =
+    "starting the refused-write observer's thread (the run was stopped before its command; \
+     --no-refused-writes or `report_refused_writes = false` runs without the report)";
+
 /// The observer of one run, from the spec to the report.
 pub(crate) enum Setup {
     /// Switched off, or could not be set up (the command runs unobserved).
@@ -961,14 +967,13 @@ impl Setup {
     /// has the socket, and its command would install an observer nobody
     /// serves, so the caller stops the run before its command starts.
     pub(crate) fn spawned(&mut self) -> io::Result<()> {
-        if !matches!(self, Setup::Ready { .. }) {
-            return Ok(());
+        match std::mem::replace(self, Setup::Gone) {
+            Setup::Ready { ours, rules, helper_end } => {
+                drop(helper_end);
+                *self = Setup::With { observer: Observer::start(ours, rules)? };
+            }
+            other => *self = other,
         }
-        let Setup::Ready { ours, rules, helper_end } = std::mem::replace(self, Setup::Gone) else {
-            return Ok(());
-        };
-        drop(helper_end);
-        *self = Setup::With { observer: Observer::start(ours, rules)? };
         Ok(())
     }
 

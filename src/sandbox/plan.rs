@@ -159,7 +159,7 @@ pub(crate) fn build(
     let mounts = mount_plan(base, &git.protected, &kept, &pinned, &masked);
     let cwd = working_directory(req, &at, &read_roots, &access)?;
     let ll = landlock_rules(req, uid, &at.ws, &access, &read_roots, &git.protected, &kept, &lock_dir)?;
-    let (spec, seccomp_sha256) = spawn_spec(req, uid, gid, &cwd, mounts, &ll, &contained, profile)?;
+    let (spec, seccomp_sha256) = spawn_spec(req, uid, gid, &cwd, mounts, &ll, &contained)?;
     let (containment, _) = contained;
     let super::links::Kept { hard_linked, privileged, unlistable } = kept;
     let plan = Plan {
@@ -1016,7 +1016,6 @@ fn landlock_rules(
 }
 
 /// The spec handed to the helper, and the SHA-256 of its seccomp program.
-#[allow(clippy::too_many_arguments)]
 fn spawn_spec(
     req: &ExecRequest,
     uid: u32,
@@ -1025,16 +1024,12 @@ fn spawn_spec(
     mounts: Vec<MountOp>,
     ll: &LandlockRules,
     (containment, rlimits): &(Containment, Vec<Rlimit>),
-    profile: Option<&Profile>,
 ) -> Result<(SpawnSpec, String), SandboxError> {
     let degraded = req.degraded == Some(Mode::LandlockOnly);
     let remap = uid == 0;
     let env = build_env(req);
     let filter = portcullis_helper::filter::Profile { degraded, network_none: req.network == Network::None };
-    let seccomp_sha256 = match profile {
-        Some(p) => p.seccomp_sha256(filter)?,
-        None => seccomp_sha256(filter)?,
-    };
+    let seccomp_sha256 = seccomp_sha256(filter)?;
 
     let spec = SpawnSpec {
         version: SPEC_VERSION,
@@ -1078,13 +1073,23 @@ fn spawn_spec(
 }
 
 /// The SHA-256 of the seccomp program the helper installs for `filter`
-/// (the helper compiles it itself; the plan names what it will be): from
-/// the table build.rs wrote, or, in a cross build, computed.
+/// (the helper takes it from the same build; the plan names what it will
+/// be): from the table build.rs wrote, or, in a cross build, computed once
+/// per process (a pure function of the profile and of this binary).
 pub(super) fn seccomp_sha256(filter: portcullis_helper::filter::Profile) -> Result<String, SandboxError> {
-    match digests::SECCOMP_SHA256.iter().find(|(d, n, _)| (*d, *n) == (filter.degraded, filter.network_none)) {
-        Some((_, _, sha)) => Ok((*sha).to_string()),
-        None => computed_seccomp_sha256(filter),
+    if let Some((_, _, sha)) =
+        digests::SECCOMP_SHA256.iter().find(|(d, n, _)| (*d, *n) == (filter.degraded, filter.network_none))
+    {
+        return Ok((*sha).to_string());
     }
+    static COMPUTED: [std::sync::OnceLock<String>; 4] = [const { std::sync::OnceLock::new() }; 4];
+    let cell = &COMPUTED[usize::from(filter.degraded) * 2 + usize::from(filter.network_none)];
+    if let Some(sha) = cell.get() {
+        return Ok(sha.clone());
+    }
+    let sha = computed_seccomp_sha256(filter)?;
+    // Another thread may have set it meanwhile: to the same value.
+    Ok(cell.get_or_init(|| sha).clone())
 }
 
 mod digests {

@@ -18,9 +18,9 @@
 //!   compiled from; a request whose (normalised) relative globs differ in
 //!   any way (an extra `--deny`, another order) compiles its own, as a
 //!   fresh plan would.
-//! - The SHA-256 of the seccomp program for each of the four filter
-//!   profiles (landlock-only or not, network or not): the program is a
-//!   function of the profile and of this binary.
+//!
+//! (The seccomp programs' SHA-256, once cached here too, is a constant of
+//! the build: `build.rs` writes it, `plan::seccomp_sha256` takes it.)
 //!
 //! A cache keyed on its whole input cannot serve an answer for another
 //! input, so no invalidation is needed and none is attempted.
@@ -61,18 +61,13 @@
 //! it); they stay, because a plan that skips one can let a command keep
 //! what it planted.
 
-use std::sync::OnceLock;
-
-use portcullis_helper::filter::Profile as FilterProfile;
-
-use super::{plan, ExecRequest, Plan, Sandbox, SandboxError};
+use super::{ExecRequest, Plan, Sandbox, SandboxError};
 use crate::path::glob::relative_globs;
 use crate::path::{normalize_glob, DenyGlobs};
 
-/// What planning reuses across commands: compiled deny globs and the
-/// seccomp programs' hashes (see the module documentation for why nothing
-/// here can go stale). Cheap to share; built by [`Profile::new`] or
-/// [`Sandbox::profile`].
+/// What planning reuses across commands: compiled deny globs (see the
+/// module documentation for why nothing here can go stale). Cheap to share;
+/// built by [`Profile::new`] or [`Sandbox::profile`].
 #[derive(Debug, Clone)]
 pub struct Profile {
     /// The relative deny globs (normalised, in order) `deny` was compiled
@@ -80,15 +75,6 @@ pub struct Profile {
     deny_text: Vec<String>,
     /// Their compilation (None when there are none).
     deny: Option<DenyGlobs>,
-    /// The seccomp program's SHA-256 per filter profile (indexed by
-    /// [`slot`]), each computed when first needed: a one-shot caller pays
-    /// for the one it uses, as a fresh plan does.
-    seccomp: [OnceLock<String>; 4],
-}
-
-/// Where the hash of `filter`'s program is kept.
-fn slot(filter: FilterProfile) -> usize {
-    usize::from(filter.degraded) * 2 + usize::from(filter.network_none)
 }
 
 impl Profile {
@@ -106,25 +92,13 @@ impl Profile {
                     .map_err(|reason| SandboxError::Glob { glob: deny_text.join(" "), reason })?,
             )
         };
-        Ok(Profile { deny_text, deny, seccomp: Default::default() })
+        Ok(Profile { deny_text, deny })
     }
 
     /// The compiled relative deny globs, when they were compiled from
     /// exactly `rel` (normalised, in order).
     pub(super) fn deny_globs(&self, rel: &[String]) -> Option<&DenyGlobs> {
         (self.deny_text == rel).then_some(self.deny.as_ref()).flatten()
-    }
-
-    /// The seccomp program's SHA-256 for `filter`.
-    pub(super) fn seccomp_sha256(&self, filter: FilterProfile) -> Result<String, SandboxError> {
-        let Some(cell) = self.seccomp.get(slot(filter)) else { return plan::seccomp_sha256(filter) };
-        if let Some(sha) = cell.get() {
-            return Ok(sha.clone());
-        }
-        let sha = plan::seccomp_sha256(filter)?;
-        // Another thread may have set it meanwhile: to the same value.
-        let _ = cell.set(sha.clone());
-        Ok(sha)
     }
 }
 

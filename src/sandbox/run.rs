@@ -143,12 +143,6 @@ pub(super) struct Streams {
     records: mpsc::UnboundedReceiver<Record>,
 }
 
-/// The stage named when the refused-write observer's thread cannot be
-/// started once the helper has its socket; what to do instead.
-pub(super) const OBSERVER_THREAD: &str =
-    "starting the refused-write observer's thread (the run was stopped before its command; \
-     --no-refused-writes or `report_refused_writes = false` runs without the report)";
-
 /// Spawn the helper on the plan's spec, the cgroup and the observer's
 /// socket (when it started), hand it stdin, and start reading its output
 /// and records.
@@ -191,7 +185,7 @@ pub(super) fn spawn_helper(
     drop((fds.spec, fds.report_w, fds.life_r, fds.cgroup, net_fds));
     // On an error `launched` is dropped: its lifeline closes and the helper
     // kills the sandbox before the command can start.
-    observing.spawned().map_err(|source| SandboxError::Io { stage: OBSERVER_THREAD, source })?;
+    observing.spawned().map_err(|source| SandboxError::Io { stage: observe::THREAD_STAGE, source })?;
     let streams = read_streams(&mut launched.child, fds.report_r)?;
     Ok((launched, streams))
 }
