@@ -825,6 +825,17 @@ impl Ctx<'_> {
             let dir = self.open(f, &f.path, libc::O_DIRECTORY)?;
             return Ok(refused(self.blocked(dir.as_fd())?));
         }
+        if creat && excl && !f.path.ends_with(b"/") {
+            // An entry already there (a file, a link, a mount point) fails
+            // with EEXIST first, so the verdict is the parent's: a writable
+            // parent, as for most creations (an archive's files), needs no
+            // lookup of the entry. A lookup fewer per notification: about
+            // 0.7 us of the observer's 6.3 per created file (session 23).
+            let (dir, name) = self.parent(f)?;
+            if !matches!(name.as_slice(), b"" | b"." | b"..") {
+                return Ok(refused(self.blocked(dir.as_fd())? && !self.exists_in(dir.as_fd(), &name)?));
+            }
+        }
         let nofollow = flags & libc::O_NOFOLLOW != 0 || (creat && excl);
         match self.open(f, &f.path, if nofollow { libc::O_NOFOLLOW } else { 0 }) {
             Ok(t) => {

@@ -327,3 +327,37 @@ fn r0862_changes_through_a_descriptor_are_refused_but_not_reported() {
     let mtime = |rel: &str| fs::metadata(ws.join(rel)).and_then(|m| m.modified()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(mtime("README.md"), std::time::UNIX_EPOCH + std::time::Duration::from_secs(1));
 }
+
+/// Exclusive creations (`O_CREAT | O_EXCL`: archives, lock and temporary
+/// files) are judged by their parent directory alone (an existing entry
+/// fails with `EEXIST` first), which spares the observer a lookup per
+/// created file. Pinned both ways: a new name in a read-only directory is
+/// refused with `EROFS` and reported, an existing one fails with `EEXIST`
+/// and is not (in a read-only directory as in a writable one); control:
+/// writable, the new name lands unreported.
+#[test]
+fn r0869_exclusive_creations_are_judged_by_their_directory() {
+    const EXCL: &str = "python3 -c \"import os,errno\nfor p in ('fresh.txt', 'README.md', 'src/new.rs', 'src/main.rs'):\n  try: os.close(os.open(p, os.O_CREAT|os.O_EXCL|os.O_WRONLY))\n  except OSError as e: print(p, errno.errorcode[e.errno])\n  else: print(p, 'made')\"";
+    let ws = Ws::new();
+    let before = ws.snapshot();
+    let r = sh(&ws, EXCL, |_| {});
+    let out = stdout(&r);
+    for line in ["fresh.txt EROFS", "README.md EEXIST", "src/new.rs EROFS", "src/main.rs EEXIST"] {
+        assert!(out.contains(line), "r0869: {line} not in {out}");
+    }
+    let w = observed(&r);
+    let root = real(&ws);
+    assert_eq!(w.sample, vec![root.join("fresh.txt"), root.join("src/new.rs")], "r0869: {w:?}");
+    assert_eq!((w.count, w.unresolved), (2, 0), "r0869: {w:?}");
+    assert_eq!(ws.snapshot(), before, "r0869: a refused creation landed");
+    // Control: writable, the new names land and nothing is reported; the
+    // existing ones still fail with EEXIST.
+    let r = sh(&ws, EXCL, |req| req.writable = true);
+    let out = stdout(&r);
+    for line in ["fresh.txt made", "README.md EEXIST", "src/new.rs made", "src/main.rs EEXIST"] {
+        assert!(out.contains(line), "r0869 control: {line} not in {out}");
+    }
+    let w = observed(&r);
+    assert_eq!((w.count, w.unresolved), (0, 0), "r0869 control: {w:?}");
+    assert!(ws.join("fresh.txt").exists() && ws.join("src/new.rs").exists());
+}
