@@ -361,3 +361,54 @@ fn r0869_exclusive_creations_are_judged_by_their_directory() {
     assert_eq!((w.count, w.unresolved), (0, 0), "r0869 control: {w:?}");
     assert!(ws.join("fresh.txt").exists() && ws.join("src/new.rs").exists());
 }
+
+/// Opens the kernel fails before any write check are not refused writes,
+/// though they carry `O_CREAT` (found in review, all reported before):
+/// `O_CREAT | O_DIRECTORY` (EINVAL, Linux 6.4), `O_PATH | O_CREAT` (ENOENT:
+/// `O_PATH` creates nothing), a creating open of a name with a trailing
+/// `/` (EISDIR), `O_TMPFILE | O_CREAT` (EINVAL). Pinned: each errno, and
+/// nothing landed; the report is empty. Control: a plain exclusive
+/// creation beside them is refused with EROFS and reported.
+#[test]
+fn r0870_creations_that_fail_before_the_write_check_are_not_reported() {
+    const PY: &str = "python3 -c \"import os,errno\nfor p, fl in (('d1', os.O_CREAT|os.O_EXCL|os.O_DIRECTORY), ('p1', os.O_PATH|os.O_CREAT|os.O_EXCL), ('s1/', os.O_CREAT|os.O_EXCL|os.O_WRONLY), ('.', os.O_TMPFILE|os.O_CREAT|os.O_WRONLY), ('d2', os.O_CREAT|os.O_DIRECTORY), ('p2', os.O_PATH|os.O_CREAT), ('s2/', os.O_CREAT|os.O_WRONLY), ('plain', os.O_CREAT|os.O_EXCL|os.O_WRONLY)):\n  try: os.close(os.open(p, fl))\n  except OSError as e: print(p, errno.errorcode[e.errno])\n  else: print(p, 'made')\"";
+    let ws = Ws::new();
+    let before = ws.snapshot();
+    let r = sh(&ws, PY, |_| {});
+    let out = stdout(&r);
+    for line in
+        ["d1 EINVAL", "p1 ENOENT", "s1/ EISDIR", ". EINVAL", "d2 EINVAL", "p2 ENOENT", "s2/ EISDIR", "plain EROFS"]
+    {
+        assert!(out.contains(line), "r0870: {line} not in {out}");
+    }
+    assert_eq!(ws.snapshot(), before, "r0870: something landed");
+    let w = observed(&r);
+    assert_eq!(w.sample, vec![real(&ws).join("plain")], "r0870: only the plain creation is a refused write: {w:?}");
+    assert_eq!((w.count, w.unresolved), (1, 0), "r0870: {w:?}");
+}
+
+/// In the landlock-only mode `/proc` is the host's, outside every write
+/// rule: a creation there fails at procfs's lookup (ENOENT) before
+/// Landlock is asked, and is not a refused write (found in review:
+/// reported before). Control: the same creation in the read-only
+/// workspace is refused by Landlock (EACCES) and reported.
+#[test]
+fn r0871_landlock_only_creations_in_proc_are_not_reported() {
+    if is_root() {
+        eprintln!("r0871: the landlock-only mode runs in the unprivileged pass (running as root)");
+        return;
+    }
+    if !available("r0871", portcullis::doctor_landlock_abi() >= 6, "landlock-only mode needs Landlock ABI 6") {
+        return;
+    }
+    const PY: &str = "python3 -c \"import os,errno\nfor p in ('/proc/portcullis-r0871', 'inws'):\n  try: os.close(os.open(p, os.O_CREAT|os.O_EXCL|os.O_WRONLY))\n  except OSError as e: print(p, errno.errorcode[e.errno])\n  else: print(p, 'made')\"";
+    let ws = Ws::new();
+    let r = sh(&ws, PY, |req| req.degraded = Some(Mode::LandlockOnly));
+    let out = stdout(&r);
+    for line in ["/proc/portcullis-r0871 ENOENT", "inws EACCES"] {
+        assert!(out.contains(line), "r0871: {line} not in {out}");
+    }
+    let w = observed(&r);
+    assert_eq!(w.sample, vec![real(&ws).join("inws")], "r0871: {w:?}");
+    assert_eq!((w.count, w.unresolved), (1, 0), "r0871: {w:?}");
+}
