@@ -884,7 +884,7 @@ impl Ctx<'_> {
                     // it points, which is not resolved here.
                     return Err(io::Error::from_raw_os_error(libc::EAGAIN));
                 }
-                Ok(refused(self.blocked(dir.as_fd())? && !on_proc(dir.as_fd())))
+                Ok(refused(self.creates_refused(dir.as_fd(), &name)?))
             }
             Err(e) => Err(e),
         }
@@ -924,8 +924,7 @@ fn tidy(p: &Path) -> PathBuf {
 
 /// The stage named when the observer's thread cannot be started once the
 /// helper has its socket ([`Setup::spawned`]); what to do instead.
-pub(crate) const THREAD_STAGE: &str =
-    "starting the refused-write observer's thread (the run was stopped before its command; \
+const THREAD_STAGE: &str = "starting the refused-write observer's thread (the run was stopped before its command; \
      --no-refused-writes or `report_refused_writes = false` runs without the report)";
 
 /// The observer of one run, from the spec to the report.
@@ -1000,12 +999,15 @@ impl Setup {
     /// millisecond later at the soonest, and the socket holds it until
     /// then. A thread that cannot be started now is an error: the helper
     /// has the socket, and its command would install an observer nobody
-    /// serves, so the caller stops the run before its command starts.
-    pub(crate) fn spawned(&mut self) -> io::Result<()> {
+    /// serves, so the caller stops the run before its command starts
+    /// (`Io`, naming [`THREAD_STAGE`]).
+    pub(crate) fn spawned(&mut self) -> Result<(), super::SandboxError> {
         match std::mem::replace(self, Setup::Gone) {
             Setup::Ready { ours, rules, helper_end } => {
                 drop(helper_end);
-                *self = Setup::With { observer: Observer::start(ours, rules)? };
+                let observer = Observer::start(ours, rules)
+                    .map_err(|source| super::SandboxError::Io { stage: THREAD_STAGE, source })?;
+                *self = Setup::With { observer };
             }
             other => *self = other,
         }
@@ -1075,6 +1077,7 @@ mod tests {
         let (mut setup, theirs) = ready();
         FAIL_START.store(true, std::sync::atomic::Ordering::SeqCst);
         let e = setup.spawned().err().unwrap_or_else(|| panic!("spawned succeeded"));
+        let super::super::SandboxError::Io { source: e, .. } = e else { panic!("{e}") };
         assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
         assert!(matches!(setup, Setup::Gone));
         assert_eq!(send(&theirs), Err(nix::errno::Errno::EPIPE), "our end is still open");

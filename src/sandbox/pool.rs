@@ -1137,7 +1137,7 @@ fn send_spec(
     fds.extend(trees.iter().flatten().map(|t| t.as_raw_fd()));
     send(sock, tag, &fds).map_err(io_err(stage))?;
     drop((memfd, trees));
-    observing.spawned().map_err(|source| SandboxError::Io { stage: super::observe::THREAD_STAGE, source })
+    observing.spawned()
 }
 
 /// [`send`], with `payload` after the tag in the same message.

@@ -185,7 +185,7 @@ pub(super) fn spawn_helper(
     drop((fds.spec, fds.report_w, fds.life_r, fds.cgroup, net_fds));
     // On an error `launched` is dropped: its lifeline closes and the helper
     // kills the sandbox before the command can start.
-    observing.spawned().map_err(|source| SandboxError::Io { stage: observe::THREAD_STAGE, source })?;
+    observing.spawned()?;
     let streams = read_streams(&mut launched.child, fds.report_r)?;
     Ok((launched, streams))
 }

@@ -19,6 +19,17 @@ fn real(ws: &Ws) -> PathBuf {
     fs::canonicalize(ws.path()).unwrap_or_else(|e| panic!("canonicalize: {e}"))
 }
 
+/// Whether `test` runs its landlock-only case here: in the unprivileged
+/// pass (root always has the full sandbox), on Landlock ABI 6 (a skip
+/// otherwise, which CI's switch makes a failure).
+fn landlock_only_here(test: &str) -> bool {
+    if is_root() {
+        eprintln!("{test}: the landlock-only mode runs in the unprivileged pass (running as root)");
+        return false;
+    }
+    available(test, portcullis::doctor_landlock_abi() >= 6, "landlock-only mode needs Landlock ABI 6")
+}
+
 /// The shell line of the write tests: `touch`, `rm`, `mv`, `echo >` and
 /// `sed -i`, each on its own file, then Python's errno for one more create.
 const WRITES: &str = "touch new.txt; rm README.md; mv src/lib.rs src/moved.rs; echo x > out.txt; \
@@ -139,11 +150,7 @@ fn r0125_policy_key_switches_the_report_off() {
 
 #[test]
 fn r0126_landlock_only_mode_reports_by_the_landlock_rules() {
-    if is_root() {
-        eprintln!("r0126: the landlock-only mode runs in the unprivileged pass (running as root)");
-        return;
-    }
-    if !available("r0126", portcullis::doctor_landlock_abi() >= 6, "landlock-only mode needs Landlock ABI 6") {
+    if !landlock_only_here("r0126") {
         return;
     }
     let ws = Ws::new();
@@ -394,11 +401,7 @@ fn r0870_creations_that_fail_before_the_write_check_are_not_reported() {
 /// workspace is refused by Landlock (EACCES) and reported.
 #[test]
 fn r0871_landlock_only_creations_in_proc_are_not_reported() {
-    if is_root() {
-        eprintln!("r0871: the landlock-only mode runs in the unprivileged pass (running as root)");
-        return;
-    }
-    if !available("r0871", portcullis::doctor_landlock_abi() >= 6, "landlock-only mode needs Landlock ABI 6") {
+    if !landlock_only_here("r0871") {
         return;
     }
     const PY: &str = "python3 -c \"import os,errno\nfor p in ('/proc/portcullis-r0871', 'inws'):\n  try: os.close(os.open(p, os.O_CREAT|os.O_EXCL|os.O_WRONLY))\n  except OSError as e: print(p, errno.errorcode[e.errno])\n  else: print(p, 'made')\"";
