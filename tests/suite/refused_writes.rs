@@ -19,6 +19,19 @@ fn real(ws: &Ws) -> PathBuf {
     fs::canonicalize(ws.path()).unwrap_or_else(|e| panic!("canonicalize: {e}"))
 }
 
+/// An exclusive creation's flags, in Python.
+const EXCL: &str = "os.O_CREAT|os.O_EXCL|os.O_WRONLY";
+
+/// A shell line that opens each `(path, Python flags)` in turn and prints
+/// `path made` or `path ERRNO` (its name).
+fn opens(cases: &[(&str, &str)]) -> String {
+    let list: String = cases.iter().map(|(p, fl)| format!("('{p}', {fl}), ")).collect();
+    format!(
+        "python3 -c \"import os,errno\nfor p, fl in ({list}):\n  try: os.close(os.open(p, fl))\n  \
+         except OSError as e: print(p, errno.errorcode[e.errno])\n  else: print(p, 'made')\""
+    )
+}
+
 /// Whether `test` runs its landlock-only case here: in the unprivileged
 /// pass (root always has the full sandbox), on Landlock ABI 6 (a skip
 /// otherwise, which CI's switch makes a failure).
@@ -344,10 +357,10 @@ fn r0862_changes_through_a_descriptor_are_refused_but_not_reported() {
 /// writable, the new name lands unreported.
 #[test]
 fn r0869_exclusive_creations_are_judged_by_their_directory() {
-    const EXCL: &str = "python3 -c \"import os,errno\nfor p in ('fresh.txt', 'README.md', 'src/new.rs', 'src/main.rs'):\n  try: os.close(os.open(p, os.O_CREAT|os.O_EXCL|os.O_WRONLY))\n  except OSError as e: print(p, errno.errorcode[e.errno])\n  else: print(p, 'made')\"";
+    let excl = opens(&[("fresh.txt", EXCL), ("README.md", EXCL), ("src/new.rs", EXCL), ("src/main.rs", EXCL)]);
     let ws = Ws::new();
     let before = ws.snapshot();
-    let r = sh(&ws, EXCL, |_| {});
+    let r = sh(&ws, &excl, |_| {});
     let out = stdout(&r);
     for line in ["fresh.txt EROFS", "README.md EEXIST", "src/new.rs EROFS", "src/main.rs EEXIST"] {
         assert!(out.contains(line), "r0869: {line} not in {out}");
@@ -359,7 +372,7 @@ fn r0869_exclusive_creations_are_judged_by_their_directory() {
     assert_eq!(ws.snapshot(), before, "r0869: a refused creation landed");
     // Control: writable, the new names land and nothing is reported; the
     // existing ones still fail with EEXIST.
-    let r = sh(&ws, EXCL, |req| req.writable = true);
+    let r = sh(&ws, &excl, |req| req.writable = true);
     let out = stdout(&r);
     for line in ["fresh.txt made", "README.md EEXIST", "src/new.rs made", "src/main.rs EEXIST"] {
         assert!(out.contains(line), "r0869 control: {line} not in {out}");
@@ -378,10 +391,19 @@ fn r0869_exclusive_creations_are_judged_by_their_directory() {
 /// creation beside them is refused with EROFS and reported.
 #[test]
 fn r0870_creations_that_fail_before_the_write_check_are_not_reported() {
-    const PY: &str = "python3 -c \"import os,errno\nfor p, fl in (('d1', os.O_CREAT|os.O_EXCL|os.O_DIRECTORY), ('p1', os.O_PATH|os.O_CREAT|os.O_EXCL), ('s1/', os.O_CREAT|os.O_EXCL|os.O_WRONLY), ('.', os.O_TMPFILE|os.O_CREAT|os.O_WRONLY), ('d2', os.O_CREAT|os.O_DIRECTORY), ('p2', os.O_PATH|os.O_CREAT), ('s2/', os.O_CREAT|os.O_WRONLY), ('plain', os.O_CREAT|os.O_EXCL|os.O_WRONLY)):\n  try: os.close(os.open(p, fl))\n  except OSError as e: print(p, errno.errorcode[e.errno])\n  else: print(p, 'made')\"";
+    let py = opens(&[
+        ("d1", "os.O_CREAT|os.O_EXCL|os.O_DIRECTORY"),
+        ("p1", "os.O_PATH|os.O_CREAT|os.O_EXCL"),
+        ("s1/", EXCL),
+        (".", "os.O_TMPFILE|os.O_CREAT|os.O_WRONLY"),
+        ("d2", "os.O_CREAT|os.O_DIRECTORY"),
+        ("p2", "os.O_PATH|os.O_CREAT"),
+        ("s2/", "os.O_CREAT|os.O_WRONLY"),
+        ("plain", EXCL),
+    ]);
     let ws = Ws::new();
     let before = ws.snapshot();
-    let r = sh(&ws, PY, |_| {});
+    let r = sh(&ws, &py, |_| {});
     let out = stdout(&r);
     for line in
         ["d1 EINVAL", "p1 ENOENT", "s1/ EISDIR", ". EINVAL", "d2 EINVAL", "p2 ENOENT", "s2/ EISDIR", "plain EROFS"]
@@ -404,9 +426,9 @@ fn r0871_landlock_only_creations_in_proc_are_not_reported() {
     if !landlock_only_here("r0871") {
         return;
     }
-    const PY: &str = "python3 -c \"import os,errno\nfor p in ('/proc/portcullis-r0871', 'inws'):\n  try: os.close(os.open(p, os.O_CREAT|os.O_EXCL|os.O_WRONLY))\n  except OSError as e: print(p, errno.errorcode[e.errno])\n  else: print(p, 'made')\"";
+    let py = opens(&[("/proc/portcullis-r0871", EXCL), ("inws", EXCL)]);
     let ws = Ws::new();
-    let r = sh(&ws, PY, |req| req.degraded = Some(Mode::LandlockOnly));
+    let r = sh(&ws, &py, |req| req.degraded = Some(Mode::LandlockOnly));
     let out = stdout(&r);
     for line in ["/proc/portcullis-r0871 ENOENT", "inws EACCES"] {
         assert!(out.contains(line), "r0871: {line} not in {out}");
