@@ -7,7 +7,9 @@
 //! that joins a workspace's network, that network's user namespace on fd 8
 //! (unprivileged callers) and network namespace on fd 9 (`shared_net`;
 //! started as `portcullis-helper --make-network` it makes such a network
-//! instead). Three processes take part:
+//! instead). A long-lived library starts one `portcullis-helper --zygote`
+//! instead, which forks each such helper as the library's child with the
+//! same descriptors (`zygote`). Three processes take part:
 //!
 //! * the **outer helper** (this process, in the caller's namespaces) reads and
 //!   checks the spec, compiles the seccomp filter, then `clone3`s (or, where
@@ -39,6 +41,7 @@ mod notify;
 mod shared_net;
 mod slot;
 mod sys;
+mod zygote;
 
 use std::ffi::CString;
 use std::io::{self, Read, Seek};
@@ -142,7 +145,20 @@ fn handled_signals() -> SigSet {
 }
 
 fn main() {
-    if std::env::args_os().nth(1).is_some_and(|a| a == portcullis_helper::network::MAKE_NETWORK_ARG) {
+    use std::os::unix::ffi::OsStrExt;
+    let mode = std::env::args_os().nth(1);
+    let mode = mode.as_ref().map(|m| m.as_bytes());
+    if mode == Some(zygote::ZYGOTE_ARG.as_bytes()) {
+        zygote::serve();
+    }
+    run(mode)
+}
+
+/// The helper with its first argument `mode` (none: one run; `--slot`: a
+/// pre-made sandbox; `--make-network`: a workspace's network), once started,
+/// by `posix_spawn` or by a zygote ([`zygote`]).
+pub(crate) fn run(mode: Option<&[u8]>) -> ! {
+    if mode == Some(portcullis_helper::network::MAKE_NETWORK_ARG.as_bytes()) {
         shared_net::make_network_main();
     }
     // Refuse to run without the protocol fds (someone started the helper by
@@ -156,7 +172,7 @@ fn main() {
     // SAFETY: fd 4 is the report pipe the library passed; nothing else in
     // this process owns it.
     let report_fd = unsafe { sys::adopt(REPORT_FD) };
-    let slot = std::env::args_os().nth(1).is_some_and(|a| a == "--slot");
+    let slot = mode == Some(b"--slot");
     let code = match if slot { slot::outer(&report_fd) } else { outer(&report_fd) } {
         Ok(code) => code,
         Err(f) => {

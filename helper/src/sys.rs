@@ -118,6 +118,33 @@ pub fn clone_legacy(flags: u64) -> io::Result<Forked> {
     forked(r, pidfd)
 }
 
+/// `clone(2)` with `CLONE_PARENT` without a new stack (fork semantics) and
+/// a pidfd: the child is a sibling of this process, its parent's child
+/// (`portcullis-helper --zygote`'s helpers are the library's own children,
+/// as if it had spawned them). Its exit signal is this process's own
+/// (`SIGCHLD`); `clone3` refuses one with `CLONE_PARENT`, so this is always
+/// the legacy call.
+///
+/// Sound only in a single-threaded process, like [`clone3`].
+pub fn clone_sibling() -> io::Result<Forked> {
+    let mut pidfd: libc::c_int = -1;
+    let flags = libc::CLONE_PARENT as u64 | CLONE_PIDFD;
+    // SAFETY: as in `clone_legacy`: a NULL stack gives fork semantics in
+    // this single-threaded process; CLONE_PIDFD stores through the third
+    // argument, a live c_int.
+    let r = cvt(unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags as libc::c_ulong,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::addr_of_mut!(pidfd),
+            std::ptr::null_mut::<libc::c_int>(),
+            0 as libc::c_ulong,
+        )
+    })?;
+    forked(r, pidfd)
+}
+
 /// Move the process `pid` into the cgroup whose directory is `cgroup`, by
 /// writing its pid to `cgroup.procs` (what `CLONE_INTO_CGROUP` does at birth).
 pub fn join_cgroup(cgroup: BorrowedFd<'_>, pid: libc::pid_t) -> io::Result<()> {

@@ -1,8 +1,10 @@
 //! Starting the helper: `posix_spawn` (a vfork-style clone, no page-table
 //! copy of this possibly large, multithreaded process) with its protocol
 //! fds placed by file actions, so no code of ours runs between fork and
-//! exec. The child is awaited through a pidfd, so a recycled pid can never
-//! be signalled or reaped by mistake.
+//! exec; or, for a sandbox that lives ([`Launcher`]), a fork of its zygote
+//! (`portcullis-helper --zygote`), the same helper with the same fds, as
+//! this process's child. The child is awaited through a pidfd, so a
+//! recycled pid can never be signalled or reaped by mistake.
 
 use std::ffi::CString;
 use std::io;
@@ -87,20 +89,6 @@ impl Drop for Spawn {
     }
 }
 
-/// Start `helper` with `fds` placed at their target numbers (`(source,
-/// target)`, sources above every target), an empty environment, its own
-/// process group, default signal dispositions, and stdin from `stdin` (or
-/// `/dev/null`).
-pub fn spawn(helper: &Path, fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> io::Result<Helper> {
-    spawn_args(helper, &[], fds, stdin)
-}
-
-/// [`spawn`], with these arguments after argv[0] (a mode of the helper,
-/// such as `--make-network`).
-pub fn spawn_args(helper: &Path, args: &[&str], fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> io::Result<Helper> {
-    spawn_detached(helper, args, fds, stdin)?.attach()
-}
-
 /// A helper started but not yet registered with the async runtime (a pool
 /// slot, made ahead on a thread of its own): [`Spawned::attach`] turns it
 /// into a [`Helper`] when a run takes it. Dropped unattached, it is killed
@@ -179,36 +167,56 @@ impl Drop for Spawned {
     }
 }
 
-/// [`spawn_args`], without registering the helper with the runtime.
+/// [`Launcher::spawn_detached`] by `posix_spawn`.
 pub fn spawn_detached(
     helper: &Path,
     args: &[&str],
     fds: &[(RawFd, RawFd)],
     stdin: Option<RawFd>,
 ) -> io::Result<Spawned> {
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let (pid, pidfd) = posix_spawn(helper, args, fds, stdin, Some((out_w.as_raw_fd(), err_w.as_raw_fd())))?;
+    drop((out_w, err_w));
+    Ok(Spawned { pid, pidfd: Some(pidfd), stdout: Some(out_r), stderr: Some(err_r) })
+}
+
+/// `posix_spawn` `helper` with `args`, `fds` placed, stdin from `stdin` (or
+/// `/dev/null`), stdout and stderr onto `outputs` (or `/dev/null`): its
+/// pid and a pidfd.
+fn posix_spawn(
+    helper: &Path,
+    args: &[&str],
+    fds: &[(RawFd, RawFd)],
+    stdin: Option<RawFd>,
+    outputs: Option<(RawFd, RawFd)>,
+) -> io::Result<(libc::pid_t, OwnedFd)> {
     let args = args
         .iter()
         .map(|a| CString::new(*a).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL)))
         .collect::<io::Result<Vec<_>>>()?;
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
     let path = CString::new(helper.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let mut s = Spawn::new()?;
     // SAFETY: every call in this block works on objects initialised by
     // `Spawn::new`, with fds that are open and outlive posix_spawn.
     unsafe {
+        let null = |a: &mut libc::posix_spawn_file_actions_t, fd, flags| {
+            check(libc::posix_spawn_file_actions_addopen(a, fd, c"/dev/null".as_ptr(), flags, 0))
+        };
         match stdin {
             Some(fd) => check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, fd, 0))?,
-            None => check(libc::posix_spawn_file_actions_addopen(
-                &mut s.actions,
-                0,
-                c"/dev/null".as_ptr(),
-                libc::O_RDONLY,
-                0,
-            ))?,
+            None => null(&mut s.actions, 0, libc::O_RDONLY)?,
         }
-        check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, out_w.as_raw_fd(), 1))?;
-        check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, err_w.as_raw_fd(), 2))?;
+        match outputs {
+            Some((out, err)) => {
+                check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, out, 1))?;
+                check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, err, 2))?;
+            }
+            None => {
+                null(&mut s.actions, 1, libc::O_WRONLY)?;
+                null(&mut s.actions, 2, libc::O_WRONLY)?;
+            }
+        }
         for (src, dst) in fds {
             check(libc::posix_spawn_file_actions_adddup2(&mut s.actions, *src, *dst))?;
         }
@@ -243,10 +251,9 @@ pub fn spawn_detached(
     check(unsafe {
         libc::posix_spawn(&mut pid, path.as_ptr(), &s.actions, &s.attr, argv.as_ptr() as _, envp.as_ptr() as _)
     })?;
-    drop((out_w, err_w));
     // SAFETY: pidfd_open on the pid we just spawned and have not reaped.
     let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let pidfd = if raw < 0 {
+    if raw < 0 {
         let e = io::Error::last_os_error();
         // SAFETY: kill and reap our own child so it does not linger.
         unsafe {
@@ -254,11 +261,332 @@ pub fn spawn_detached(
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
         return Err(e);
-    } else {
-        // SAFETY: a fresh pidfd owned by nobody else.
-        unsafe { OwnedFd::from_raw_fd(raw as RawFd) }
-    };
-    Ok(Spawned { pid, pidfd: Some(pidfd), stdout: Some(out_r), stderr: Some(err_r) })
+    }
+    // SAFETY: a fresh pidfd owned by nobody else.
+    Ok((pid, unsafe { OwnedFd::from_raw_fd(raw as RawFd) }))
+}
+
+/// How a sandbox starts its helpers: with `posix_spawn` each time (a
+/// one-shot sandbox, `portcullis exec`'s), or through a zygote of its own
+/// (`portcullis-helper --zygote`, see `helper/src/zygote.rs`): started with
+/// the first helper, kept as long as the sandbox, its clones and its pool
+/// live, it forks each helper as this process's own child, which this
+/// module then waits for and reaps as a spawned one. That spares each
+/// helper the `execve` and the start of a new image. Where the zygote
+/// cannot be started or does not answer, helpers are spawned as before.
+#[derive(Clone)]
+pub struct Launcher {
+    helper: std::path::PathBuf,
+    zygote: Option<std::sync::Arc<std::sync::Mutex<Zygotes>>>,
+}
+
+impl std::fmt::Debug for Launcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launcher").field("helper", &self.helper).field("zygote", &self.zygote.is_some()).finish()
+    }
+}
+
+/// A launcher's zygote, if running, and how often one failed.
+struct Zygotes {
+    running: Option<Zygote>,
+    /// Zygotes that could not be started or stopped answering, in a row:
+    /// at [`MAX_ZYGOTE_FAILURES`] none is tried again.
+    failures: u32,
+    /// The process that started it (a fork of this process has the same
+    /// memory but is not the zygote's helpers' parent, and starts its own).
+    owner: libc::pid_t,
+}
+
+/// A running zygote: this process's child, and the socket it reads (taken
+/// when it is dropped, which makes it exit).
+struct Zygote {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    sock: Option<OwnedFd>,
+}
+
+/// Zygote failures after which a launcher spawns every helper itself.
+const MAX_ZYGOTE_FAILURES: u32 = 3;
+
+/// How long a zygote may take to answer a request before it is taken for
+/// hung (killed; what it answered before dying is still read).
+const ZYGOTE_ANSWER: Duration = Duration::from_secs(5);
+
+/// The zygote's arguments: `--zygote` and room in its argument area for a
+/// helper's longest (`--make-network`), which each child shows there.
+const ZYGOTE_ARGS: &[&str] = &["--zygote", "                "];
+
+impl Launcher {
+    /// Spawn every helper.
+    pub fn direct(helper: std::path::PathBuf) -> Launcher {
+        Launcher { helper, zygote: None }
+    }
+
+    /// Start helpers through a zygote.
+    pub fn resident(helper: std::path::PathBuf) -> Launcher {
+        // SAFETY: getpid has no preconditions.
+        let owner = unsafe { libc::getpid() };
+        let z = Zygotes { running: None, failures: 0, owner };
+        Launcher { helper, zygote: Some(std::sync::Arc::new(std::sync::Mutex::new(z))) }
+    }
+
+    /// The helper binary.
+    pub fn helper(&self) -> &Path {
+        &self.helper
+    }
+
+    /// Start the helper with `args` after argv[0] (a mode of the helper,
+    /// such as `--make-network`), `fds` placed at their target numbers
+    /// (`(source, target)`, sources above every target), an empty
+    /// environment, its own process group, default signal dispositions, and
+    /// stdin from `stdin` (or `/dev/null`); registered with the caller's
+    /// runtime.
+    pub fn spawn(&self, args: &[&str], fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> io::Result<Helper> {
+        self.spawn_detached(args, fds, stdin)?.attach()
+    }
+
+    /// [`Launcher::spawn`], without registering the helper with the
+    /// runtime (a pool slot's, made on a thread of its own).
+    pub fn spawn_detached(&self, args: &[&str], fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> io::Result<Spawned> {
+        if let Some(z) = &self.zygote {
+            // A panic while it was held leaves at worst a zygote that is
+            // then found dead: still usable.
+            let mut z = z.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(spawned) = z.spawn(&self.helper, args, fds, stdin)? {
+                return Ok(spawned);
+            }
+        }
+        spawn_detached(&self.helper, args, fds, stdin)
+    }
+}
+
+impl Zygotes {
+    /// A helper from the zygote (started first if none runs, or started
+    /// again once if the one running is found gone); `None` when there is
+    /// none to ask (the caller spawns the helper itself). An error only when
+    /// the zygote answered that the helper could not be made.
+    fn spawn(
+        &mut self,
+        helper: &Path,
+        args: &[&str],
+        fds: &[(RawFd, RawFd)],
+        stdin: Option<RawFd>,
+    ) -> io::Result<Option<Spawned>> {
+        // SAFETY: getpid has no preconditions.
+        if unsafe { libc::getpid() } != self.owner {
+            return Ok(None);
+        }
+        // A zygote found dead is replaced at once (one more try), so that a
+        // killed one costs no run its zygote.
+        for _ in 0..2 {
+            if self.failures >= MAX_ZYGOTE_FAILURES {
+                return Ok(None);
+            }
+            let z = match self.running.take() {
+                Some(z) => z,
+                None => match Zygote::start(helper) {
+                    Ok(z) => z,
+                    Err(_) => {
+                        self.failures += 1;
+                        return Ok(None);
+                    }
+                },
+            };
+            match z.ask(args, fds, stdin) {
+                Answer::Made(spawned) => {
+                    self.failures = 0;
+                    self.running = Some(z);
+                    return Ok(Some(spawned));
+                }
+                Answer::Refused(e) => {
+                    self.running = Some(z);
+                    return Err(e);
+                }
+                Answer::NotMade(outputs) => {
+                    // Sent nothing, or the zygote is gone or hung: it is
+                    // stopped, and what it answered before is read; a helper
+                    // it made is taken (it runs), else none runs.
+                    self.failures += 1;
+                    if let Some(spawned) = z.stop(outputs) {
+                        return Ok(Some(spawned));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// What a zygote answered a request.
+enum Answer {
+    Made(Spawned),
+    /// It could not make the helper (the fork's errno, say `EAGAIN`).
+    Refused(io::Error),
+    /// No answer: nothing was sent (`None`), or the zygote is gone or hung
+    /// after the request was sent, with the read ends of the outputs the
+    /// request passed.
+    NotMade(Option<(OwnedFd, OwnedFd)>),
+}
+
+impl Zygote {
+    fn start(helper: &Path) -> io::Result<Zygote> {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?;
+        // Above the protocol numbers, which posix_spawn places it onto.
+        let theirs = crate::sys::dup_above(&theirs, portcullis_helper::LAST_FD + 1)?;
+        let (pid, pidfd) =
+            posix_spawn(helper, ZYGOTE_ARGS, &[(theirs.as_raw_fd(), portcullis_helper::SPEC_FD)], None, None)?;
+        Ok(Zygote { pid, pidfd, sock: Some(ours) })
+    }
+
+    /// Ask for one helper: `fds` placed at their targets, stdin from
+    /// `stdin` (or `/dev/null`), stdout and stderr onto new pipes.
+    fn ask(&self, args: &[&str], fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> Answer {
+        let Some(sock) = &self.sock else { return Answer::NotMade(None) };
+        let Ok((out_r, out_w)) = pipe() else { return Answer::NotMade(None) };
+        let Ok((err_r, err_w)) = pipe() else { return Answer::NotMade(None) };
+        let mut passed: Vec<(RawFd, RawFd)> = vec![(out_w.as_raw_fd(), 1), (err_w.as_raw_fd(), 2)];
+        passed.extend(stdin.map(|fd| (fd, 0)));
+        passed.extend_from_slice(fds);
+        let Some(payload) = request(args, &passed) else { return Answer::NotMade(None) };
+        let raw: Vec<RawFd> = passed.iter().map(|(src, _)| *src).collect();
+        if send(sock, &payload, &raw).is_err() {
+            return Answer::NotMade(None);
+        }
+        drop((out_w, err_w));
+        match receive(sock, ZYGOTE_ANSWER) {
+            Some(Reply::Made { pid, pidfd }) => {
+                Answer::Made(Spawned { pid, pidfd: Some(pidfd), stdout: Some(out_r), stderr: Some(err_r) })
+            }
+            Some(Reply::Refused(errno)) => Answer::Refused(io::Error::from_raw_os_error(errno)),
+            None => Answer::NotMade(Some((out_r, err_r))),
+        }
+    }
+
+    /// Kill and reap the zygote, then take the helper it answered before
+    /// dying, if it did (it answers before it lets the helper go on, so a
+    /// helper that runs is always answered; any other it forked finds its
+    /// gate closed and exits). `outputs`: the read ends of the request's
+    /// stdout and stderr, which such a helper writes.
+    fn stop(mut self, outputs: Option<(OwnedFd, OwnedFd)>) -> Option<Spawned> {
+        // SAFETY: a plain syscall on our own pidfd; NULL siginfo is allowed.
+        unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
+        // SAFETY: reap our own child, just SIGKILLed.
+        unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
+        let sock = self.sock.take()?;
+        match (receive(&sock, Duration::ZERO), outputs) {
+            (Some(Reply::Made { pid, pidfd }), Some((out_r, err_r))) => {
+                Some(Spawned { pid, pidfd: Some(pidfd), stdout: Some(out_r), stderr: Some(err_r) })
+            }
+            (Some(Reply::Made { pid, pidfd }), None) => {
+                // Not one of ours to wire (it cannot be: nothing was sent).
+                // SAFETY: as above, on its pidfd; then reap our child.
+                unsafe {
+                    libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32);
+                    libc::waitpid(pid, std::ptr::null_mut(), 0);
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        let Some(sock) = self.sock.take() else { return };
+        // Its socket closes: it exits. Reaped here, briefly waited for,
+        // killed if it does not go.
+        drop(sock);
+        for _ in 0..500 {
+            let mut status = 0;
+            // SAFETY: waitpid on our own, not yet reaped child.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+            if r != 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // SAFETY: as in `stop`.
+        unsafe {
+            libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+/// A zygote request (`helper/src/zygote.rs`): the arguments, then a target
+/// for each passed descriptor. `None` if it cannot be said (an argument
+/// with a NUL, too many of either).
+fn request(args: &[&str], passed: &[(RawFd, RawFd)]) -> Option<Vec<u8>> {
+    let mut b = vec![u8::try_from(args.len()).ok()?];
+    for a in args {
+        if a.as_bytes().contains(&0) {
+            return None;
+        }
+        b.extend_from_slice(a.as_bytes());
+        b.push(0);
+    }
+    b.push(u8::try_from(passed.len()).ok()?);
+    for (_, target) in passed {
+        b.push(u8::try_from(*target).ok()?);
+    }
+    Some(b)
+}
+
+fn send(sock: &OwnedFd, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let tag = [b'z'];
+    let iov = [io::IoSlice::new(&tag), io::IoSlice::new(payload)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None)?;
+    Ok(())
+}
+
+/// A zygote's answer.
+enum Reply {
+    Made { pid: libc::pid_t, pidfd: OwnedFd },
+    Refused(i32),
+}
+
+/// The zygote's next answer, waiting at most `wait`; `None` if there is
+/// none by then, the socket closed, or it is not one.
+fn receive(sock: &OwnedFd, wait: Duration) -> Option<Reply> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let mut fds = [libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let left = if ms == 0 { 0 } else { libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(ms) };
+        // SAFETY: poll on one socket we own; the array outlives the call.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 1, left) };
+        if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted && left > 0 {
+            continue;
+        }
+        if r <= 0 || fds[0].revents & libc::POLLIN == 0 {
+            return None;
+        }
+        break;
+    }
+    let mut buf = [0u8; 5];
+    let mut iov = [io::IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC).ok()?;
+    let mut got: Vec<OwnedFd> = Vec::new();
+    for c in msg.cmsgs().ok()? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            // SAFETY: SCM_RIGHTS just installed these fds in our table.
+            got.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    let n = msg.bytes;
+    let value = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
+    match (n, buf[0], got.len()) {
+        (5, b'p', 1) => got.pop().map(|pidfd| Reply::Made { pid: value, pidfd }),
+        (5, b'e', 0) => Some(Reply::Refused(value)),
+        _ => None,
+    }
 }
 
 impl Helper {

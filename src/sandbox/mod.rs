@@ -764,7 +764,9 @@ pub struct RunOptions {
 /// pre-made sandboxes ([`Sandbox::with_pool`]).
 #[derive(Debug, Clone)]
 pub struct Sandbox {
-    helper: PathBuf,
+    /// How its helpers start (`launch::Launcher`: through a zygote of its
+    /// own, but a one-shot sandbox's).
+    launcher: launch::Launcher,
     cgroup: Result<CgroupHost, NoCgroup>,
     uid: u32,
     gid: u32,
@@ -813,7 +815,7 @@ impl Sandbox {
             cgroup::sweep_orphans(&host.parent);
         }
         Sandbox {
-            helper,
+            launcher: launch::Launcher::resident(helper),
             cgroup,
             uid: nix::unistd::getuid().as_raw(),
             gid: nix::unistd::getgid().as_raw(),
@@ -832,6 +834,8 @@ impl Sandbox {
     /// without settling after each would keep their teardowns until then.
     pub fn one_shot(mut self) -> Sandbox {
         self.behind = behind::Behind::kept();
+        // One helper: spawned, not forked by a zygote started for it.
+        self.launcher = launch::Launcher::direct(self.launcher.helper().to_path_buf());
         self
     }
 
@@ -867,7 +871,7 @@ impl Sandbox {
     /// reused. See `docs/sandbox.md`, "Pre-made sandboxes".
     pub fn with_pool(mut self, size: usize) -> Sandbox {
         self.pool = (size > 0).then(|| {
-            std::sync::Arc::new(pool::Pool::new(size, self.helper.clone(), self.cgroup.as_ref().ok().cloned()))
+            std::sync::Arc::new(pool::Pool::new(size, self.launcher.clone(), self.cgroup.as_ref().ok().cloned()))
         });
         self
     }
@@ -884,11 +888,11 @@ impl Sandbox {
                 // The shared network is made first (once, by a helper of its
                 // own), on a thread of its own: building a workspace does not
                 // wait for it.
-                let (p, n, helper, uid) =
-                    (std::sync::Arc::clone(p), std::sync::Arc::clone(n), self.helper.clone(), self.uid);
+                let (p, n, launcher, uid) =
+                    (std::sync::Arc::clone(p), std::sync::Arc::clone(n), self.launcher.clone(), self.uid);
                 let _ = std::thread::Builder::new().name("portcullis-pool".into()).spawn(move || {
                     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
-                    if let Ok(net) = rt.map_err(drop).and_then(|rt| rt.block_on(n.get(&helper, uid)).map_err(drop)) {
+                    if let Ok(net) = rt.map_err(drop).and_then(|rt| rt.block_on(n.get(&launcher, uid)).map_err(drop)) {
                         p.prime(&plan, Some(&net));
                     }
                 });
@@ -923,7 +927,7 @@ impl Sandbox {
 
     /// The helper in use.
     pub fn helper(&self) -> &Path {
-        &self.helper
+        self.launcher.helper()
     }
 
     /// The cgroup host, or why there is none.
@@ -960,7 +964,7 @@ impl Sandbox {
     async fn network_for(&self, plan: &Plan) -> Result<Option<std::sync::Arc<network::Namespaces>>, SandboxError> {
         match (&plan.spec.netns, &self.network) {
             (portcullis_helper::spec::Netns::Private, _) => Ok(None),
-            (_, Some(n)) => n.get(&self.helper, self.uid).await.map(Some),
+            (_, Some(n)) => n.get(&self.launcher, self.uid).await.map(Some),
             (_, None) => Err(SandboxError::invalid(
                 "plan",
                 "the plan joins a shared network, but this sandbox has none (Sandbox::with_shared_network); plan \
@@ -1218,7 +1222,7 @@ impl Sandbox {
         let (mut warnings, mut failures) = (Vec::new(), Vec::new());
         let spawned = match slot {
             Some(s) => s.launch(plan, &mut observing),
-            None => run::spawn_helper(&self.helper, plan, cg.as_ref(), net.as_deref(), &mut observing, opts.stdin),
+            None => run::spawn_helper(&self.launcher, plan, cg.as_ref(), net.as_deref(), &mut observing, opts.stdin),
         };
         // The next slot is made now if no other is ready, else once this
         // run has ended (`Pool::refill_if_short`).

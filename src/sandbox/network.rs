@@ -21,7 +21,6 @@
 
 use std::io::{self, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use nix::sys::socket::{recvmsg, socketpair, AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType};
@@ -102,8 +101,8 @@ impl SharedNetwork {
         }
     }
 
-    /// The namespaces, made now by `helper` when this is the first run.
-    pub(super) async fn get(&self, helper: &Path, uid: u32) -> Result<Arc<Namespaces>, SandboxError> {
+    /// The namespaces, made now by a helper of `launcher` when this is the first run.
+    pub(super) async fn get(&self, launcher: &launch::Launcher, uid: u32) -> Result<Arc<Namespaces>, SandboxError> {
         if let Some(n) = self.current()? {
             return Ok(n);
         }
@@ -111,7 +110,7 @@ impl SharedNetwork {
         if let Some(n) = self.current()? {
             return Ok(n);
         }
-        let made = Arc::new(make(helper, uid).await?);
+        let made = Arc::new(make(launcher, uid).await?);
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         match &*state {
             State::Released => Err(SandboxError::NetworkReleased),
@@ -135,12 +134,14 @@ fn failed(stage: &'static str) -> impl Fn(io::Error) -> SandboxError {
 }
 
 /// Start `portcullis-helper --make-network` and take the namespaces it sends.
-async fn make(helper: &Path, uid: u32) -> Result<Namespaces, SandboxError> {
+async fn make(launcher: &launch::Launcher, uid: u32) -> Result<Namespaces, SandboxError> {
+    let helper = launcher.helper();
     let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
         .map_err(|e| failed("making the socket pair for the helper")(e.into()))?;
     let theirs_high = sys::dup_above(&theirs, 10).map_err(failed("making the socket pair for the helper"))?;
     drop(theirs);
-    let mut child = launch::spawn_args(helper, &[MAKE_NETWORK_ARG], &[(theirs_high.as_raw_fd(), SOCK_FD)], None)
+    let mut child = launcher
+        .spawn(&[MAKE_NETWORK_ARG], &[(theirs_high.as_raw_fd(), SOCK_FD)], None)
         .map_err(|source| SandboxError::Spawn { helper: helper.to_path_buf(), source })?;
     drop(theirs_high);
     let exit = child.wait().await.map_err(failed("waiting for the helper"))?;

@@ -39,7 +39,6 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
@@ -233,7 +232,7 @@ struct State {
 /// A pool of pre-made sandboxes (see the module's documentation).
 pub struct Pool {
     size: usize,
-    helper: PathBuf,
+    launcher: launch::Launcher,
     cgroup: Option<CgroupHost>,
     state: Mutex<State>,
     /// The queue of the pool's maker threads, once started.
@@ -242,7 +241,7 @@ pub struct Pool {
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool").field("size", &self.size).field("helper", &self.helper).finish_non_exhaustive()
+        f.debug_struct("Pool").field("size", &self.size).field("launcher", &self.launcher).finish_non_exhaustive()
     }
 }
 
@@ -266,9 +265,9 @@ fn base_of(plan: &Plan) -> Option<Arc<SlotSpec>> {
 }
 
 impl Pool {
-    /// A pool of `size` slots of `helper`, with leaves under `cgroup`.
-    pub(super) fn new(size: usize, helper: PathBuf, cgroup: Option<CgroupHost>) -> Pool {
-        Pool { size, helper, cgroup, state: Mutex::new(State::default()), maker: Mutex::new(None) }
+    /// A pool of `size` slots started by `launcher`, with leaves under `cgroup`.
+    pub(super) fn new(size: usize, launcher: launch::Launcher, cgroup: Option<CgroupHost>) -> Pool {
+        Pool { size, launcher, cgroup, state: Mutex::new(State::default()), maker: Mutex::new(None) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -861,7 +860,7 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
         let table = Table::read(|_| true).map(Arc::new);
         let slot = encoded
             .base(&key.base)
-            .and_then(|json| make_slot(&pool.helper, &key, json, pool.cgroup.as_ref(), net, table))
+            .and_then(|json| make_slot(&pool.launcher, &key, json, pool.cgroup.as_ref(), net, table))
             .and_then(|mut s| match &shape {
                 Some(shape) => {
                     let json = encoded.shape(shape)?;
@@ -1153,7 +1152,7 @@ fn send_with(sock: &OwnedFd, tag: u8, payload: &[u8], fds: &[RawFd]) -> io::Resu
 /// Start one slot for `key`: its cgroup leaf, its pipes and socket, the
 /// helper with `--slot`, and the slot's spec sent ahead.
 fn make_slot(
-    helper: &Path,
+    launcher: &launch::Launcher,
     key: &Key,
     json: &[u8],
     host: Option<&CgroupHost>,
@@ -1209,8 +1208,9 @@ fn make_slot(
         }
     };
     pass.extend(net_fds.iter().map(|(fd, target)| (fd.as_raw_fd(), *target)));
-    let child = launch::spawn_detached(helper, &["--slot"], &pass, None)
-        .map_err(|source| SandboxError::Spawn { helper: helper.to_path_buf(), source })?;
+    let child = launcher
+        .spawn_detached(&["--slot"], &pass, None)
+        .map_err(|source| SandboxError::Spawn { helper: launcher.helper().to_path_buf(), source })?;
     drop((theirs, report_w, life_r, cg_fd, net_fds));
     Ok(Slot {
         sock,

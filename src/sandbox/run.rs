@@ -147,7 +147,7 @@ pub(super) struct Streams {
 /// socket (when it started), hand it stdin, and start reading its output
 /// and records.
 pub(super) fn spawn_helper(
-    helper: &Path,
+    launcher: &launch::Launcher,
     plan: &Plan,
     cg: Option<&Cgroup>,
     net: Option<&network::Namespaces>,
@@ -168,7 +168,7 @@ pub(super) fn spawn_helper(
         pass.push((c.as_raw_fd(), portcullis_helper::CGROUP_FD));
     }
     // Without it (the observer could not start) the helper installs no
-    // observer: it finds fd 7 closed (see `launch::spawn`).
+    // observer: it finds fd 7 closed (see `launch::Launcher::spawn`).
     if let Some(o) = observing.helper_end() {
         pass.push((o, portcullis_helper::OBSERVE_FD));
     }
@@ -177,8 +177,9 @@ pub(super) fn spawn_helper(
         Stdin::Null => stdin::StdinPlan::Null,
         Stdin::Copy => stdin::plan()?,
     };
-    let child = launch::spawn(helper, &pass, stdin.command_end())
-        .map_err(|source| SandboxError::Spawn { helper: helper.to_path_buf(), source })?;
+    let child = launcher
+        .spawn(&[], &pass, stdin.command_end())
+        .map_err(|source| SandboxError::Spawn { helper: launcher.helper().to_path_buf(), source })?;
     let full = plan.spec.mode == Mode::Full;
     let mut launched = Launched { lifeline: Some(fds.life_w), child, relay: None, full, pid1: None };
     launched.relay = hand_stdin(stdin)?;

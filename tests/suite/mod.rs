@@ -55,3 +55,4 @@ mod ws_jobs;
 mod ws_list;
 mod ws_mock;
 mod ws_review;
+mod zygote;

@@ -351,12 +351,15 @@ fn r0823_a_run_no_slot_admits_runs_fresh_and_the_pool_follows() {
 fn r0824_a_pool_whose_slots_fail_turns_itself_off_and_runs_go_on() {
     let test = "r0824";
     let ws = Ws::new();
-    // A helper that refuses to make slots but runs commands.
+    // A helper that refuses to make slots but runs commands (and refuses
+    // to be a zygote, whose children would be the real helper's: runs
+    // then spawn it, after the zygote's failures).
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{test}: {e}"));
     let wrapper = dir.path().join("portcullis-helper");
     let real = bin_dir().join("portcullis-helper");
-    std::fs::write(&wrapper, format!("#!/bin/sh\n[ \"$1\" = --slot ] && exit 125\nexec {} \"$@\"\n", real.display()))
-        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let script =
+        format!("#!/bin/sh\ncase \"$1\" in --slot|--zygote) exit 125;; esac\nexec {} \"$@\"\n", real.display());
+    std::fs::write(&wrapper, script).unwrap_or_else(|e| panic!("{test}: {e}"));
     let mut perm = std::fs::metadata(&wrapper).map(|m| m.permissions()).unwrap_or_else(|e| panic!("{test}: {e}"));
     std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
     std::fs::set_permissions(&wrapper, perm).unwrap_or_else(|e| panic!("{test}: {e}"));

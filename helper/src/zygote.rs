@@ -1,0 +1,297 @@
+//! `portcullis-helper --zygote`: starts helpers without an `execve` each.
+//!
+//! A long-lived library (a `Workspace`, `portcullis serve`) starts one of
+//! these per sandbox with a `SOCK_SEQPACKET` socket on fd 3 and asks it for
+//! every helper it would otherwise `posix_spawn`. For each request the
+//! zygote forks (`clone` with `CLONE_PARENT`: the new helper is the
+//! library's own child, which waits for it and reaps it through its pidfd
+//! exactly as after a spawn), and the child puts the request's descriptors
+//! where a spawned helper finds them, takes a process group of its own,
+//! shows the spawned helper's command line in `/proc` and runs
+//! [`crate::run`] with the request's arguments. It starts as a spawned helper
+//! would, less the `execve` and the new image's start (page faults,
+//! relocations, the runtime's setup), which cost a few hundred
+//! microseconds of CPU a command on this project's machine.
+//!
+//! What the child has that a spawned helper would not get another way: the
+//! zygote's own state, set once when the library started it the same way
+//! (an empty environment, every signal at its default but what Rust's
+//! runtime sets, nothing blocked), its working directory (`/`), its umask
+//! and resource limits (the library's when it started the zygote: the
+//! helpers of a library that changes them later keep the earlier ones), and
+//! nothing else: every descriptor but the request's is closed.
+//!
+//! Messages (tag byte, payload, `SCM_RIGHTS`):
+//! * `z` (library to zygote): the helper's arguments (a count byte, then
+//!   each NUL-terminated), then a count byte and one target number (0 to
+//!   [`LAST_FD`]) for each descriptor passed, in order.
+//! * `p` (zygote to library): the child's pid (`i32`, native order), with
+//!   its pidfd.
+//! * `e` (zygote to library): the request was refused or the fork failed:
+//!   the errno (`i32`, native order).
+//!
+//! End-of-file on the socket (the library dropped the sandbox, or died):
+//! the zygote exits. Its helpers are not its children and go on.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use portcullis_helper::{LAST_FD, SPEC_FD};
+
+use crate::{chan, sys};
+
+/// The argument that makes the helper a zygote.
+pub const ZYGOTE_ARG: &str = "--zygote";
+
+/// Largest request: the arguments and the targets.
+const MAX_REQUEST: usize = 1024;
+
+/// Serve requests on fd 3 until the library hangs up.
+pub fn serve() -> ! {
+    // SAFETY: fd 3 is the socket the library passed (a zygote is started
+    // with it); nothing else in this process owns it.
+    let passed = unsafe { sys::adopt(SPEC_FD) };
+    // Off the protocol numbers, so that a child's placement never meets it
+    // (a child closes it with everything above them).
+    let Ok(ctl) = dup_above(passed.as_raw_fd(), LAST_FD + 1) else { sys::exit_now(crate::EXIT_SETUP) };
+    drop(passed);
+    // Nothing else stays open in a process that lives as long as the
+    // library: a descriptor the library let a spawn inherit (one without
+    // close-on-exec) would be held open for that long.
+    let at = ctl.as_raw_fd() as u32;
+    if close_range(SPEC_FD as u32, at - 1).and_then(|()| close_range(at + 1, u32::MAX)).is_err() {
+        sys::exit_now(crate::EXIT_SETUP);
+    }
+    // Not the library's working directory, which it would keep busy.
+    let _ = nix::unistd::chdir("/");
+    let area = arg_area();
+    let mut buf = [0u8; MAX_REQUEST];
+    loop {
+        let (n, fds) = match chan::recv_with(&ctl, &mut buf) {
+            Ok(Some((b'z', n, fds))) => (n, fds),
+            Ok(Some(_)) => {
+                let _ = refuse(&ctl, libc::EINVAL);
+                continue;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                let _ = refuse(&ctl, libc::EMSGSIZE);
+                continue;
+            }
+            // The library is gone (or the socket broke): nothing to serve.
+            Ok(None) | Err(_) => sys::exit_now(0),
+        };
+        let Some((args, targets)) = parse(&buf[..n], fds.len()) else {
+            let _ = refuse(&ctl, libc::EINVAL);
+            continue;
+        };
+        // The child goes on only once its pid is on its way to the library
+        // (a byte on this pipe); if the zygote dies or cannot answer first,
+        // the child finds the pipe closed and exits without running. So a
+        // helper runs exactly when the library can learn of it, and a
+        // library that finds no answer may start the helper another way.
+        let gate = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = refuse(&ctl, e as i32);
+                continue;
+            }
+        };
+        match sys::clone_sibling() {
+            Ok(sys::Forked::Child) => {
+                let (r, w) = gate;
+                drop(w);
+                let mut go = [0u8; 1];
+                match nix::unistd::read(&r, &mut go) {
+                    Ok(1) => {}
+                    _ => sys::exit_now(crate::EXIT_SETUP),
+                }
+                drop(r);
+                child(&args, &targets, fds, area)
+            }
+            Ok(sys::Forked::Parent { pid, pidfd }) => {
+                drop(fds);
+                let (r, w) = gate;
+                drop(r);
+                if chan::send_with(&ctl, b'p', &pid.to_ne_bytes(), &[pidfd.as_raw_fd()]).is_ok() {
+                    let _ = nix::unistd::write(&w, &[1]);
+                }
+                // Closed either way: without the byte, the child exits. It
+                // is the library's child (a zombie until the library's
+                // exit), as any helper the library could not learn of.
+            }
+            Err(e) => {
+                let _ = refuse(&ctl, e.raw_os_error().unwrap_or(libc::EIO));
+            }
+        }
+    }
+}
+
+fn refuse(ctl: &OwnedFd, errno: i32) -> io::Result<()> {
+    chan::send_with(ctl, b'e', &errno.to_ne_bytes(), &[])
+}
+
+/// A request's arguments and the target of each of its `fds` descriptors;
+/// `None` if it is malformed (a target out of range or given twice).
+fn parse(buf: &[u8], fds: usize) -> Option<(Vec<CString>, Vec<RawFd>)> {
+    let (&count, mut rest) = buf.split_first()?;
+    let mut args = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let end = rest.iter().position(|b| *b == 0)?;
+        args.push(CString::new(&rest[..end]).ok()?);
+        rest = &rest[end + 1..];
+    }
+    let (&n, rest) = rest.split_first()?;
+    if usize::from(n) != fds || rest.len() != fds {
+        return None;
+    }
+    let targets: Vec<RawFd> = rest.iter().map(|t| RawFd::from(*t)).collect();
+    let valid = targets.iter().enumerate().all(|(i, t)| *t <= LAST_FD && !targets[..i].contains(t));
+    valid.then_some((args, targets))
+}
+
+/// The forked child: the descriptors placed, a process group of its own,
+/// the command line of a spawned helper; then the helper itself.
+fn child(args: &[CString], targets: &[RawFd], fds: Vec<OwnedFd>, area: Option<(usize, usize)>) -> ! {
+    // Each received descriptor may lie on another's target: all go above
+    // the protocol numbers first, then onto their targets; stdin is
+    // /dev/null when none was passed (as the library's spawn does).
+    let mut moved = Vec::with_capacity(fds.len());
+    for fd in &fds {
+        match dup_above(fd.as_raw_fd(), LAST_FD + 1) {
+            Ok(m) => moved.push(m),
+            Err(_) => sys::exit_now(crate::EXIT_SETUP),
+        }
+    }
+    drop(fds);
+    for fd in 0..=LAST_FD {
+        // SAFETY: closing a protocol or standard descriptor number, which
+        // nothing in this process holds as an OwnedFd any more (the
+        // received ones were moved above; the socket lies above too).
+        unsafe { libc::close(fd) };
+    }
+    for (m, t) in moved.iter().zip(targets) {
+        if sys::dup_onto(std::os::fd::AsFd::as_fd(m), *t).is_err() {
+            sys::exit_now(crate::EXIT_SETUP);
+        }
+    }
+    if !targets.contains(&0) {
+        // SAFETY: a constant path; 0 is the lowest free number (closed
+        // above and not a target), so the new descriptor lands there.
+        let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+        if fd != 0 {
+            sys::exit_now(crate::EXIT_SETUP);
+        }
+    }
+    drop(moved);
+    // The zygote's socket and every copy above the protocol numbers.
+    if sys::close_range_from(LAST_FD as u32 + 1, 0).is_err() {
+        sys::exit_now(crate::EXIT_SETUP);
+    }
+    // SAFETY: setpgid on ourselves, as posix_spawn's POSIX_SPAWN_SETPGROUP.
+    if unsafe { libc::setpgid(0, 0) } != 0 {
+        sys::exit_now(crate::EXIT_SETUP);
+    }
+    if let Some(area) = area {
+        show_command_line(area, args);
+    }
+    crate::run(args.first().map(|a| a.as_bytes()))
+}
+
+/// `close_range(first, last, 0)`.
+fn close_range(first: u32, last: u32) -> io::Result<()> {
+    if first > last {
+        return Ok(());
+    }
+    // SAFETY: closing descriptors nothing in this process holds as an
+    // OwnedFd (the caller keeps its socket out of the range).
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `fcntl(F_DUPFD_CLOEXEC)` at or above `min`.
+fn dup_above(fd: RawFd, min: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor of ours returns a new one we
+    // own, or -1.
+    let r = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, min) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let r = RawFd::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}
+
+/// Where the kernel shows this process's argument strings from
+/// (`arg_start`, `arg_end`: fields 48 and 49 of `/proc/self/stat`).
+fn arg_area() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // `rest` starts at field 3 (the state).
+    let mut fields = rest.split_whitespace().skip(48 - 3);
+    let start = fields.next()?.parse().ok()?;
+    let end = fields.next()?.parse().ok()?;
+    (end > start).then_some((start, end))
+}
+
+/// Make `/proc/self/cmdline` what a spawned helper's is: argv[0] (the
+/// zygote's own, the helper's path) and `args`, the rest of the area
+/// zeroed (its last byte NUL, so the kernel shows the area as arguments).
+/// Left as it is when they do not fit.
+fn show_command_line((start, end): (usize, usize), args: &[CString]) {
+    let len = end - start;
+    // SAFETY: [start, end) is this process's argument area (the kernel's
+    // own record of it), on the initial stack, mapped readable and
+    // writable; nothing holds a Rust reference into it (the runtime keeps
+    // raw argv pointers, which keep pointing at NUL-terminated strings
+    // inside the area).
+    let area = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
+    let argv0_len = area.iter().position(|b| *b == 0).unwrap_or(len);
+    let want: usize = argv0_len + 1 + args.iter().map(|a| a.as_bytes().len() + 1).sum::<usize>();
+    if want >= len {
+        return;
+    }
+    let mut at = argv0_len + 1;
+    for a in args {
+        let b = a.as_bytes_with_nul();
+        area[at..at + b.len()].copy_from_slice(b);
+        at += b.len();
+    }
+    area[at..].fill(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(args: &[&str], targets: &[u8]) -> Vec<u8> {
+        let mut b = vec![args.len() as u8];
+        for a in args {
+            b.extend_from_slice(a.as_bytes());
+            b.push(0);
+        }
+        b.push(targets.len() as u8);
+        b.extend_from_slice(targets);
+        b
+    }
+
+    #[test]
+    fn requests_parse_and_bad_ones_are_refused() {
+        let ok = parse(&request(&["--slot"], &[1, 2, 3, 4, 5]), 5);
+        let Some((args, targets)) = ok else { panic!("a good request refused") };
+        assert_eq!(args, vec![CString::new("--slot").unwrap_or_default()]);
+        assert_eq!(targets, vec![1, 2, 3, 4, 5]);
+        assert!(parse(&request(&[], &[1, 2]), 2).is_some());
+        // Counts that do not match the descriptors, a target out of range
+        // or given twice, an argument without its NUL.
+        assert!(parse(&request(&[], &[1, 2]), 3).is_none());
+        assert!(parse(&request(&[], &[1, 2, 10]), 3).is_none());
+        assert!(parse(&request(&[], &[1, 1]), 2).is_none());
+        assert!(parse(&[1, b'x'], 0).is_none());
+        assert!(parse(&[], 0).is_none());
+    }
+}
