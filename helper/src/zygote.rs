@@ -9,26 +9,38 @@
 //! where a spawned helper finds them, takes a process group of its own,
 //! shows the spawned helper's command line in `/proc` and runs
 //! [`crate::run`] with the request's arguments. It starts as a spawned helper
-//! would, less the `execve` and the new image's start (page faults,
-//! relocations, the runtime's setup), which cost a few hundred
-//! microseconds of CPU a command on this project's machine.
+//! would, less the `execve` and the new image's start (page faults, the
+//! runtime's setup): about 0.1 ms of CPU a command on this project's
+//! machine.
 //!
 //! What the child has that a spawned helper would not get another way: the
 //! zygote's own state, set once when the library started it the same way
 //! (an empty environment, every signal at its default but what Rust's
-//! runtime sets, nothing blocked), its working directory (`/`), its umask
-//! and resource limits (the library's when it started the zygote: the
-//! helpers of a library that changes them later keep the earlier ones), and
-//! nothing else: every descriptor but the request's is closed.
+//! runtime sets, nothing blocked), its working directory (`/`), and the
+//! rest of the starting thread's state (ids, capabilities, `no_new_privs`
+//! and seccomp filter, which the library compares with the asking thread's
+//! before each helper and starts a new zygote when they differ; umask,
+//! resource limits, cgroup, namespaces and a Landlock domain, which it
+//! does not); and nothing else: every descriptor but the request's is
+//! closed.
 //!
 //! Messages (tag byte, payload, `SCM_RIGHTS`):
 //! * `z` (library to zygote): the helper's arguments (a count byte, then
 //!   each NUL-terminated), then a count byte and one target number (0 to
-//!   [`LAST_FD`]) for each descriptor passed, in order.
+//!   [`LAST_FD`]) for each descriptor passed after the first, in order; the
+//!   first descriptor is the child's gate (below).
 //! * `p` (zygote to library): the child's pid (`i32`, native order), with
 //!   its pidfd.
 //! * `e` (zygote to library): the request was refused or the fork failed:
 //!   the errno (`i32`, native order).
+//!
+//! The child waits for one byte on its gate, the read end of a pipe whose
+//! write end the library keeps: it writes the byte once it holds the
+//! child's pidfd, and closes the pipe without it when it gives the request
+//! up (no answer in time, an answer it could not take). So a helper runs
+//! only when the library knows it, and a library that does not can spawn
+//! the helper itself without two of them running; a child let go of exits
+//! in the zygote's process group, where the library reaps it.
 //!
 //! End-of-file on the socket (the library dropped the sandbox, or died):
 //! the zygote exits. Its helpers are not its children and go on.
@@ -86,40 +98,15 @@ pub fn serve() -> ! {
             let _ = refuse(&ctl, libc::EINVAL);
             continue;
         };
-        // The child goes on only once its pid is on its way to the library
-        // (a byte on this pipe); if the zygote dies or cannot answer first,
-        // the child finds the pipe closed and exits without running. So a
-        // helper runs exactly when the library can learn of it, and a
-        // library that finds no answer may start the helper another way.
-        let gate = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
-            Ok(g) => g,
-            Err(e) => {
-                let _ = refuse(&ctl, e as i32);
-                continue;
-            }
-        };
         match sys::clone_sibling() {
-            Ok(sys::Forked::Child) => {
-                let (r, w) = gate;
-                drop(w);
-                let mut go = [0u8; 1];
-                match nix::unistd::read(&r, &mut go) {
-                    Ok(1) => {}
-                    _ => sys::exit_now(crate::EXIT_SETUP),
-                }
-                drop(r);
-                child(&args, &targets, fds, area)
-            }
+            Ok(sys::Forked::Child) => child(&args, &targets, fds, area),
             Ok(sys::Forked::Parent { pid, pidfd }) => {
                 drop(fds);
-                let (r, w) = gate;
-                drop(r);
-                if chan::send_with(&ctl, b'p', &pid.to_ne_bytes(), &[pidfd.as_raw_fd()]).is_ok() {
-                    let _ = nix::unistd::write(&w, &[1]);
+                if chan::send_with(&ctl, b'p', &pid.to_ne_bytes(), &[pidfd.as_raw_fd()]).is_err() {
+                    // The library cannot be answered: it closes the child's
+                    // gate when it gives up, and reaps the child.
+                    sys::exit_now(0);
                 }
-                // Closed either way: without the byte, the child exits. It
-                // is the library's child (a zombie until the library's
-                // exit), as any helper the library could not learn of.
             }
             Err(e) => {
                 let _ = refuse(&ctl, e.raw_os_error().unwrap_or(libc::EIO));
@@ -132,9 +119,11 @@ fn refuse(ctl: &OwnedFd, errno: i32) -> io::Result<()> {
     chan::send_with(ctl, b'e', &errno.to_ne_bytes(), &[])
 }
 
-/// A request's arguments and the target of each of its `fds` descriptors;
-/// `None` if it is malformed (a target out of range or given twice).
+/// A request's arguments and the target of each of its `fds` descriptors
+/// after the first (the gate); `None` if it is malformed (a target out of
+/// range or given twice, no gate).
 fn parse(buf: &[u8], fds: usize) -> Option<(Vec<CString>, Vec<RawFd>)> {
+    let fds = fds.checked_sub(1)?;
     let (&count, mut rest) = buf.split_first()?;
     let mut args = Vec::with_capacity(usize::from(count));
     for _ in 0..count {
@@ -151,9 +140,22 @@ fn parse(buf: &[u8], fds: usize) -> Option<(Vec<CString>, Vec<RawFd>)> {
     valid.then_some((args, targets))
 }
 
-/// The forked child: the descriptors placed, a process group of its own,
-/// the command line of a spawned helper; then the helper itself.
-fn child(args: &[CString], targets: &[RawFd], fds: Vec<OwnedFd>, area: Option<(usize, usize)>) -> ! {
+/// The forked child: once the library lets it go (its gate), the
+/// descriptors placed, a process group of its own, the command line of a
+/// spawned helper; then the helper itself.
+fn child(args: &[CString], targets: &[RawFd], mut fds: Vec<OwnedFd>, area: Option<(usize, usize)>) -> ! {
+    // The gate: the library writes one byte once it holds this child's
+    // pidfd, and closes it without one when it gives the request up (then
+    // this child exits, still in the zygote's process group, where the
+    // library reaps it). So a helper runs exactly when the library knows
+    // it, and a library that does not may start the helper another way.
+    let gate = fds.remove(0);
+    let mut go = [0u8; 1];
+    match nix::unistd::read(&gate, &mut go) {
+        Ok(1) => {}
+        _ => sys::exit_now(crate::EXIT_SETUP),
+    }
+    drop(gate);
     // Each received descriptor may lie on another's target: all go above
     // the protocol numbers first, then onto their targets; stdin is
     // /dev/null when none was passed (as the library's spawn does).
@@ -281,17 +283,20 @@ mod tests {
 
     #[test]
     fn requests_parse_and_bad_ones_are_refused() {
-        let ok = parse(&request(&["--slot"], &[1, 2, 3, 4, 5]), 5);
+        // Five placed descriptors and the gate.
+        let ok = parse(&request(&["--slot"], &[1, 2, 3, 4, 5]), 6);
         let Some((args, targets)) = ok else { panic!("a good request refused") };
         assert_eq!(args, vec![CString::new("--slot").unwrap_or_default()]);
         assert_eq!(targets, vec![1, 2, 3, 4, 5]);
-        assert!(parse(&request(&[], &[1, 2]), 2).is_some());
-        // Counts that do not match the descriptors, a target out of range
-        // or given twice, an argument without its NUL.
-        assert!(parse(&request(&[], &[1, 2]), 3).is_none());
-        assert!(parse(&request(&[], &[1, 2, 10]), 3).is_none());
-        assert!(parse(&request(&[], &[1, 1]), 2).is_none());
-        assert!(parse(&[1, b'x'], 0).is_none());
-        assert!(parse(&[], 0).is_none());
+        assert!(parse(&request(&[], &[1, 2]), 3).is_some());
+        // Counts that do not match the descriptors, no gate, a target out
+        // of range or given twice, an argument without its NUL.
+        assert!(parse(&request(&[], &[1, 2]), 4).is_none());
+        assert!(parse(&request(&[], &[1, 2]), 2).is_none());
+        assert!(parse(&request(&[], &[]), 0).is_none());
+        assert!(parse(&request(&[], &[1, 2, 10]), 4).is_none());
+        assert!(parse(&request(&[], &[1, 1]), 3).is_none());
+        assert!(parse(&[1, b'x'], 1).is_none());
+        assert!(parse(&[], 1).is_none());
     }
 }

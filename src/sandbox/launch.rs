@@ -295,22 +295,68 @@ struct Zygotes {
     /// The process that started it (a fork of this process has the same
     /// memory but is not the zygote's helpers' parent, and starts its own).
     owner: libc::pid_t,
+    /// Debug builds, for tests: this many answers are taken as lost (their
+    /// pidfd dropped) before any other.
+    lose: u32,
 }
 
-/// A running zygote: this process's child, and the socket it reads (taken
-/// when it is dropped, which makes it exit).
+/// A running zygote: this process's child, the socket it reads (taken when
+/// it is dropped, which makes it exit), and the state of the thread that
+/// started it, which its helpers inherit.
 struct Zygote {
     pid: libc::pid_t,
     pidfd: OwnedFd,
     sock: Option<OwnedFd>,
+    started_as: Fingerprint,
+}
+
+/// What a spawned helper would inherit from the spawning thread and a
+/// zygote's child inherits from the zygote instead, as far as it can be
+/// read in a few calls: the real, effective and saved ids, the
+/// capabilities, `no_new_privs` and the seccomp mode. A thread that differs
+/// from the zygote's start (a host that dropped root, or confined itself,
+/// after its sandbox started) gets a new zygote, started from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    uids: [libc::uid_t; 3],
+    gids: [libc::gid_t; 3],
+    caps: [u32; 6],
+    no_new_privs: libc::c_int,
+    seccomp: libc::c_int,
+}
+
+impl Fingerprint {
+    fn now() -> Fingerprint {
+        let (mut uids, mut gids) = ([0; 3], [0; 3]);
+        // SAFETY: getresuid/getresgid write three ids each into live arrays.
+        unsafe {
+            libc::getresuid(&mut uids[0], &mut uids[1], &mut uids[2]);
+            libc::getresgid(&mut gids[0], &mut gids[1], &mut gids[2]);
+        }
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: libc::c_int,
+        }
+        let mut header = Header { version: 0x2008_0522, pid: 0 };
+        let mut caps = [0u32; 6];
+        // SAFETY: capget (version 3) reads the header and writes two
+        // 3-word data structs into `caps`; both outlive the call.
+        unsafe { libc::syscall(libc::SYS_capget, std::ptr::addr_of_mut!(header), caps.as_mut_ptr()) };
+        // SAFETY: prctl queries without pointers.
+        let (no_new_privs, seccomp) = unsafe {
+            (libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0), libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0))
+        };
+        Fingerprint { uids, gids, caps, no_new_privs, seccomp }
+    }
 }
 
 /// Zygote failures after which a launcher spawns every helper itself.
 const MAX_ZYGOTE_FAILURES: u32 = 3;
 
 /// How long a zygote may take to answer a request before it is taken for
-/// hung (killed; what it answered before dying is still read).
-const ZYGOTE_ANSWER: Duration = Duration::from_secs(5);
+/// hung (killed, and the helper spawned the usual way).
+const ZYGOTE_ANSWER: Duration = Duration::from_secs(2);
 
 /// The zygote's arguments: `--zygote` and room in its argument area for a
 /// helper's longest (`--make-network`), which each child shows there.
@@ -326,8 +372,17 @@ impl Launcher {
     pub fn resident(helper: std::path::PathBuf) -> Launcher {
         // SAFETY: getpid has no preconditions.
         let owner = unsafe { libc::getpid() };
-        let z = Zygotes { running: None, failures: 0, owner };
+        let z = Zygotes { running: None, failures: 0, owner, lose: 0 };
         Launcher { helper, zygote: Some(std::sync::Arc::new(std::sync::Mutex::new(z))) }
+    }
+
+    /// Debug builds, for tests: take the zygote's next `n` answers as lost
+    /// (as when their pidfd finds no room here). Does nothing in a release
+    /// build or without a zygote.
+    pub fn lose_answers_for_tests(&self, n: u32) {
+        if let (true, Some(z)) = (cfg!(debug_assertions), &self.zygote) {
+            z.lock().unwrap_or_else(|p| p.into_inner()).lose = n;
+        }
     }
 
     /// The helper binary.
@@ -352,7 +407,7 @@ impl Launcher {
             // A panic while it was held leaves at worst a zygote that is
             // then found dead: still usable.
             let mut z = z.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(spawned) = z.spawn(&self.helper, args, fds, stdin)? {
+            if let Some(spawned) = z.spawn(&self.helper, args, fds, stdin) {
                 return Ok(spawned);
             }
         }
@@ -362,132 +417,151 @@ impl Launcher {
 
 impl Zygotes {
     /// A helper from the zygote (started first if none runs, or started
-    /// again once if the one running is found gone); `None` when there is
-    /// none to ask (the caller spawns the helper itself). An error only when
-    /// the zygote answered that the helper could not be made.
-    fn spawn(
-        &mut self,
-        helper: &Path,
-        args: &[&str],
-        fds: &[(RawFd, RawFd)],
-        stdin: Option<RawFd>,
-    ) -> io::Result<Option<Spawned>> {
+    /// again once if the one running is gone or was started from another
+    /// thread state); `None` when there is none to ask, or it could not
+    /// make this one (the caller spawns the helper itself: no helper of
+    /// the request runs then, see [`Zygote::ask`]).
+    fn spawn(&mut self, helper: &Path, args: &[&str], fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> Option<Spawned> {
         // SAFETY: getpid has no preconditions.
         if unsafe { libc::getpid() } != self.owner {
-            return Ok(None);
+            return None;
         }
-        // A zygote found dead is replaced at once (one more try), so that a
-        // killed one costs no run its zygote.
+        let now = Fingerprint::now();
+        if self.running.as_ref().is_some_and(|z| z.started_as != now) {
+            if let Some(z) = self.running.take() {
+                z.stop();
+            }
+        }
         for _ in 0..2 {
             if self.failures >= MAX_ZYGOTE_FAILURES {
-                return Ok(None);
+                return None;
             }
             let z = match self.running.take() {
                 Some(z) => z,
-                None => match Zygote::start(helper) {
+                None => match Zygote::start(helper, now) {
                     Ok(z) => z,
                     Err(_) => {
                         self.failures += 1;
-                        return Ok(None);
+                        return None;
                     }
                 },
             };
-            match z.ask(args, fds, stdin) {
+            let lose = self.lose > 0;
+            self.lose = self.lose.saturating_sub(1);
+            match z.ask(args, fds, stdin, lose) {
                 Answer::Made(spawned) => {
                     self.failures = 0;
                     self.running = Some(z);
-                    return Ok(Some(spawned));
+                    return Some(spawned);
                 }
-                Answer::Refused(e) => {
+                Answer::NotHere => {
+                    // This process could not make the request (out of
+                    // descriptors, say) or the zygote could not fork: the
+                    // zygote is fine; the spawn says what is wrong.
                     self.running = Some(z);
-                    return Err(e);
+                    return None;
                 }
-                Answer::NotMade(outputs) => {
-                    // Sent nothing, or the zygote is gone or hung: it is
-                    // stopped, and what it answered before is read; a helper
-                    // it made is taken (it runs), else none runs.
+                Answer::Lost => {
+                    // Nothing sent, no answer in time, or one this process
+                    // could not take: the zygote is stopped, and its
+                    // gated child with it; one more try.
                     self.failures += 1;
-                    if let Some(spawned) = z.stop(outputs) {
-                        return Ok(Some(spawned));
-                    }
+                    z.stop();
                 }
             }
         }
-        Ok(None)
+        None
     }
 }
 
-/// What a zygote answered a request.
+/// What came of a request to a zygote.
 enum Answer {
     Made(Spawned),
-    /// It could not make the helper (the fork's errno, say `EAGAIN`).
-    Refused(io::Error),
-    /// No answer: nothing was sent (`None`), or the zygote is gone or hung
-    /// after the request was sent, with the read ends of the outputs the
-    /// request passed.
-    NotMade(Option<(OwnedFd, OwnedFd)>),
+    /// Not made, for a reason of this process's or of the fork's: the
+    /// zygote still serves.
+    NotHere,
+    /// Not made, the zygote gone, hung or its answer lost: no helper of the
+    /// request runs (its gate was closed), the zygote must be stopped.
+    Lost,
 }
 
 impl Zygote {
-    fn start(helper: &Path) -> io::Result<Zygote> {
+    fn start(helper: &Path, started_as: Fingerprint) -> io::Result<Zygote> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?;
         // Above the protocol numbers, which posix_spawn places it onto.
         let theirs = crate::sys::dup_above(&theirs, portcullis_helper::LAST_FD + 1)?;
         let (pid, pidfd) =
             posix_spawn(helper, ZYGOTE_ARGS, &[(theirs.as_raw_fd(), portcullis_helper::SPEC_FD)], None, None)?;
-        Ok(Zygote { pid, pidfd, sock: Some(ours) })
+        Ok(Zygote { pid, pidfd, sock: Some(ours), started_as })
     }
 
     /// Ask for one helper: `fds` placed at their targets, stdin from
-    /// `stdin` (or `/dev/null`), stdout and stderr onto new pipes.
-    fn ask(&self, args: &[&str], fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> Answer {
-        let Some(sock) = &self.sock else { return Answer::NotMade(None) };
-        let Ok((out_r, out_w)) = pipe() else { return Answer::NotMade(None) };
-        let Ok((err_r, err_w)) = pipe() else { return Answer::NotMade(None) };
+    /// `stdin` (or `/dev/null`), stdout and stderr onto new pipes. The
+    /// child is let go (a byte on its gate) only once its pidfd is here;
+    /// on any other outcome the gate closes when this returns and the
+    /// child, if any, exits without running.
+    fn ask(&self, args: &[&str], fds: &[(RawFd, RawFd)], stdin: Option<RawFd>, lose: bool) -> Answer {
+        let Some(sock) = &self.sock else { return Answer::Lost };
+        let (Ok((gate_r, gate_w)), Ok((out_r, out_w)), Ok((err_r, err_w))) = (pipe(), pipe(), pipe()) else {
+            return Answer::NotHere;
+        };
         let mut passed: Vec<(RawFd, RawFd)> = vec![(out_w.as_raw_fd(), 1), (err_w.as_raw_fd(), 2)];
         passed.extend(stdin.map(|fd| (fd, 0)));
         passed.extend_from_slice(fds);
-        let Some(payload) = request(args, &passed) else { return Answer::NotMade(None) };
-        let raw: Vec<RawFd> = passed.iter().map(|(src, _)| *src).collect();
+        let Some(payload) = request(args, &passed) else { return Answer::NotHere };
+        let raw: Vec<RawFd> = [gate_r.as_raw_fd()].into_iter().chain(passed.iter().map(|(src, _)| *src)).collect();
         if send(sock, &payload, &raw).is_err() {
-            return Answer::NotMade(None);
+            return Answer::Lost;
         }
-        drop((out_w, err_w));
-        match receive(sock, ZYGOTE_ANSWER) {
-            Some(Reply::Made { pid, pidfd }) => {
+        drop((gate_r, out_w, err_w));
+        let reply = match receive(sock, ZYGOTE_ANSWER) {
+            Some(Reply::Made { .. }) if lose => Some(Reply::Unusable),
+            r => r,
+        };
+        match reply {
+            Some(Reply::Made { pid, pidfd }) if nix::unistd::write(&gate_w, &[1]).is_ok() => {
                 Answer::Made(Spawned { pid, pidfd: Some(pidfd), stdout: Some(out_r), stderr: Some(err_r) })
             }
-            Some(Reply::Refused(errno)) => Answer::Refused(io::Error::from_raw_os_error(errno)),
-            None => Answer::NotMade(Some((out_r, err_r))),
+            Some(Reply::Refused) => Answer::NotHere,
+            // No answer, one whose pidfd did not reach us (no room for it
+            // here), or a child gone before it was let go: its gate closes
+            // as this returns, and `stop` reaps it with the zygote.
+            Some(Reply::Made { .. } | Reply::Unusable) | None => Answer::Lost,
         }
     }
 
-    /// Kill and reap the zygote, then take the helper it answered before
-    /// dying, if it did (it answers before it lets the helper go on, so a
-    /// helper that runs is always answered; any other it forked finds its
-    /// gate closed and exits). `outputs`: the read ends of the request's
-    /// stdout and stderr, which such a helper writes.
-    fn stop(mut self, outputs: Option<(OwnedFd, OwnedFd)>) -> Option<Spawned> {
+    /// Kill and reap the zygote, and any child it forked that was not let
+    /// go (its gate is closed by then, so it exits; it is in the zygote's
+    /// process group until let go).
+    fn stop(mut self) {
+        let Some(sock) = self.sock.take() else { return };
         // SAFETY: a plain syscall on our own pidfd; NULL siginfo is allowed.
         unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
-        // SAFETY: reap our own child, just SIGKILLed.
-        unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
-        let sock = self.sock.take()?;
-        match (receive(&sock, Duration::ZERO), outputs) {
-            (Some(Reply::Made { pid, pidfd }), Some((out_r, err_r))) => {
-                Some(Spawned { pid, pidfd: Some(pidfd), stdout: Some(out_r), stderr: Some(err_r) })
+        reap_group(self.pid);
+        drop(sock);
+    }
+}
+
+/// Reap every child of ours in process group `pgid` (a zygote's, and its
+/// children not let go), waiting up to a second for them to exit.
+fn reap_group(pgid: libc::pid_t) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        // SAFETY: waitid on our own children of one process group; the
+        // siginfo is zeroed storage the kernel fills.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let r = unsafe { libc::waitid(libc::P_PGID, pgid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG) };
+        if r < 0 {
+            return; // ECHILD: none left.
+        }
+        // SAFETY: the kernel filled si_pid (0: none has exited yet).
+        if unsafe { info.si_pid() } == 0 {
+            if std::time::Instant::now() >= deadline {
+                return;
             }
-            (Some(Reply::Made { pid, pidfd }), None) => {
-                // Not one of ours to wire (it cannot be: nothing was sent).
-                // SAFETY: as above, on its pidfd; then reap our child.
-                unsafe {
-                    libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32);
-                    libc::waitpid(pid, std::ptr::null_mut(), 0);
-                }
-                None
-            }
-            _ => None,
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }
@@ -495,23 +569,16 @@ impl Zygote {
 impl Drop for Zygote {
     fn drop(&mut self) {
         let Some(sock) = self.sock.take() else { return };
-        // Its socket closes: it exits. Reaped here, briefly waited for,
-        // killed if it does not go.
+        // Its socket closes: it exits. Awaited half a second through its
+        // pidfd, killed if it does not go, and reaped.
         drop(sock);
-        for _ in 0..500 {
-            let mut status = 0;
-            // SAFETY: waitpid on our own, not yet reaped child.
-            let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
-            if r != 0 {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        let mut fds = [libc::pollfd { fd: self.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        // SAFETY: poll on one pidfd we own; the array outlives the call.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 1, 500) } != 1 {
+            // SAFETY: as in `stop`.
+            unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
         }
-        // SAFETY: as in `stop`.
-        unsafe {
-            libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32);
-            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
-        }
+        reap_group(self.pid);
     }
 }
 
@@ -545,23 +612,27 @@ fn send(sock: &OwnedFd, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
 
 /// A zygote's answer.
 enum Reply {
-    Made { pid: libc::pid_t, pidfd: OwnedFd },
-    Refused(i32),
+    Made {
+        pid: libc::pid_t,
+        pidfd: OwnedFd,
+    },
+    /// A child was made, but its pidfd did not arrive whole.
+    Unusable,
+    Refused,
 }
 
 /// The zygote's next answer, waiting at most `wait`; `None` if there is
 /// none by then, the socket closed, or it is not one.
 fn receive(sock: &OwnedFd, wait: Duration) -> Option<Reply> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
     let deadline = std::time::Instant::now() + wait;
     loop {
         let mut fds = [libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let left = if ms == 0 { 0 } else { libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(ms) };
+        let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
         // SAFETY: poll on one socket we own; the array outlives the call.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), 1, left) };
-        if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted && left > 0 {
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
+        if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted && !left.is_zero() {
             continue;
         }
         if r <= 0 || fds[0].revents & libc::POLLIN == 0 {
@@ -574,17 +645,21 @@ fn receive(sock: &OwnedFd, wait: Duration) -> Option<Reply> {
     let mut space = nix::cmsg_space!([RawFd; 1]);
     let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC).ok()?;
     let mut got: Vec<OwnedFd> = Vec::new();
-    for c in msg.cmsgs().ok()? {
-        if let ControlMessageOwned::ScmRights(raw) = c {
-            // SAFETY: SCM_RIGHTS just installed these fds in our table.
-            got.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: SCM_RIGHTS just installed these fds in our table.
+                got.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+            }
         }
     }
+    let whole = !msg.flags.intersects(MsgFlags::MSG_CTRUNC | MsgFlags::MSG_TRUNC);
     let n = msg.bytes;
     let value = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
-    match (n, buf[0], got.len()) {
-        (5, b'p', 1) => got.pop().map(|pidfd| Reply::Made { pid: value, pidfd }),
-        (5, b'e', 0) => Some(Reply::Refused(value)),
+    match (n, buf[0]) {
+        (5, b'p') if whole && got.len() == 1 => got.pop().map(|pidfd| Reply::Made { pid: value, pidfd }),
+        (5, b'p') => Some(Reply::Unusable),
+        (5, b'e') => Some(Reply::Refused),
         _ => None,
     }
 }

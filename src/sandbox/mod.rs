@@ -925,6 +925,14 @@ impl Sandbox {
         }
     }
 
+    /// Debug builds, for tests: the zygote's next `n` answers are taken as
+    /// lost, as when their pidfd finds no room in this process (see
+    /// `launch::Launcher`). Does nothing in a release build.
+    #[doc(hidden)]
+    pub fn lose_zygote_answers_for_tests(&self, n: u32) {
+        self.launcher.lose_answers_for_tests(n);
+    }
+
     /// The helper in use.
     pub fn helper(&self) -> &Path {
         self.launcher.helper()

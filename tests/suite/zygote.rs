@@ -66,7 +66,7 @@ fn zygotes(helper: &Path) -> Vec<(u32, char)> {
 }
 
 /// Wait up to 5 s for `f` to hold.
-fn until(f: impl Fn() -> bool) -> bool {
+fn until(mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(5);
     while !f() {
         if Instant::now() > deadline {
@@ -202,4 +202,113 @@ fn r0882_the_zygote_keeps_none_of_the_callers_descriptors() {
     };
     assert!(!child("control"), "{test}: control: a child that inherits the pipe did not hold it open");
     assert!(child("zygote"), "{test}: the zygote held the caller's pipe open");
+}
+
+/// This process's children in process group `pgid` (a zygote's, whose
+/// children are in it until let go): none left means all were reaped.
+fn group_left(pgid: u32) -> bool {
+    // SAFETY: zeroed storage for the siginfo the kernel fills.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid on our own children of one group, peeking (WNOWAIT),
+    // into a live siginfo.
+    let r = unsafe {
+        libc::waitid(libc::P_PGID, pgid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT)
+    };
+    r == 0
+}
+
+#[test]
+fn r0883_an_answer_the_caller_cannot_take_lets_no_helper_run() {
+    // Found in review: the zygote let its child run once its answer was
+    // sent; an answer whose pidfd found no room in the caller (EMFILE)
+    // was taken for none, the helper spawned again, and the command ran
+    // twice. Now the caller lets the child go once it holds the pidfd.
+    let test = "r0883";
+    let ws = Ws::new();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{test}: {e}"));
+    let helper = own_helper(dir.path());
+    let rt = rt();
+    let sb = Sandbox::with_helper(helper.clone());
+    let mut append = ws.req(&["/bin/sh", "-c", "echo ran >> count; echo done"]);
+    append.writable = true;
+    let run = |what: &str| {
+        let r = rt.block_on(sb.run(&append, RunOptions::default()));
+        let r = r.unwrap_or_else(|e| panic!("{test}: {what}: {}", portcullis::error_chain(&e)));
+        assert_eq!((r.outcome, stdout(&r)), (Outcome::Exited { code: 0 }, "done\n".to_string()), "{test}: {what}");
+    };
+    let count = || std::fs::read_to_string(ws.path().join("count")).unwrap_or_default();
+    // Control: through the zygote, one run appends once.
+    run("control");
+    assert_eq!(count(), "ran\n", "{test}: control");
+    let first = zygotes(&helper);
+    assert_eq!(first.len(), 1, "{test}: {first:?}");
+    // The next answer is lost: the zygote is replaced, its child reaped
+    // without running, and the command runs once, from the new zygote.
+    sb.lose_zygote_answers_for_tests(1);
+    run("lost answer");
+    assert_eq!(count(), "ran\nran\n", "{test}: the command did not run exactly once more");
+    let second = zygotes(&helper);
+    assert!(
+        second.len() == 1 && second[0].0 != first[0].0,
+        "{test}: the zygote was not replaced: {first:?} {second:?}"
+    );
+    assert!(!group_left(first[0].0), "{test}: a child of the lost answer's zygote was left unreaped");
+    assert!(!Path::new(&format!("/proc/{}", first[0].0)).exists(), "{test}: the old zygote was not reaped");
+}
+
+#[test]
+fn r0884_a_thread_that_changed_its_privileges_gets_a_zygote_of_its_own() {
+    // Found in review: a zygote's helpers inherit the state of the thread
+    // that started it, not of the one asking: a caller that set
+    // no_new_privs (or dropped root, or loaded a filter) after its sandbox
+    // started would have had helpers without it. A spawned helper inherits
+    // the spawning thread's; a zygote started from another state is
+    // replaced by one started from the asking thread.
+    let test = "r0884";
+    let ws = Ws::new();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{test}: {e}"));
+    let helper = own_helper(dir.path());
+    let h = helper.to_string_lossy().to_string();
+    let nnp = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status.lines().find(|l| l.starts_with("NoNewPrivs:")).map(|l| l.trim_end().ends_with('1'))
+    };
+    // The helper of a run from a thread with no_new_privs set, seen while
+    // it runs; every run on that thread.
+    let helper_nnp = |sb: &Sandbox| {
+        let sb = sb.clone();
+        let mark = ws.path().join("seen");
+        let _ = std::fs::remove_file(&mark);
+        let req = ws.req(&["/bin/sh", "-c", "while [ ! -e seen ]; do sleep 0.01; done"]);
+        let task = std::thread::spawn(move || {
+            // SAFETY: prctl on this thread only, no pointers.
+            assert_eq!(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }, 0);
+            rt().block_on(sb.run(&req, RunOptions::default()))
+        });
+        // A helper of this run: not one of an earlier run still exiting.
+        let before: Vec<u32> = children_with(&[&h]).iter().map(|(p, _)| *p).collect();
+        let mut seen = None;
+        until(|| {
+            let now = children_with(&[&h]);
+            seen = now.iter().find(|(p, _)| !before.contains(p)).and_then(|(pid, _)| nnp(*pid));
+            seen.is_some()
+        });
+        std::fs::write(&mark, "").unwrap_or_else(|e| panic!("{test}: {e}"));
+        let r = task.join().unwrap_or_else(|_| panic!("{test}: the run's thread panicked"));
+        assert!(r.is_ok_and(|r| r.outcome == Outcome::Exited { code: 0 }), "{test}: the run");
+        seen
+    };
+    // Control: a spawned helper has the spawning thread's no_new_privs.
+    let one = Sandbox::with_helper(helper.clone()).one_shot();
+    assert_eq!(helper_nnp(&one), Some(true), "{test}: control");
+    // A zygote started from this thread (no no_new_privs), then a run
+    // from a thread with it: its helper has it too.
+    let sb = Sandbox::with_helper(helper.clone());
+    let r = rt().block_on(sb.run(&ws.req(&["/bin/true"]), RunOptions::default()));
+    assert!(r.is_ok_and(|r| r.outcome == Outcome::Exited { code: 0 }), "{test}: first run");
+    let first = zygotes(&helper);
+    assert_eq!(first.len(), 1, "{test}: {first:?}");
+    assert_eq!(helper_nnp(&sb), Some(true), "{test}: the zygote's helper lacked the asking thread's no_new_privs");
+    let second = zygotes(&helper);
+    assert!(second.len() == 1 && second[0].0 != first[0].0, "{test}: no new zygote: {first:?} {second:?}");
 }
