@@ -98,24 +98,7 @@ fn forked(r: libc::c_long, pidfd: libc::c_int) -> io::Result<Forked> {
 ///
 /// Sound only in a single-threaded process, like [`clone3`].
 pub fn clone_legacy(flags: u64) -> io::Result<Forked> {
-    let mut pidfd: libc::c_int = -1;
-    let flags = flags | CLONE_PIDFD | libc::SIGCHLD as u64;
-    // SAFETY: a NULL stack gives fork semantics (the child runs on a copy-on-
-    // write copy of this single-threaded process). With CLONE_PIDFD the
-    // kernel stores the pidfd through the third argument (parent_tid on
-    // x86_64 and on aarch64 alike), which points at a live c_int; the child
-    // and tls arguments are unused without CLONE_CHILD_SETTID/CLONE_SETTLS.
-    let r = cvt(unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            flags as libc::c_ulong,
-            std::ptr::null_mut::<libc::c_void>(),
-            std::ptr::addr_of_mut!(pidfd),
-            std::ptr::null_mut::<libc::c_int>(),
-            0 as libc::c_ulong,
-        )
-    })?;
-    forked(r, pidfd)
+    clone_raw(flags | libc::SIGCHLD as u64)
 }
 
 /// `clone(2)` with `CLONE_PARENT` without a new stack (fork semantics) and
@@ -127,11 +110,19 @@ pub fn clone_legacy(flags: u64) -> io::Result<Forked> {
 ///
 /// Sound only in a single-threaded process, like [`clone3`].
 pub fn clone_sibling() -> io::Result<Forked> {
+    clone_raw(libc::CLONE_PARENT as u64)
+}
+
+/// The `clone(2)` of [`clone_legacy`] and [`clone_sibling`]: `flags` (with
+/// the exit signal in its low byte) and `CLONE_PIDFD`, no new stack.
+fn clone_raw(flags: u64) -> io::Result<Forked> {
     let mut pidfd: libc::c_int = -1;
-    let flags = libc::CLONE_PARENT as u64 | CLONE_PIDFD;
-    // SAFETY: as in `clone_legacy`: a NULL stack gives fork semantics in
-    // this single-threaded process; CLONE_PIDFD stores through the third
-    // argument, a live c_int.
+    let flags = flags | CLONE_PIDFD;
+    // SAFETY: a NULL stack gives fork semantics (the child runs on a copy-on-
+    // write copy of this single-threaded process). With CLONE_PIDFD the
+    // kernel stores the pidfd through the third argument (parent_tid on
+    // x86_64 and on aarch64 alike), which points at a live c_int; the child
+    // and tls arguments are unused without CLONE_CHILD_SETTID/CLONE_SETTLS.
     let r = cvt(unsafe {
         libc::syscall(
             libc::SYS_clone,

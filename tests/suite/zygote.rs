@@ -12,12 +12,14 @@ use portcullis::sandbox::{Outcome, RunOptions, Sandbox};
 
 use super::util::*;
 
-/// A link to the helper under a path of this test's own, so that its
-/// processes are told from every other test's by their command lines.
-fn own_helper(dir: &Path) -> PathBuf {
-    let link = dir.join("portcullis-helper");
-    std::os::unix::fs::symlink(bin_dir().join("portcullis-helper"), &link).unwrap_or_else(|e| panic!("{e}"));
-    link
+/// A workspace, and a link to the helper under a path of this test's own
+/// (in the directory returned with it), so that its processes are told
+/// from every other test's by their command lines.
+fn own_helper(test: &str) -> (Ws, tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{test}: {e}"));
+    let link = dir.path().join("portcullis-helper");
+    std::os::unix::fs::symlink(bin_dir().join("portcullis-helper"), &link).unwrap_or_else(|e| panic!("{test}: {e}"));
+    (Ws::new(), dir, link)
 }
 
 /// This process's children whose argv is exactly `argv`: (pid, state).
@@ -80,9 +82,7 @@ fn until(mut f: impl FnMut() -> bool) -> bool {
 #[test]
 fn r0880_a_sandbox_forks_its_helpers_from_one_zygote_that_goes_with_it() {
     let test = "r0880";
-    let ws = Ws::new();
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{test}: {e}"));
-    let helper = own_helper(dir.path());
+    let (ws, _dir, helper) = own_helper(test);
     let h = helper.to_string_lossy().to_string();
     let run_seen = |sb: &Sandbox| {
         // A run that lasts until its helper has been looked at, on a
@@ -128,9 +128,7 @@ fn r0880_a_sandbox_forks_its_helpers_from_one_zygote_that_goes_with_it() {
 #[test]
 fn r0881_a_dead_zygote_is_reaped_and_the_next_run_goes_on() {
     let test = "r0881";
-    let ws = Ws::new();
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{test}: {e}"));
-    let helper = own_helper(dir.path());
+    let (ws, _dir, helper) = own_helper(test);
     let rt = rt();
     let sb = Sandbox::with_helper(helper.clone());
     let run = |sb: &Sandbox| {
@@ -224,9 +222,7 @@ fn r0883_an_answer_the_caller_cannot_take_lets_no_helper_run() {
     // was taken for none, the helper spawned again, and the command ran
     // twice. Now the caller lets the child go once it holds the pidfd.
     let test = "r0883";
-    let ws = Ws::new();
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{test}: {e}"));
-    let helper = own_helper(dir.path());
+    let (ws, _dir, helper) = own_helper(test);
     let rt = rt();
     let sb = Sandbox::with_helper(helper.clone());
     let mut append = ws.req(&["/bin/sh", "-c", "echo ran >> count; echo done"]);
@@ -265,9 +261,7 @@ fn r0884_a_thread_that_changed_its_privileges_gets_a_zygote_of_its_own() {
     // the spawning thread's; a zygote started from another state is
     // replaced by one started from the asking thread.
     let test = "r0884";
-    let ws = Ws::new();
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{test}: {e}"));
-    let helper = own_helper(dir.path());
+    let (ws, _dir, helper) = own_helper(test);
     let h = helper.to_string_lossy().to_string();
     let nnp = |pid: u32| {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
