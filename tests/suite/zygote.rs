@@ -67,9 +67,10 @@ fn zygotes(helper: &Path) -> Vec<(u32, char)> {
     children_with(&[&h, "--zygote", "                "])
 }
 
-/// Wait up to 5 s for `f` to hold.
+/// Wait up to 30 s for `f` to hold (a loaded CI machine can take seconds to
+/// start a sandbox; it returns as soon as `f` holds).
 fn until(mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while !f() {
         if Instant::now() > deadline {
             return false;
