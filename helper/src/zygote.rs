@@ -34,13 +34,15 @@
 //! * `e` (zygote to library): the request was refused or the fork failed:
 //!   the errno (`i32`, native order).
 //!
-//! The child waits for one byte on its gate, the read end of a pipe whose
-//! write end the library keeps: it writes the byte once it holds the
-//! child's pidfd, and closes the pipe without it when it gives the request
-//! up (no answer in time, an answer it could not take). So a helper runs
+//! The child waits for one byte on its gate, one end of a socket pair
+//! whose other end the library keeps: the library moves the child into a
+//! process group of its own and sends the byte once it holds the child's
+//! pidfd, and closes its end without it when it gives the request up (no
+//! answer in time, an answer it could not take). So a helper runs
 //! only when the library knows it, and a library that does not can spawn
-//! the helper itself without two of them running; a child let go of exits
-//! in the zygote's process group, where the library reaps it.
+//! the helper itself without two of them running; a child not let go
+//! exits in the zygote's process group, which the library kills and reaps
+//! with the zygote.
 //!
 //! End-of-file on the socket (the library dropped the sandbox, or died):
 //! the zygote exits. Its helpers are not its children and go on.
@@ -99,7 +101,12 @@ pub fn serve() -> ! {
             continue;
         };
         match sys::clone_sibling() {
-            Ok(sys::Forked::Child) => child(&args, &targets, fds, area),
+            Ok(sys::Forked::Child) => {
+                // The socket is the zygote's: a child holding it would keep
+                // the library from seeing the zygote die before answering.
+                drop(ctl);
+                child(&args, &targets, fds, area)
+            }
             Ok(sys::Forked::Parent { pid, pidfd }) => {
                 drop(fds);
                 if chan::send_with(&ctl, b'p', &pid.to_ne_bytes(), &[pidfd.as_raw_fd()]).is_err() {
@@ -144,10 +151,11 @@ fn parse(buf: &[u8], fds: usize) -> Option<(Vec<CString>, Vec<RawFd>)> {
 /// descriptors placed, a process group of its own, the command line of a
 /// spawned helper; then the helper itself.
 fn child(args: &[CString], targets: &[RawFd], mut fds: Vec<OwnedFd>, area: Option<(usize, usize)>) -> ! {
-    // The gate: the library writes one byte once it holds this child's
-    // pidfd, and closes it without one when it gives the request up (then
-    // this child exits, still in the zygote's process group, where the
-    // library reaps it). So a helper runs exactly when the library knows
+    // The gate: the library moves this child into a process group of its
+    // own and writes one byte once it holds its pidfd, and closes it
+    // without one when it gives the request up (then this child exits,
+    // still in the zygote's process group, which the library kills and
+    // reaps with the zygote). So a helper runs exactly when the library knows
     // it, and a library that does not may start the helper another way.
     let gate = fds.remove(0);
     let mut go = [0u8; 1];

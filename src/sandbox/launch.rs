@@ -308,12 +308,17 @@ struct Zygote {
     pidfd: OwnedFd,
     sock: Option<OwnedFd>,
     started_as: Fingerprint,
+    /// The process that started it: a fork of that process, which holds a
+    /// copy of this, leaves it alone.
+    owner: libc::pid_t,
 }
 
 /// What a spawned helper would inherit from the spawning thread and a
 /// zygote's child inherits from the zygote instead, as far as it can be
-/// read in a few calls: the real, effective and saved ids, the
-/// capabilities, `no_new_privs` and the seccomp mode. A thread that differs
+/// read in a few calls: the real, effective and saved ids, the effective,
+/// permitted and inheritable capabilities, the securebits, `no_new_privs`
+/// and the seccomp mode (not the bounding or ambient sets, which take a
+/// call per capability, nor the filters themselves). A thread that differs
 /// from the zygote's start (a host that dropped root, or confined itself,
 /// after its sandbox started) gets a new zygote, started from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -323,6 +328,7 @@ struct Fingerprint {
     caps: [u32; 6],
     no_new_privs: libc::c_int,
     seccomp: libc::c_int,
+    securebits: libc::c_int,
 }
 
 impl Fingerprint {
@@ -344,10 +350,14 @@ impl Fingerprint {
         // 3-word data structs into `caps`; both outlive the call.
         unsafe { libc::syscall(libc::SYS_capget, std::ptr::addr_of_mut!(header), caps.as_mut_ptr()) };
         // SAFETY: prctl queries without pointers.
-        let (no_new_privs, seccomp) = unsafe {
-            (libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0), libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0))
+        let (no_new_privs, seccomp, securebits) = unsafe {
+            (
+                libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0),
+                libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0),
+                libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0),
+            )
         };
-        Fingerprint { uids, gids, caps, no_new_privs, seccomp }
+        Fingerprint { uids, gids, caps, no_new_privs, seccomp, securebits }
     }
 }
 
@@ -493,7 +503,9 @@ impl Zygote {
         let theirs = crate::sys::dup_above(&theirs, portcullis_helper::LAST_FD + 1)?;
         let (pid, pidfd) =
             posix_spawn(helper, ZYGOTE_ARGS, &[(theirs.as_raw_fd(), portcullis_helper::SPEC_FD)], None, None)?;
-        Ok(Zygote { pid, pidfd, sock: Some(ours), started_as })
+        // SAFETY: getpid has no preconditions.
+        let owner = unsafe { libc::getpid() };
+        Ok(Zygote { pid, pidfd, sock: Some(ours), started_as, owner })
     }
 
     /// Ask for one helper: `fds` placed at their targets, stdin from
@@ -503,7 +515,7 @@ impl Zygote {
     /// child, if any, exits without running.
     fn ask(&self, args: &[&str], fds: &[(RawFd, RawFd)], stdin: Option<RawFd>, lose: bool) -> Answer {
         let Some(sock) = &self.sock else { return Answer::Lost };
-        let (Ok((gate_r, gate_w)), Ok((out_r, out_w)), Ok((err_r, err_w))) = (pipe(), pipe(), pipe()) else {
+        let (Ok((gate_r, gate_w)), Ok((out_r, out_w)), Ok((err_r, err_w))) = (gate(), pipe(), pipe()) else {
             return Answer::NotHere;
         };
         let mut passed: Vec<(RawFd, RawFd)> = vec![(out_w.as_raw_fd(), 1), (err_w.as_raw_fd(), 2)];
@@ -520,7 +532,7 @@ impl Zygote {
             r => r,
         };
         match reply {
-            Some(Reply::Made { pid, pidfd }) if nix::unistd::write(&gate_w, &[1]).is_ok() => {
+            Some(Reply::Made { pid, pidfd }) if let_go(pid, &gate_w) => {
                 Answer::Made(Spawned { pid, pidfd: Some(pidfd), stdout: Some(out_r), stderr: Some(err_r) })
             }
             Some(Reply::Refused) => Answer::NotHere,
@@ -535,12 +547,54 @@ impl Zygote {
     /// go (its gate is closed by then, so it exits; it is in the zygote's
     /// process group until let go).
     fn stop(mut self) {
+        // SAFETY: getpid has no preconditions.
+        if unsafe { libc::getpid() } != self.owner {
+            return;
+        }
         let Some(sock) = self.sock.take() else { return };
-        // SAFETY: a plain syscall on our own pidfd; NULL siginfo is allowed.
-        unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
+        kill_group(self.pid);
         reap_group(self.pid);
         drop(sock);
     }
+}
+
+/// SIGKILL the zygote `pid` and its process group: itself and its children
+/// not let go ([`let_go`] moves a child out of it first). The zygote is not
+/// reaped yet, so the group's id is still its own.
+fn kill_group(pid: libc::pid_t) {
+    // SAFETY: kill(2) on the process group of a child of ours, not reaped.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+}
+
+/// A gate: the child reads its end (the zygote passes it on), this process
+/// writes one byte to let the child go, or closes its end to let it exit.
+/// A socket pair, so that the byte is sent with `MSG_NOSIGNAL` (a pipe's
+/// reader gone would raise `SIGPIPE` in the caller).
+fn gate() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    Ok(socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)?)
+}
+
+/// Let the zygote's child `pid` go: first into a process group of its own
+/// (as its parent may, before it execs), so that the zygote's group only
+/// ever holds the zygote and children not let go, which a stop kills and
+/// reaps whole; then the byte on its gate. False if it is gone (then it is
+/// reaped: here once out of the zygote's group, else with the zygote).
+fn let_go(pid: libc::pid_t, gate: &OwnedFd) -> bool {
+    use nix::sys::socket::{send, MsgFlags};
+    // SAFETY: setpgid on our own child, which has not exec'd.
+    if unsafe { libc::setpgid(pid, pid) } != 0 {
+        return false;
+    }
+    if send(gate.as_raw_fd(), &[1], MsgFlags::MSG_NOSIGNAL).is_ok_and(|n| n == 1) {
+        return true;
+    }
+    // SAFETY: our own child, not reaped: killed and reaped here.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    false
 }
 
 /// Reap every child of ours in process group `pgid` (a zygote's, and its
@@ -568,6 +622,11 @@ fn reap_group(pgid: libc::pid_t) {
 
 impl Drop for Zygote {
     fn drop(&mut self) {
+        // SAFETY: getpid has no preconditions.
+        if unsafe { libc::getpid() } != self.owner {
+            // A fork's copy: the zygote is its parent's.
+            return;
+        }
         let Some(sock) = self.sock.take() else { return };
         // Its socket closes: it exits. Awaited half a second through its
         // pidfd, killed if it does not go, and reaped.
@@ -575,8 +634,7 @@ impl Drop for Zygote {
         let mut fds = [libc::pollfd { fd: self.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
         // SAFETY: poll on one pidfd we own; the array outlives the call.
         if unsafe { libc::poll(fds.as_mut_ptr(), 1, 500) } != 1 {
-            // SAFETY: as in `stop`.
-            unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
+            kill_group(self.pid);
         }
         reap_group(self.pid);
     }
