@@ -275,13 +275,15 @@ fn r0884_a_thread_that_changed_its_privileges_gets_a_zygote_of_its_own() {
         let mark = ws.path().join("seen");
         let _ = std::fs::remove_file(&mark);
         let req = ws.req(&["/bin/sh", "-c", "while [ ! -e seen ]; do sleep 0.01; done"]);
+        // A helper of this run: not one of an earlier run still exiting
+        // (listed before the run's thread starts, which may spawn its
+        // helper at once).
+        let before: Vec<u32> = children_with(&[&h]).iter().map(|(p, _)| *p).collect();
         let task = std::thread::spawn(move || {
             // SAFETY: prctl on this thread only, no pointers.
             assert_eq!(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }, 0);
             rt().block_on(sb.run(&req, RunOptions::default()))
         });
-        // A helper of this run: not one of an earlier run still exiting.
-        let before: Vec<u32> = children_with(&[&h]).iter().map(|(p, _)| *p).collect();
         let mut seen = None;
         until(|| {
             let now = children_with(&[&h]);
