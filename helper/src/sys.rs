@@ -257,9 +257,28 @@ pub fn fs_create_mount(fd: BorrowedFd<'_>, attrs: u64) -> io::Result<OwnedFd> {
 /// `close_range(first, ~0, flags)`: close (or, with `CLOSE_RANGE_CLOEXEC`,
 /// mark close-on-exec) every fd from `first` up.
 pub fn close_range_from(first: u32, flags: u32) -> io::Result<()> {
+    close_range(first, u32::MAX, flags)
+}
+
+/// `close_range(first, last, flags)`; nothing when `first > last`. The
+/// caller holds no OwnedFd in the range.
+pub fn close_range(first: u32, last: u32, flags: u32) -> io::Result<()> {
+    if first > last {
+        return Ok(());
+    }
     // SAFETY: closing fds this process does not use any more is sound: the
-    // helper holds no OwnedFd at or above `first` when it calls this.
-    cvt(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, flags) }).map(drop)
+    // caller holds no OwnedFd in [first, last].
+    cvt(unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) }).map(drop)
+}
+
+/// `fcntl(F_DUPFD_CLOEXEC)`: a close-on-exec copy of `fd` at or above `min`.
+pub fn dup_above(fd: RawFd, min: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor of ours returns a new one we
+    // own, or -1.
+    let r = cvt(unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, min) })?;
+    let r = RawFd::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
 }
 
 /// The Landlock ABI version the kernel offers (0: none).

@@ -49,7 +49,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use portcullis_helper::{LAST_FD, SPEC_FD};
 
@@ -68,13 +68,13 @@ pub fn serve() -> ! {
     let passed = unsafe { sys::adopt(SPEC_FD) };
     // Off the protocol numbers, so that a child's placement never meets it
     // (a child closes it with everything above them).
-    let Ok(ctl) = dup_above(passed.as_raw_fd(), LAST_FD + 1) else { sys::exit_now(crate::EXIT_SETUP) };
+    let Ok(ctl) = sys::dup_above(passed.as_raw_fd(), LAST_FD + 1) else { sys::exit_now(crate::EXIT_SETUP) };
     drop(passed);
     // Nothing else stays open in a process that lives as long as the
     // library: a descriptor the library let a spawn inherit (one without
     // close-on-exec) would be held open for that long.
     let at = ctl.as_raw_fd() as u32;
-    if close_range(SPEC_FD as u32, at - 1).and_then(|()| close_range(at + 1, u32::MAX)).is_err() {
+    if sys::close_range(SPEC_FD as u32, at - 1, 0).and_then(|()| sys::close_range_from(at + 1, 0)).is_err() {
         sys::exit_now(crate::EXIT_SETUP);
     }
     // Not the library's working directory, which it would keep busy.
@@ -169,7 +169,7 @@ fn child(args: &[CString], targets: &[RawFd], mut fds: Vec<OwnedFd>, area: Optio
     // /dev/null when none was passed (as the library's spawn does).
     let mut moved = Vec::with_capacity(fds.len());
     for fd in &fds {
-        match dup_above(fd.as_raw_fd(), LAST_FD + 1) {
+        match sys::dup_above(fd.as_raw_fd(), LAST_FD + 1) {
             Ok(m) => moved.push(m),
             Err(_) => sys::exit_now(crate::EXIT_SETUP),
         }
@@ -207,33 +207,6 @@ fn child(args: &[CString], targets: &[RawFd], mut fds: Vec<OwnedFd>, area: Optio
         show_command_line(area, args);
     }
     crate::run(args.first().map(|a| a.as_bytes()))
-}
-
-/// `close_range(first, last, 0)`.
-fn close_range(first: u32, last: u32) -> io::Result<()> {
-    if first > last {
-        return Ok(());
-    }
-    // SAFETY: closing descriptors nothing in this process holds as an
-    // OwnedFd (the caller keeps its socket out of the range).
-    let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// `fcntl(F_DUPFD_CLOEXEC)` at or above `min`.
-fn dup_above(fd: RawFd, min: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: F_DUPFD_CLOEXEC on a descriptor of ours returns a new one we
-    // own, or -1.
-    let r = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, min) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let r = RawFd::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    // SAFETY: a fresh descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(r) })
 }
 
 /// Where the kernel shows this process's argument strings from
