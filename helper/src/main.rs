@@ -184,6 +184,51 @@ pub(crate) fn run(mode: Option<&[u8]>) -> ! {
     sys::exit_now(code)
 }
 
+/// Pid 1 of a one-run sandbox the zygote cloned (`zygote`, `c` with the
+/// run's bit), once let go with a root caller's idmapped `trees`: its
+/// descriptors placed as an outer helper's are (the spec's memfd, the
+/// report pipe, the lifeline, the observer's socket), its maps written,
+/// its cgroup and network joined by the zygote. It does the outer helper's
+/// part that is left itself (reads and checks the spec, compiles the
+/// programs), then goes on as any pid 1, and watches the lifeline while it
+/// reaps, since no outer helper does ([`reap_watching`]). The library
+/// clones only a full sandbox this way, and none that makes a network of
+/// its own (that is made beside pid 1's setup by an outer helper).
+pub(crate) fn direct_run(via: CloneCall, trees: Vec<OwnedFd>) -> ! {
+    // SAFETY: fd 4 is the report pipe the zygote placed; nothing else in
+    // this process owns it.
+    let report_fd = unsafe { sys::adopt(REPORT_FD) };
+    let f = match pid1_direct(via, trees, &report_fd) {
+        Ok(never) => match never {},
+        Err(f) => f,
+    };
+    report(&report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
+    sys::exit_now(f.exit_code())
+}
+
+fn pid1_direct(via: CloneCall, trees: Vec<OwnedFd>, report_fd: &OwnedFd) -> Result<Never, Fail> {
+    // The zygote's child closed every other descriptor but the trees
+    // (which `sanitize_fds` would close too).
+    sys::close_range(SPEC_FD as u32, LAST_FD as u32, libc::CLOSE_RANGE_CLOEXEC)
+        .map_err(|e| Fail::io(Step::Sanitize, e))?;
+    let spec = read_spec()?;
+    if spec.mode != Mode::Full || (spec.network == Network::None && spec.netns == Netns::Private) {
+        return Err(Fail::errno(Step::ReadSpec, libc::EINVAL));
+    }
+    let prep = prepare(&spec)?;
+    let (lifeline, _) = adopt_run_fds(false);
+    block_signals()?;
+    set_ids(&spec.identity)?;
+    let all: Vec<usize> = (0..spec.mounts.len()).collect();
+    let sources = mounts::open_sources(None, &spec.mounts, &all, premade_trees(&spec.mounts, trees)?)?;
+    mounts::build_root(&spec, &sources)?;
+    drop(sources);
+    nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, errno(e)))?;
+    become_init()?;
+    let child = fork_command(&spec, &prep, via, report_fd)?;
+    sys::exit_now(reap_watching(child, report_fd, &lifeline))
+}
+
 pub(crate) fn errno(e: nix::Error) -> io::Error {
     io::Error::from_raw_os_error(e as i32)
 }
@@ -452,7 +497,7 @@ pub(crate) fn spawn_pid1(flags: u64, cgroup: Option<&OwnedFd>) -> Result<(sys::F
 /// else will remove the per-command cgroup: pid 1 is reaped, which means the
 /// pid namespace, and with it everything in the cgroup, is gone; remove the
 /// now empty leaf. Best effort, bounded.
-fn remove_orphaned_cgroup(cg: &OwnedFd) {
+pub(crate) fn remove_orphaned_cgroup(cg: &OwnedFd) {
     let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", cg.as_raw_fd())) else {
         return;
     };
@@ -627,14 +672,19 @@ pub(crate) fn await_go_ahead(chan: &chan::End) -> Result<Vec<OwnedFd>, Fail> {
 /// ran past its timeout), so it is set again, and the outer helper's end of
 /// `chan` checked: a helper that died in between has hung it up.
 pub(crate) fn switch_ids(id: &Identity, chan: &chan::End) -> Result<(), Fail> {
-    let (gid, uid) = (nix::unistd::Gid::from_raw(id.inside_gid), nix::unistd::Uid::from_raw(id.inside_uid));
-    nix::unistd::setresgid(gid, gid, gid).map_err(|e| Fail::io(Step::SwitchIds, errno(e)))?;
-    nix::unistd::setresuid(uid, uid, uid).map_err(|e| Fail::io(Step::SwitchIds, errno(e)))?;
+    set_ids(id)?;
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| Fail::io(Step::ParentDeath, errno(e)))?;
     if chan.hung_up() {
         sys::exit_now(EXIT_SETUP);
     }
     Ok(())
+}
+
+/// `SwitchIds` alone: the inside ids (capabilities in this namespace stay).
+pub(crate) fn set_ids(id: &Identity) -> Result<(), Fail> {
+    let (gid, uid) = (nix::unistd::Gid::from_raw(id.inside_gid), nix::unistd::Uid::from_raw(id.inside_uid));
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| Fail::io(Step::SwitchIds, errno(e)))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| Fail::io(Step::SwitchIds, errno(e)))
 }
 
 /// The idmapped trees that came with a spec, one per `idmap` bind of its
@@ -766,15 +816,8 @@ fn reap_command(child: Pid, parent: Option<Pid>) -> Option<(i32, Record)> {
             let _ = nix::sys::signal::kill(child, sig);
             continue;
         }
-        loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(p, code)) if p == child => return Some((code, Record::Exited(code))),
-                Ok(WaitStatus::Signaled(p, s, _)) if p == child => {
-                    return Some((128 + s as i32, Record::Signaled(s as i32)));
-                }
-                Ok(WaitStatus::StillAlive) | Err(_) => break,
-                Ok(_) => {}
-            }
+        if let Some(done) = reaped(child) {
+            return Some(done);
         }
         if parent.is_some_and(|p| nix::unistd::getppid() != p) {
             return None;
@@ -798,6 +841,56 @@ pub(crate) fn reap(child: Pid, report_fd: &OwnedFd) -> i32 {
     sweep_namespace();
     report(report_fd, record);
     code
+}
+
+/// [`reap`] for a pid 1 with no outer helper above it (a slot the zygote
+/// cloned, `slot::direct`): it also watches the `lifeline`, and when that
+/// ends (the library is gone, or wants the sandbox dead) exits at once,
+/// which makes the kernel kill everything else in the pid namespace.
+pub(crate) fn reap_watching(child: Pid, report_fd: &OwnedFd, lifeline: &OwnedFd) -> i32 {
+    release_output();
+    let set = handled_signals();
+    let Ok(sfd) = SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) else {
+        sys::exit_now(EXIT_SETUP)
+    };
+    loop {
+        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN), PollFd::new(lifeline.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(_) => sys::exit_now(EXIT_SETUP),
+        }
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+            sys::exit_now(128 + libc::SIGKILL);
+        }
+        while let Ok(Some(info)) = sfd.read_signal() {
+            let signo = info.ssi_signo as i32;
+            if signo != libc::SIGCHLD {
+                // SAFETY: kill(2) on our child, not reaped (a pid 1 reaps it
+                // only here).
+                unsafe { libc::kill(child.as_raw(), signo) };
+            }
+        }
+        if let Some((code, record)) = reaped(child) {
+            sweep_namespace();
+            report(report_fd, record);
+            return code;
+        }
+    }
+}
+
+/// Reap whatever has exited; the command's exit code and record once it is
+/// among them.
+fn reaped(child: Pid) -> Option<(i32, Record)> {
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(p, code)) if p == child => return Some((code, Record::Exited(code))),
+            Ok(WaitStatus::Signaled(p, s, _)) if p == child => {
+                return Some((128 + s as i32, Record::Signaled(s as i32)))
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
 }
 
 /// Kill every other process of our pid namespace (we are its pid 1, so

@@ -64,7 +64,7 @@ use portcullis_helper::{OBSERVE_FD, SPEC_FD};
 use crate::{chan, mounts, sys, Fail, Never, Programs};
 
 /// Full-mode clone flags (a slot is never landlock-only).
-const FLAGS: u64 =
+pub(crate) const FLAGS: u64 =
     (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
 
 /// The outer helper of a slot.
@@ -233,6 +233,94 @@ fn hand_over(sock: OwnedFd, pid1: libc::pid_t, userns: &OwnedFd, chan_outer: &Ow
     chan::send_with(&sock, b'k', &pid1.to_le_bytes(), &ns).is_ok()
 }
 
+/// Pid 1 of a slot the zygote cloned (`crate::zygote`, `c`), once let
+/// go: its descriptors are placed as an outer helper's are (the slot's
+/// socket, the report pipe, the lifeline), its maps written and its cgroup
+/// joined by the zygote. It does the outer helper's part itself: reads the
+/// slot's spec, and makes the network namespace when the slot has one of
+/// its own (it holds every capability in its user namespace; a shared
+/// network was joined by the zygote before the clone). Then the slot as
+/// ever, except: the command's process says `k` to the library itself, on
+/// the socket it already holds; the copy of the host's tree comes back to
+/// pid 1, which holds it unread until it exits; and pid 1 watches the
+/// lifeline while it reaps, since no outer helper does. It has no
+/// parent-death signal: its parent is the library's thread that started
+/// the zygote, which may end long before the library does.
+pub fn direct(via: CloneCall) -> ! {
+    // SAFETY: fd 4 is the report pipe the zygote placed; nothing else in
+    // this process owns it.
+    let report_fd = unsafe { sys::adopt(portcullis_helper::REPORT_FD) };
+    let f = match pid1_direct(via, &report_fd) {
+        Ok(never) => match never {},
+        Err(f) => f,
+    };
+    crate::report(&report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
+    sys::exit_now(f.exit_code())
+}
+
+fn pid1_direct(via: CloneCall, report_fd: &OwnedFd) -> Result<Never, Fail> {
+    crate::sanitize_fds()?;
+    // SAFETY: fd 3 is the slot's socket the zygote placed; nothing else in
+    // this process owns it.
+    let sock = unsafe { sys::adopt(SPEC_FD) };
+    let base = read_slot(&sock)?;
+    let programs = crate::compile(portcullis_helper::spec::Mode::Full, base.network, true)?;
+    let (lifeline, _) = crate::adopt_run_fds(false);
+    crate::block_signals()?;
+    crate::set_ids(&base.identity)?;
+    let (root, host) = build_base(&base)?;
+    if base.network == Network::None && base.netns == Netns::Private {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(|e| Fail::io(Step::NetNamespace, crate::errno(e)))?;
+        sys::loopback_up().map_err(|e| Fail::io(Step::NetNamespace, e))?;
+    }
+    crate::become_init()?;
+    // Where the command's process hands back the copy of the host's tree.
+    let (keep, give) = chan::plain_pair().map_err(|e| Fail::io(Step::Channel, e))?;
+    // SAFETY: pid 1 is single-threaded (a clone of the single-threaded
+    // zygote), so the child may do anything after fork.
+    match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, crate::errno(e)))? {
+        nix::unistd::ForkResult::Child => {
+            drop((keep, lifeline));
+            let f = match command_ahead(&base, programs, via, give, Some(sock), root, host, report_fd) {
+                Ok(never) => match never {},
+                Err(f) => f,
+            };
+            crate::report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
+            sys::exit_now(f.exit_code())
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop((give, sock, root, host, programs));
+            let code = crate::reap_watching(child, report_fd, &lifeline);
+            drop(keep);
+            sys::exit_now(code)
+        }
+    }
+}
+
+/// The slot's root: the tmpfs, the slot's mounts, the copy of the host's
+/// tree kept for the request's sources (entered already where the kernel
+/// can clone from it), the host name.
+fn build_base(base: &SlotSpec) -> Result<(mounts::Root, Option<OwnedFd>), Fail> {
+    let all: Vec<usize> = (0..base.mounts.len()).collect();
+    let sources = mounts::open_sources(None, &base.mounts, &all, Vec::new())?;
+    let skip_readonly = cfg!(debug_assertions) && base.test_switches.skip_readonly;
+    let attach = std::ffi::CString::new(SLOT_ATTACH).map_err(|_| Fail::errno(Step::MountRoot, libc::EINVAL))?;
+    let (mut root, mut host) = mounts::begin_root_keeping_host(skip_readonly, &[attach.as_c_str()])?;
+    if cfg!(debug_assertions) && base.test_switches.slot_pivot_late {
+        host = None;
+    }
+    root.apply_ops(&base.mounts, &all, &sources)?;
+    drop(sources);
+    // Where the kernel can clone the request's sources from the copy of
+    // the host's tree, the pivot and the old root's detach happen now.
+    if host.is_some() {
+        mounts::enter_root(&root)?;
+    }
+    nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, crate::errno(e)))?;
+    Ok((root, host))
+}
+
 /// Pid 1 of a slot; never returns.
 fn run_pid1(base: &SlotSpec, programs: Programs, via: CloneCall, chan: chan::End, report_fd: &OwnedFd) -> ! {
     let f = match pid1(base, programs, via, chan, report_fd) {
@@ -254,22 +342,7 @@ fn pid1(
 ) -> Result<Never, Fail> {
     crate::await_go_ahead(&chan)?;
     crate::switch_ids(&base.identity, &chan)?;
-    let all: Vec<usize> = (0..base.mounts.len()).collect();
-    let sources = mounts::open_sources(None, &base.mounts, &all, Vec::new())?;
-    let skip_readonly = cfg!(debug_assertions) && base.test_switches.skip_readonly;
-    let attach = std::ffi::CString::new(SLOT_ATTACH).map_err(|_| Fail::errno(Step::MountRoot, libc::EINVAL))?;
-    let (mut root, mut host) = mounts::begin_root_keeping_host(skip_readonly, &[attach.as_c_str()])?;
-    if cfg!(debug_assertions) && base.test_switches.slot_pivot_late {
-        host = None;
-    }
-    root.apply_ops(&base.mounts, &all, &sources)?;
-    drop(sources);
-    // Where the kernel can clone the request's sources from the copy of
-    // the host's tree, the pivot and the old root's detach happen now.
-    if host.is_some() {
-        mounts::enter_root(&root)?;
-    }
-    nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, crate::errno(e)))?;
+    let (root, host) = build_base(base)?;
     crate::join_network(base.network, base.netns, &chan)?;
     crate::become_init()?;
     // The command's process, forked now rather than at the request: it
@@ -282,7 +355,7 @@ fn pid1(
     // outer helper), so the child may do anything after fork.
     match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, crate::errno(e)))? {
         nix::unistd::ForkResult::Child => {
-            let f = match command_ahead(base, programs, via, chan, root, host, report_fd) {
+            let f = match command_ahead(base, programs, via, chan, None, root, host, report_fd) {
                 Ok(never) => match never {},
                 Err(f) => f,
             };
@@ -299,23 +372,36 @@ fn pid1(
 /// The command's process of a slot, forked ahead: the steps of its setup
 /// that do not depend on the request (`command::ahead`), `k` (the slot is
 /// built), then the request's part, then the command (`command::run`).
+/// With an outer helper, `k` goes to it and the library's socket comes
+/// back (`q`); a slot the zygote cloned holds the socket already (`sock`)
+/// and says `k` to the library on it.
+#[allow(clippy::too_many_arguments)]
 fn command_ahead(
     base: &SlotSpec,
     programs: Programs,
     via: CloneCall,
     chan: chan::End,
+    sock: Option<OwnedFd>,
     root: mounts::Root,
     host: Option<OwnedFd>,
     report_fd: &OwnedFd,
 ) -> Result<Never, Fail> {
     crate::command::ahead()?;
-    chan::send(&chan, b'k', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
-    // The library's socket, on which the request comes straight here.
-    let sock = match chan::recv(&chan) {
-        Ok(Some((b'q', mut fds))) if fds.len() == 1 => fds.remove(0),
-        Ok(None) => sys::exit_now(crate::EXIT_SETUP),
-        Err(e) => return Err(Fail::io(Step::HandOver, e)),
-        Ok(Some(_)) => return Err(Fail::errno(Step::HandOver, libc::EINVAL)),
+    let sock = match sock {
+        Some(sock) => {
+            chan::send(&sock, b'k', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
+            sock
+        }
+        None => {
+            chan::send(&chan, b'k', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
+            // The library's socket, on which the request comes straight here.
+            match chan::recv(&chan) {
+                Ok(Some((b'q', mut fds))) if fds.len() == 1 => fds.remove(0),
+                Ok(None) => sys::exit_now(crate::EXIT_SETUP),
+                Err(e) => return Err(Fail::io(Step::HandOver, e)),
+                Ok(Some(_)) => return Err(Fail::errno(Step::HandOver, libc::EINVAL)),
+            }
+        }
     };
 
     // The request, or the shape of the runs to prepare for.

@@ -58,11 +58,24 @@ pub enum Forked {
 /// Sound only in a single-threaded process: the child continues on a copy of
 /// the caller's memory, as after `fork`. The helper never starts threads.
 pub fn clone3(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> io::Result<Forked> {
+    clone3_raw(flags, cgroup, libc::SIGCHLD as u64)
+}
+
+/// [`clone3`] with `CLONE_PARENT`: the child is a sibling of this process,
+/// its parent's child, with this process's exit signal (`clone3` takes none
+/// with `CLONE_PARENT`). The zygote clones a slot's pid 1 with it.
+///
+/// Sound only in a single-threaded process, like [`clone3`].
+pub fn clone3_sibling(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> io::Result<Forked> {
+    clone3_raw(flags | libc::CLONE_PARENT as u64, cgroup, 0)
+}
+
+fn clone3_raw(flags: u64, cgroup: Option<BorrowedFd<'_>>, exit_signal: u64) -> io::Result<Forked> {
     let mut pidfd: libc::c_int = -1;
     let mut args = CloneArgs {
         flags: flags | CLONE_PIDFD,
         pidfd: std::ptr::addr_of_mut!(pidfd) as u64,
-        exit_signal: libc::SIGCHLD as u64,
+        exit_signal,
         ..CloneArgs::default()
     };
     if let Some(cg) = cgroup {
@@ -104,13 +117,13 @@ pub fn clone_legacy(flags: u64) -> io::Result<Forked> {
 /// `clone(2)` with `CLONE_PARENT` without a new stack (fork semantics) and
 /// a pidfd: the child is a sibling of this process, its parent's child
 /// (`portcullis-helper --zygote`'s helpers are the library's own children,
-/// as if it had spawned them). Its exit signal is this process's own
-/// (`SIGCHLD`); `clone3` refuses one with `CLONE_PARENT`, so this is always
-/// the legacy call.
+/// as if it had spawned them), with namespace `flags` (a slot's pid 1 where
+/// `clone3` answers `ENOSYS`; else [`clone3_sibling`]). Its exit signal is
+/// this process's own (`SIGCHLD`).
 ///
 /// Sound only in a single-threaded process, like [`clone3`].
-pub fn clone_sibling() -> io::Result<Forked> {
-    clone_raw(libc::CLONE_PARENT as u64)
+pub fn clone_sibling(flags: u64) -> io::Result<Forked> {
+    clone_raw(flags | libc::CLONE_PARENT as u64)
 }
 
 /// The `clone(2)` of [`clone_legacy`] and [`clone_sibling`]: `flags` (with

@@ -51,7 +51,11 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use portcullis_helper::{LAST_FD, SPEC_FD};
+use std::os::fd::AsFd;
+
+use portcullis_helper::report::CloneCall;
+use portcullis_helper::spec::{Identity, Netns};
+use portcullis_helper::{LAST_FD, NETNS_FD, SPEC_FD, USERNS_FD};
 
 use crate::{chan, sys};
 
@@ -70,6 +74,19 @@ pub fn serve() -> ! {
     // (a child closes it with everything above them).
     let Ok(ctl) = sys::dup_above(passed.as_raw_fd(), LAST_FD + 1) else { sys::exit_now(crate::EXIT_SETUP) };
     drop(passed);
+    // A zygote for a workspace's network joins it now, once: the slots it
+    // clones are born in it (`clone_slot`).
+    if sys::fd_is_open(NETNS_FD)
+        && crate::shared_net::join(Netns::Shared { userns: sys::fd_is_open(USERNS_FD) }).is_err()
+    {
+        sys::exit_now(crate::EXIT_SETUP);
+    }
+    // A root caller's supplementary groups, which every helper drops first
+    // (`crate::drop_host_groups`) and a slot's pid 1, cloned here into its
+    // user namespace, no longer can.
+    if crate::drop_host_groups().is_err() {
+        sys::exit_now(crate::EXIT_SETUP);
+    }
     // Nothing else stays open in a process that lives as long as the
     // library: a descriptor the library let a spawn inherit (one without
     // close-on-exec) would be held open for that long.
@@ -81,9 +98,28 @@ pub fn serve() -> ! {
     let _ = nix::unistd::chdir("/");
     let area = arg_area();
     let mut buf = [0u8; MAX_REQUEST];
+    // The cgroup leaves of the slots cloned here, while they exist.
+    let mut leaves: Vec<OwnedFd> = Vec::new();
     loop {
         let (n, fds) = match chan::recv_with(&ctl, &mut buf) {
             Ok(Some((b'z', n, fds))) => (n, fds),
+            Ok(Some((b'c', n, fds))) => {
+                // The library removes a leaf once its run is over: those
+                // are let go here.
+                leaves.retain(|l| {
+                    nix::unistd::faccessat(
+                        l,
+                        "cgroup.procs",
+                        nix::unistd::AccessFlags::F_OK,
+                        nix::fcntl::AtFlags::empty(),
+                    )
+                    .is_ok()
+                });
+                leaves.extend(clone_slot(&ctl, &buf[..n], fds, area));
+                continue;
+            }
+            // The library stops this zygote: nothing else to do.
+            Ok(Some((b'q', _, _))) => sys::exit_now(0),
             Ok(Some(_)) => {
                 let _ = refuse(&ctl, libc::EINVAL);
                 continue;
@@ -94,13 +130,20 @@ pub fn serve() -> ! {
                 continue;
             }
             // The library is gone (or the socket broke): nothing to serve.
-            Ok(None) | Err(_) => sys::exit_now(0),
+            // Its slots' pid 1s go with its lifelines, and nobody else
+            // removes their leaves then (an outer helper removes its own).
+            Ok(None) | Err(_) => {
+                for leaf in &leaves {
+                    crate::remove_orphaned_cgroup(leaf);
+                }
+                sys::exit_now(0)
+            }
         };
         let Some((args, targets)) = parse(&buf[..n], fds.len()) else {
             let _ = refuse(&ctl, libc::EINVAL);
             continue;
         };
-        match sys::clone_sibling() {
+        match sys::clone_sibling(0) {
             Ok(sys::Forked::Child) => {
                 // The socket is the zygote's: a child holding it would keep
                 // the library from seeing the zygote die before answering.
@@ -158,12 +201,32 @@ fn child(args: &[CString], targets: &[RawFd], mut fds: Vec<OwnedFd>, area: Optio
     // reaps with the zygote). So a helper runs exactly when the library knows
     // it, and a library that does not may start the helper another way.
     let gate = fds.remove(0);
+    await_gate(gate);
+    place(targets, fds);
+    if let Some(area) = area {
+        show_command_line(area, args);
+    }
+    crate::run(args.first().map(|a| a.as_bytes()))
+}
+
+/// Wait for the library's byte on the gate; exit without it.
+fn await_gate(gate: OwnedFd) {
     let mut go = [0u8; 1];
     match nix::unistd::read(&gate, &mut go) {
         Ok(1) => {}
         _ => sys::exit_now(crate::EXIT_SETUP),
     }
-    drop(gate);
+}
+
+/// Put each of `fds` on its target (stdin on `/dev/null` when none is
+/// given), close every other descriptor, and take a process group of our
+/// own: where a spawned helper has them.
+fn place(targets: &[RawFd], fds: Vec<OwnedFd>) {
+    place_keeping(targets, fds, &[])
+}
+
+/// [`place`], keeping `keep` (descriptors above the protocol numbers).
+fn place_keeping(targets: &[RawFd], fds: Vec<OwnedFd>, keep: &[OwnedFd]) {
     // Each received descriptor may lie on another's target: all go above
     // the protocol numbers first, then onto their targets; stdin is
     // /dev/null when none was passed (as the library's spawn does).
@@ -195,18 +258,141 @@ fn child(args: &[CString], targets: &[RawFd], mut fds: Vec<OwnedFd>, area: Optio
         }
     }
     drop(moved);
-    // The zygote's socket and every copy above the protocol numbers.
-    if sys::close_range_from(LAST_FD as u32 + 1, 0).is_err() {
+    // The zygote's socket and every copy above the protocol numbers, but
+    // `keep`.
+    let mut kept: Vec<u32> = keep.iter().map(|k| k.as_raw_fd() as u32).collect();
+    kept.sort_unstable();
+    let mut from = LAST_FD as u32 + 1;
+    for k in kept {
+        if k > from && sys::close_range(from, k - 1, 0).is_err() {
+            sys::exit_now(crate::EXIT_SETUP);
+        }
+        from = from.max(k + 1);
+    }
+    if sys::close_range_from(from, 0).is_err() {
         sys::exit_now(crate::EXIT_SETUP);
     }
     // SAFETY: setpgid on ourselves, as posix_spawn's POSIX_SPAWN_SETPGROUP.
     if unsafe { libc::setpgid(0, 0) } != 0 {
         sys::exit_now(crate::EXIT_SETUP);
     }
-    if let Some(area) = area {
-        show_command_line(area, args);
+}
+
+/// Length of a `c` request's head: the identity's four ids and the flags.
+const SLOT_HEAD: usize = 17;
+
+/// `c`: clone a slot's pid 1 as the library's child, in its namespaces
+/// (and the network this zygote joined) and its cgroup, write its id
+/// maps, and answer with its pid and pidfd (and, for a root caller, its
+/// user namespace, through which the library makes idmapped trees). The
+/// child then waits for its gate like any other, and becomes the slot's
+/// pid 1 (`crate::slot::direct`): no outer helper between the library and
+/// the sandbox. A failure after the clone kills the child and says so
+/// with its pidfd (`x`), so the library reaps it; one before, `e`.
+/// Returns the slot's cgroup leaf, when one came and the slot was made.
+fn clone_slot(ctl: &OwnedFd, buf: &[u8], mut fds: Vec<OwnedFd>, area: Option<(usize, usize)>) -> Option<OwnedFd> {
+    let Some((head, rest)) = buf.split_at_checked(SLOT_HEAD) else {
+        let _ = refuse(ctl, libc::EINVAL);
+        return None;
+    };
+    let id = |i: usize| u32::from_ne_bytes([head[4 * i], head[4 * i + 1], head[4 * i + 2], head[4 * i + 3]]);
+    let identity = Identity { inside_uid: id(0), outside_uid: id(1), inside_gid: id(2), outside_gid: id(3) };
+    let with_cgroup = head[16] & 1 != 0;
+    // Bit 1: a one-run pid 1 (`crate::direct_run`), else a slot's.
+    let one_run = head[16] & 2 != 0;
+    // The gate stays first; the cgroup, when sent, comes second and is not placed.
+    let cgroup = match (with_cgroup, fds.len()) {
+        (true, 2..) => Some(fds.remove(1)),
+        (false, _) => None,
+        _ => {
+            let _ = refuse(ctl, libc::EINVAL);
+            return None;
+        }
+    };
+    let Some((args, targets)) = parse(rest, fds.len()) else {
+        let _ = refuse(ctl, libc::EINVAL);
+        return None;
+    };
+    let cg = cgroup.as_ref().map(|c| c.as_fd());
+    let made = match sys::clone3_sibling(crate::slot::FLAGS, cg) {
+        Ok(f) => Ok((f, CloneCall::Clone3)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            sys::clone_sibling(crate::slot::FLAGS).map(|f| (f, CloneCall::Clone))
+        }
+        Err(e) => Err(e),
+    };
+    match made {
+        Ok((sys::Forked::Child, via)) => {
+            drop(cgroup);
+            // SAFETY: the zygote's socket is ours to close in the child:
+            // it must not keep the library from seeing the zygote die.
+            unsafe { libc::close(ctl.as_raw_fd()) };
+            let gate = fds.remove(0);
+            // A one run's gate brings a root caller's idmapped trees.
+            let trees = match chan::recv(&gate) {
+                Ok(Some((1, trees))) if one_run || trees.is_empty() => trees,
+                _ => sys::exit_now(crate::EXIT_SETUP),
+            };
+            drop(gate);
+            // Above the protocol numbers, where the placement leaves them.
+            let mut kept = Vec::with_capacity(trees.len());
+            for t in &trees {
+                match sys::dup_above(t.as_raw_fd(), LAST_FD + 1) {
+                    Ok(k) => kept.push(k),
+                    Err(_) => sys::exit_now(crate::EXIT_SETUP),
+                }
+            }
+            drop(trees);
+            place_keeping(&targets, fds, &kept);
+            if let Some(area) = area {
+                show_command_line(area, &args);
+            }
+            match one_run {
+                true => crate::direct_run(via, kept),
+                false => crate::slot::direct(via),
+            }
+        }
+        Ok((sys::Forked::Parent { pid, pidfd }, via)) => {
+            drop(fds);
+            let joined = match (via, cgroup.as_ref()) {
+                (CloneCall::Clone, Some(cg)) => sys::join_cgroup(cg.as_fd(), pid),
+                _ => Ok(()),
+            };
+            let userns = joined
+                .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+                .and_then(|()| crate::write_maps(pid, &identity).map_err(|f| f.errno))
+                .and_then(|()| match nix::unistd::getuid().is_root() {
+                    true => std::fs::File::open(format!("/proc/{pid}/ns/user"))
+                        .map(|f| Some(OwnedFd::from(f)))
+                        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO)),
+                    false => Ok(None),
+                });
+            let made = userns.is_ok();
+            let sent = match userns {
+                Ok(ns) => {
+                    let raw: Vec<RawFd> =
+                        [pidfd.as_raw_fd()].into_iter().chain(ns.as_ref().map(|n| n.as_raw_fd())).collect();
+                    chan::send_with(ctl, b'p', &pid.to_ne_bytes(), &raw)
+                }
+                Err(errno) => {
+                    // The child waits at its gate: killed here, reaped by
+                    // the library (its parent), which the pidfd lets find it.
+                    let _ = sys::pidfd_send_signal(pidfd.as_fd(), libc::SIGKILL);
+                    let payload: Vec<u8> = pid.to_ne_bytes().into_iter().chain(errno.to_ne_bytes()).collect();
+                    chan::send_with(ctl, b'x', &payload, &[pidfd.as_raw_fd()])
+                }
+            };
+            if sent.is_err() {
+                // As for a helper: the library closes the gate and reaps.
+                sys::exit_now(0);
+            }
+            cgroup.filter(|_| made)
+        }
+        Err(e) => {
+            let _ = refuse(ctl, e.raw_os_error().unwrap_or(libc::EIO));
+            None
+        }
     }
-    crate::run(args.first().map(|a| a.as_bytes()))
 }
 
 /// Where the kernel shows this process's argument strings from

@@ -8,11 +8,13 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
+use portcullis_helper::report::Step;
+use portcullis_helper::spec::Identity;
 use tokio::io::unix::AsyncFd;
 
 /// The helper process, its pidfd and its output pipes.
@@ -101,6 +103,11 @@ pub struct Spawned {
 }
 
 impl Spawned {
+    /// Its pid.
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
     /// Register the pidfd with the runtime of the caller.
     pub fn attach(mut self) -> io::Result<Helper> {
         let pidfd = self.pidfd.take().ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
@@ -303,7 +310,7 @@ struct Zygotes {
 /// A running zygote: this process's child, the socket it reads (taken when
 /// it is dropped, which makes it exit), and the state of the thread that
 /// started it, which its helpers inherit.
-struct Zygote {
+pub struct Zygote {
     pid: libc::pid_t,
     pidfd: OwnedFd,
     sock: Option<OwnedFd>,
@@ -417,59 +424,188 @@ impl Launcher {
             // A panic while it was held leaves at worst a zygote that is
             // then found dead: still usable.
             let mut z = z.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(spawned) = z.spawn(&self.helper, args, fds, stdin) {
+            let ask = |z: &Zygote, lose| z.ask(&Request::Helper, args, fds, stdin, lose);
+            if let Some(Ok((spawned, _))) = z.with(&self.helper, None, ask) {
                 return Ok(spawned);
             }
         }
         spawn_detached(&self.helper, args, fds, stdin)
     }
+
+    /// A slot's pid 1, cloned by the zygote straight into the slot's
+    /// namespaces (and `net`, when given: a network's own zygote and the
+    /// descriptors it joins the network by, on their targets) and its
+    /// `cgroup`, as this process's child, its ids mapped as `identity`
+    /// says: the slot then has no outer helper (`helper/src/slot.rs`,
+    /// `direct`). `fds` are placed as for `--slot`. `None` where there is no
+    /// zygote or it could not (the caller spawns `--slot` instead: nothing
+    /// of this request runs then).
+    pub fn clone_slot(
+        &self,
+        identity: &Identity,
+        cgroup: Option<RawFd>,
+        fds: &[(RawFd, RawFd)],
+        net: Option<(&NetZygote, &[(RawFd, RawFd)])>,
+    ) -> Option<ClonedSlot> {
+        let z = self.zygote.as_ref()?;
+        let mut z = z.lock().unwrap_or_else(|p| p.into_inner());
+        let request = Request::Slot { identity: *identity, cgroup };
+        let ask = |z: &Zygote, lose| z.ask(&request, &["--slot"], fds, None, lose);
+        match z.with(&self.helper, net, ask)? {
+            Ok((spawned, userns)) => Some(ClonedSlot { pid1: spawned.pid, spawned, userns }),
+            Err(_) => None,
+        }
+    }
+
+    /// A one run's pid 1, cloned by the zygote as [`Launcher::clone_slot`]
+    /// clones a slot's, with `fds` placed as for a spawned helper (the
+    /// spec, the report pipe, the lifeline, the observer's socket) and
+    /// stdin from `stdin`; let go once `trees` has made the run's idmapped
+    /// trees through its user namespace. `None` where there is no zygote or
+    /// it could not (the caller spawns the helper: nothing of this request
+    /// runs then).
+    pub fn clone_run(
+        &self,
+        identity: &Identity,
+        cgroup: Option<RawFd>,
+        fds: &[(RawFd, RawFd)],
+        stdin: Option<RawFd>,
+        net: Option<(&NetZygote, &[(RawFd, RawFd)])>,
+        trees: &Trees<'_>,
+    ) -> Option<ClonedRun> {
+        let z = self.zygote.as_ref()?;
+        let mut z = z.lock().unwrap_or_else(|p| p.into_inner());
+        let request = Request::Run { identity: *identity, cgroup, trees };
+        let ask = |z: &Zygote, lose| z.ask(&request, &[], fds, stdin, lose);
+        Some(match z.with(&self.helper, net, ask)? {
+            Ok((spawned, _)) => ClonedRun::Made(spawned),
+            Err(r) => ClonedRun::Refused(r),
+        })
+    }
 }
 
+/// The zygote of one network, which joined it at its start and clones the
+/// slots that run in it ([`Launcher::clone_slot`]). The network keeps it,
+/// so that it goes with the network: the zygote is in it, and would keep
+/// it alive.
+#[derive(Default)]
+pub struct NetZygote(std::sync::Mutex<Option<Zygote>>);
+
+impl NetZygote {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Zygote>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl std::fmt::Debug for NetZygote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NetZygote")
+    }
+}
+
+/// What came of [`Launcher::clone_run`].
+pub enum ClonedRun {
+    /// Pid 1, this process's child, let go.
+    Made(Spawned),
+    /// The trees could not be made: nothing ran.
+    Refused(Refusal),
+}
+
+/// A slot's pid 1 the zygote cloned ([`Launcher::clone_slot`]).
+pub struct ClonedSlot {
+    /// Pid 1, this process's child.
+    pub spawned: Spawned,
+    /// Its pid here.
+    pub pid1: libc::pid_t,
+    /// Its user namespace, for a root caller (idmapped trees are made
+    /// through it).
+    pub userns: Option<OwnedFd>,
+}
+
+/// What a zygote is asked for.
+enum Request<'a> {
+    /// A helper, as `posix_spawn` would start it (`z`).
+    Helper,
+    /// A slot's pid 1, in its namespaces and cgroup (`c`).
+    Slot { identity: Identity, cgroup: Option<RawFd> },
+    /// A one-run pid 1, in its namespaces and cgroup (`c`, bit 1), let go
+    /// with the idmapped trees `trees` makes through its user namespace.
+    Run { identity: Identity, cgroup: Option<RawFd>, trees: &'a Trees<'a> },
+}
+
+/// How a one-run pid 1's idmapped trees are made, through its user
+/// namespace (a root caller's; `None` for another's): a failure is the
+/// step, errno and detail the helper would report.
+pub type Trees<'a> = dyn Fn(Option<BorrowedFd<'_>>) -> Result<Vec<OwnedFd>, Refusal> + 'a;
+
+/// A step, errno and detail, as a helper reports a failure.
+pub type Refusal = (Step, i32, u32);
+
 impl Zygotes {
-    /// A helper from the zygote (started first if none runs, or started
-    /// again once if the one running is gone or was started from another
-    /// thread state); `None` when there is none to ask, or it could not
-    /// make this one (the caller spawns the helper itself: no helper of
-    /// the request runs then, see [`Zygote::ask`]).
-    fn spawn(&mut self, helper: &Path, args: &[&str], fds: &[(RawFd, RawFd)], stdin: Option<RawFd>) -> Option<Spawned> {
+    /// What `ask` made of the zygote (the plain one, or `net`'s, which
+    /// joins that network; started first if none runs, or started again
+    /// once if the one running is gone or was started from another thread
+    /// state); `None` when there is none to ask, or it
+    /// could not make this one (the caller spawns the helper itself: no
+    /// helper of the request runs then, see [`Zygote::ask`]).
+    fn with(
+        &mut self,
+        helper: &Path,
+        net: Option<(&NetZygote, &[(RawFd, RawFd)])>,
+        ask: impl Fn(&Zygote, bool) -> Answer,
+    ) -> Option<Result<(Spawned, Option<OwnedFd>), Refusal>> {
         // SAFETY: getpid has no preconditions.
         if unsafe { libc::getpid() } != self.owner {
             return None;
         }
         let now = Fingerprint::now();
-        if self.running.as_ref().is_some_and(|z| z.started_as != now) {
-            if let Some(z) = self.running.take() {
+        // Taken out and put back below; a network's zygote is only ever
+        // used under this lock.
+        let mut running = match net {
+            None => self.running.take(),
+            Some((z, _)) => z.lock().take(),
+        };
+        if running.as_ref().is_some_and(|z| z.started_as != now) {
+            if let Some(z) = running.take() {
                 z.stop();
             }
         }
+        let mut made = None;
         for _ in 0..2 {
             if self.failures >= MAX_ZYGOTE_FAILURES {
-                return None;
+                break;
             }
-            let z = match self.running.take() {
+            let z = match running.take() {
                 Some(z) => z,
-                None => match Zygote::start(helper, now) {
+                None => match Zygote::start(helper, now, net.map_or(&[][..], |(_, fds)| fds)) {
                     Ok(z) => z,
                     Err(_) => {
                         self.failures += 1;
-                        return None;
+                        break;
                     }
                 },
             };
             let lose = self.lose > 0;
             self.lose = self.lose.saturating_sub(1);
-            match z.ask(args, fds, stdin, lose) {
-                Answer::Made(spawned) => {
+            match ask(&z, lose) {
+                Answer::Made(spawned, extra) => {
                     self.failures = 0;
-                    self.running = Some(z);
-                    return Some(spawned);
+                    running = Some(z);
+                    made = Some(Ok((spawned, extra)));
+                    break;
+                }
+                Answer::Refused(r) => {
+                    // The request's own failure: the zygote is fine.
+                    running = Some(z);
+                    made = Some(Err(r));
+                    break;
                 }
                 Answer::NotHere => {
                     // This process could not make the request (out of
                     // descriptors, say) or the zygote could not fork: the
                     // zygote is fine; the spawn says what is wrong.
-                    self.running = Some(z);
-                    return None;
+                    running = Some(z);
+                    break;
                 }
                 Answer::Lost => {
                     // Nothing sent, no answer in time, or one this process
@@ -480,13 +616,22 @@ impl Zygotes {
                 }
             }
         }
-        None
+        match net {
+            None => self.running = running,
+            Some((z, _)) => *z.lock() = running,
+        }
+        made
     }
 }
 
 /// What came of a request to a zygote.
 enum Answer {
-    Made(Spawned),
+    /// The child, and the descriptor that came with it (a slot's user
+    /// namespace, for a root caller).
+    Made(Spawned, Option<OwnedFd>),
+    /// The child was made, but what it needed to be let go could not be
+    /// (a one run's idmapped trees): it exited at its gate, reaped.
+    Refused(Refusal),
     /// Not made, for a reason of this process's or of the fork's: the
     /// zygote still serves.
     NotHere,
@@ -496,13 +641,16 @@ enum Answer {
 }
 
 impl Zygote {
-    fn start(helper: &Path, started_as: Fingerprint) -> io::Result<Zygote> {
+    /// A zygote, with `net` (descriptors on their targets: the network it
+    /// joins at its start) passed besides its socket.
+    fn start(helper: &Path, started_as: Fingerprint, net: &[(RawFd, RawFd)]) -> io::Result<Zygote> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?;
         // Above the protocol numbers, which posix_spawn places it onto.
         let theirs = crate::sys::dup_above(&theirs, portcullis_helper::LAST_FD + 1)?;
-        let (pid, pidfd) =
-            posix_spawn(helper, ZYGOTE_ARGS, &[(theirs.as_raw_fd(), portcullis_helper::SPEC_FD)], None, None)?;
+        let mut fds = vec![(theirs.as_raw_fd(), portcullis_helper::SPEC_FD)];
+        fds.extend_from_slice(net);
+        let (pid, pidfd) = posix_spawn(helper, ZYGOTE_ARGS, &fds, None, None)?;
         // SAFETY: getpid has no preconditions.
         let owner = unsafe { libc::getpid() };
         Ok(Zygote { pid, pidfd, sock: Some(ours), started_as, owner })
@@ -513,7 +661,7 @@ impl Zygote {
     /// child is let go (a byte on its gate) only once its pidfd is here;
     /// on any other outcome the gate closes when this returns and the
     /// child, if any, exits without running.
-    fn ask(&self, args: &[&str], fds: &[(RawFd, RawFd)], stdin: Option<RawFd>, lose: bool) -> Answer {
+    fn ask(&self, what: &Request, args: &[&str], fds: &[(RawFd, RawFd)], stdin: Option<RawFd>, lose: bool) -> Answer {
         let Some(sock) = &self.sock else { return Answer::Lost };
         let (Ok((gate_r, gate_w)), Ok((out_r, out_w)), Ok((err_r, err_w))) = (gate(), pipe(), pipe()) else {
             return Answer::NotHere;
@@ -522,8 +670,16 @@ impl Zygote {
         passed.extend(stdin.map(|fd| (fd, 0)));
         passed.extend_from_slice(fds);
         let Some(payload) = request(args, &passed) else { return Answer::NotHere };
-        let raw: Vec<RawFd> = [gate_r.as_raw_fd()].into_iter().chain(passed.iter().map(|(src, _)| *src)).collect();
-        if send(sock, &payload, &raw).is_err() {
+        // A slot's head (its ids and whether its cgroup comes) before the
+        // request, and its cgroup right after the gate.
+        let (tag, head, lead) = match what {
+            Request::Helper => (b'z', Vec::new(), None),
+            Request::Slot { identity, cgroup } => (b'c', slot_head(identity, cgroup.is_some(), false), *cgroup),
+            Request::Run { identity, cgroup, .. } => (b'c', slot_head(identity, cgroup.is_some(), true), *cgroup),
+        };
+        let raw: Vec<RawFd> =
+            [gate_r.as_raw_fd()].into_iter().chain(lead).chain(passed.iter().map(|(src, _)| *src)).collect();
+        if send(sock, tag, &head, &payload, &raw).is_err() {
             return Answer::Lost;
         }
         drop((gate_r, out_w, err_w));
@@ -531,11 +687,34 @@ impl Zygote {
             Some(Reply::Made { .. }) if lose => Some(Reply::Unusable),
             r => r,
         };
+        // A one run's trees, made before it is let go.
+        let trees = match (&reply, what) {
+            (Some(Reply::Made { pid, extra, .. }), Request::Run { trees, .. }) => {
+                match trees(extra.as_ref().map(|e| e.as_fd())) {
+                    Ok(t) => t,
+                    Err(r) => {
+                        // Its gate closes: it exits there, and is reaped.
+                        drop(gate_w);
+                        // SAFETY: waitpid on our own child, which exits.
+                        unsafe { libc::waitpid(*pid, std::ptr::null_mut(), 0) };
+                        return Answer::Refused(r);
+                    }
+                }
+            }
+            _ => Vec::new(),
+        };
         match reply {
-            Some(Reply::Made { pid, pidfd }) if let_go(pid, &gate_w) => {
-                Answer::Made(Spawned { pid, pidfd: Some(pidfd), stdout: Some(out_r), stderr: Some(err_r) })
+            Some(Reply::Made { pid, pidfd, extra }) if let_go(pid, &gate_w, &trees) => {
+                Answer::Made(Spawned { pid, pidfd: Some(pidfd), stdout: Some(out_r), stderr: Some(err_r) }, extra)
             }
             Some(Reply::Refused) => Answer::NotHere,
+            Some(Reply::Killed { pid }) => {
+                // A slot's pid 1 the zygote killed (its maps or cgroup
+                // failed), at its gate: reaped here, its parent.
+                // SAFETY: waitpid on our own child, SIGKILLed already.
+                unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+                Answer::NotHere
+            }
             // No answer, one whose pidfd did not reach us (no room for it
             // here), or a child gone before it was let go: its gate closes
             // as this returns, and `stop` reaps it with the zygote.
@@ -580,13 +759,17 @@ fn gate() -> io::Result<(OwnedFd, OwnedFd)> {
 /// ever holds the zygote and children not let go, which a stop kills and
 /// reaps whole; then the byte on its gate. False if it is gone (then it is
 /// reaped: here once out of the zygote's group, else with the zygote).
-fn let_go(pid: libc::pid_t, gate: &OwnedFd) -> bool {
-    use nix::sys::socket::{send, MsgFlags};
+fn let_go(pid: libc::pid_t, gate: &OwnedFd, with: &[OwnedFd]) -> bool {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     // SAFETY: setpgid on our own child, which has not exec'd.
     if unsafe { libc::setpgid(pid, pid) } != 0 {
         return false;
     }
-    if send(gate.as_raw_fd(), &[1], MsgFlags::MSG_NOSIGNAL).is_ok_and(|n| n == 1) {
+    let raw: Vec<RawFd> = with.iter().map(AsRawFd::as_raw_fd).collect();
+    let cmsg = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &cmsg };
+    let iov = [io::IoSlice::new(&[1])];
+    if sendmsg::<()>(gate.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None).is_ok_and(|n| n == 1) {
         return true;
     }
     // SAFETY: our own child, not reaped: killed and reaped here.
@@ -628,8 +811,11 @@ impl Drop for Zygote {
             return;
         }
         let Some(sock) = self.sock.take() else { return };
-        // Its socket closes: it exits. Awaited half a second through its
-        // pidfd, killed if it does not go, and reaped.
+        // Told to stop (`q`: a bare end of its socket means this process
+        // died, and it cleans up after the slots it cloned), then its socket
+        // closes: it exits. Awaited half a second through its pidfd,
+        // killed if it does not go, and reaped.
+        let _ = send(&sock, b'q', &[], &[], &[]);
         drop(sock);
         let mut fds = [libc::pollfd { fd: self.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
         // SAFETY: poll on one pidfd we own; the array outlives the call.
@@ -659,10 +845,20 @@ fn request(args: &[&str], passed: &[(RawFd, RawFd)]) -> Option<Vec<u8>> {
     Some(b)
 }
 
-fn send(sock: &OwnedFd, payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
+/// A `c` request's head: the four ids (native order) and the flags (bit
+/// 0: the cgroup's descriptor follows the gate).
+fn slot_head(id: &Identity, cgroup: bool, one_run: bool) -> Vec<u8> {
+    [id.inside_uid, id.outside_uid, id.inside_gid, id.outside_gid]
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .chain([u8::from(cgroup) | u8::from(one_run) << 1])
+        .collect()
+}
+
+fn send(sock: &OwnedFd, tag: u8, head: &[u8], payload: &[u8], fds: &[RawFd]) -> io::Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let tag = [b'z'];
-    let iov = [io::IoSlice::new(&tag), io::IoSlice::new(payload)];
+    let tag = [tag];
+    let iov = [io::IoSlice::new(&tag), io::IoSlice::new(head), io::IoSlice::new(payload)];
     let cmsg = [ControlMessage::ScmRights(fds)];
     sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None)?;
     Ok(())
@@ -673,6 +869,11 @@ enum Reply {
     Made {
         pid: libc::pid_t,
         pidfd: OwnedFd,
+        extra: Option<OwnedFd>,
+    },
+    /// A slot's pid 1 made and killed (`x`): to reap.
+    Killed {
+        pid: libc::pid_t,
     },
     /// A child was made, but its pidfd did not arrive whole.
     Unusable,
@@ -698,9 +899,9 @@ fn receive(sock: &OwnedFd, wait: Duration) -> Option<Reply> {
         }
         break;
     }
-    let mut buf = [0u8; 5];
+    let mut buf = [0u8; 9];
     let mut iov = [io::IoSliceMut::new(&mut buf)];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let mut space = nix::cmsg_space!([RawFd; 2]);
     let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC).ok()?;
     let mut got: Vec<OwnedFd> = Vec::new();
     if let Ok(cmsgs) = msg.cmsgs() {
@@ -715,8 +916,13 @@ fn receive(sock: &OwnedFd, wait: Duration) -> Option<Reply> {
     let n = msg.bytes;
     let value = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
     match (n, buf[0]) {
-        (5, b'p') if whole && got.len() == 1 => got.pop().map(|pidfd| Reply::Made { pid: value, pidfd }),
+        (5, b'p') if whole && (1..=2).contains(&got.len()) => {
+            let extra = if got.len() == 2 { got.pop() } else { None };
+            got.pop().map(|pidfd| Reply::Made { pid: value, pidfd, extra })
+        }
         (5, b'p') => Some(Reply::Unusable),
+        // The pidfd need not have arrived: the pid alone reaps it.
+        (9, b'x') => Some(Reply::Killed { pid: value }),
         (5, b'e') => Some(Reply::Refused),
         _ => None,
     }

@@ -37,6 +37,8 @@ pub(super) struct Namespaces {
     userns: Option<OwnedFd>,
     /// N.
     netns: OwnedFd,
+    /// Its zygote, once started: it is in N (and W), and goes with them.
+    zygote: launch::NetZygote,
 }
 
 impl Namespaces {
@@ -48,6 +50,12 @@ impl Namespaces {
             out.push((sys::dup_above(u, 10)?, portcullis_helper::USERNS_FD));
         }
         Ok(out)
+    }
+
+    /// The zygote that joins this network and clones the slots that run
+    /// in it (`launch::Launcher::clone_slot`), started with the first.
+    pub(super) fn zygote(&self) -> &launch::NetZygote {
+        &self.zygote
     }
 
     /// The [`Netns`] a spec names for these.
@@ -158,7 +166,7 @@ async fn make(launcher: &launch::Launcher, uid: u32) -> Result<Namespaces, Sandb
         let mut fds = fds.into_iter();
         let userns = if uid == 0 { None } else { fds.next() };
         let netns = fds.next().ok_or_else(|| failed("receiving the namespaces")(io::Error::other("none sent")))?;
-        return Ok(Namespaces { userns, netns });
+        return Ok(Namespaces { userns, netns, zygote: launch::NetZygote::default() });
     }
     match decode_failure(&msg) {
         Some((step, errno)) => {

@@ -91,8 +91,12 @@ pub(super) struct Slot {
     /// caller: the run's idmapped trees are made through it.
     userns: Option<OwnedFd>,
     /// Pid 1's pid, which the helper sends with `k` (pid 1 is its child,
-    /// so the pid stays pid 1's until the helper reaps it).
+    /// so the pid stays pid 1's until the helper reaps it), or the zygote
+    /// with its clone.
     pid1: Option<libc::pid_t>,
+    /// Cloned by the zygote (`child` is pid 1 itself, and the command's
+    /// process says a bare `k`), not started as an outer helper.
+    direct: bool,
     /// What the slot built for one shape of run, when it was prepared.
     prepared: Option<Box<Readied>>,
     /// The host's mount table as read just before the slot copied the
@@ -596,7 +600,11 @@ impl Slot {
             };
         }
         match super::network::receive(&self.sock) {
-            Ok((msg, mut fds)) if msg.len() == 5 && msg.first() == Some(&b'k') && fds.len() <= 1 => {
+            Ok((msg, fds)) if self.direct && msg == b"k" && fds.is_empty() => {
+                self.ready = true;
+                Readiness::Ready
+            }
+            Ok((msg, mut fds)) if !self.direct && msg.len() == 5 && msg.first() == Some(&b'k') && fds.len() <= 1 => {
                 self.userns = fds.pop();
                 self.pid1 = msg.get(1..5).and_then(|b| <[u8; 4]>::try_from(b).ok()).map(libc::pid_t::from_le_bytes);
                 self.ready = true;
@@ -1207,10 +1215,28 @@ fn make_slot(
             return Err(SandboxError::invalid("pool", "a slot that joins the workspace's network, without it"))
         }
     };
-    pass.extend(net_fds.iter().map(|(fd, target)| (fd.as_raw_fd(), *target)));
-    let child = launcher
-        .spawn_detached(&["--slot"], &pass, None)
-        .map_err(|source| SandboxError::Spawn { helper: launcher.helper().to_path_buf(), source })?;
+    let net_pass: Vec<(RawFd, RawFd)> = net_fds.iter().map(|(fd, target)| (fd.as_raw_fd(), *target)).collect();
+    // Cloned by the zygote, with no outer helper: its pid 1 is this
+    // process's child (`launch::Launcher::clone_slot`). The network's
+    // descriptors go to the zygote that joins it, not to the slot.
+    let joined = match (&key.base.netns, net.as_deref()) {
+        (portcullis_helper::spec::Netns::Private, _) => Some(None),
+        (_, Some(n)) => Some(Some((n.zygote(), &net_pass[..]))),
+        (_, None) => None,
+    };
+    let cloned = joined.and_then(|joined| {
+        launcher.clone_slot(&key.base.identity, cg_fd.as_ref().map(AsRawFd::as_raw_fd), &pass[..3], joined)
+    });
+    let (child, pid1, userns, direct) = match cloned {
+        Some(c) => (c.spawned, Some(c.pid1), c.userns, true),
+        None => {
+            pass.extend_from_slice(&net_pass);
+            let child = launcher
+                .spawn_detached(&["--slot"], &pass, None)
+                .map_err(|source| SandboxError::Spawn { helper: launcher.helper().to_path_buf(), source })?;
+            (child, None, None, false)
+        }
+    };
     drop((theirs, report_w, life_r, cg_fd, net_fds));
     Ok(Slot {
         sock,
@@ -1221,8 +1247,9 @@ fn make_slot(
         key: key.clone(),
         net,
         ready: false,
-        userns: None,
-        pid1: None,
+        userns,
+        pid1,
+        direct,
         prepared: None,
         table,
     })

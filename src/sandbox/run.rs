@@ -8,12 +8,12 @@
 //! [`Sandbox::run_locked`]: super::Sandbox
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use portcullis_helper::report::{Applied, Record};
-use portcullis_helper::spec::Mode;
+use portcullis_helper::report::{Applied, Record, Step, NO_DETAIL};
+use portcullis_helper::spec::{Mode, Netns, Network, SpawnSpec};
 use tokio::sync::mpsc;
 
 use super::cgroup::Cgroup;
@@ -177,11 +177,45 @@ pub(super) fn spawn_helper(
         Stdin::Null => stdin::StdinPlan::Null,
         Stdin::Copy => stdin::plan()?,
     };
-    let child = launcher
-        .spawn(&[], &pass, stdin.command_end())
-        .map_err(|source| SandboxError::Spawn { helper: launcher.helper().to_path_buf(), source })?;
-    let full = plan.spec.mode == Mode::Full;
-    let mut launched = Launched { lifeline: Some(fds.life_w), child, relay: None, full, pid1: None };
+    let spec = &plan.spec;
+    let full = spec.mode == Mode::Full;
+    // A full sandbox that makes no network of its own is cloned by the
+    // zygote, with no outer helper (`launch::Launcher::clone_run`); its
+    // network (the workspace's) and cgroup go to the zygote, not to it.
+    let cloned = match full && !(spec.network == Network::None && spec.netns == Netns::Private) {
+        true => {
+            let placed: Vec<(RawFd, RawFd)> = pass
+                .iter()
+                .copied()
+                .filter(|(_, t)| {
+                    ![portcullis_helper::CGROUP_FD, portcullis_helper::USERNS_FD, portcullis_helper::NETNS_FD]
+                        .contains(t)
+                })
+                .collect();
+            let net_pass: Vec<(RawFd, RawFd)> = net_fds.iter().map(|(fd, t)| (fd.as_raw_fd(), *t)).collect();
+            let joined = net.map(|n| (n.zygote(), &net_pass[..]));
+            let trees = |userns: Option<BorrowedFd<'_>>| idmapped_trees(spec, userns);
+            let cg = fds.cgroup.as_ref().map(AsRawFd::as_raw_fd);
+            launcher.clone_run(&spec.identity, cg, &placed, stdin.command_end(), joined, &trees)
+        }
+        false => None,
+    };
+    let (child, pid1) = match cloned {
+        Some(launch::ClonedRun::Made(spawned)) => {
+            let pid = spawned.pid();
+            (spawned.attach().map_err(io_err("waiting for the sandbox"))?, Some(pid))
+        }
+        Some(launch::ClonedRun::Refused((step, errno, detail))) => {
+            return Err(super::setup_error(plan, Ok(step), errno, detail));
+        }
+        None => {
+            let child = launcher
+                .spawn(&[], &pass, stdin.command_end())
+                .map_err(|source| SandboxError::Spawn { helper: launcher.helper().to_path_buf(), source })?;
+            (child, None)
+        }
+    };
+    let mut launched = Launched { lifeline: Some(fds.life_w), child, relay: None, full, pid1 };
     launched.relay = hand_stdin(stdin)?;
     drop((fds.spec, fds.report_w, fds.life_r, fds.cgroup, net_fds));
     // On an error `launched` is dropped: its lifeline closes and the helper
@@ -189,6 +223,28 @@ pub(super) fn spawn_helper(
     observing.spawned()?;
     let streams = read_streams(&mut launched.child, fds.report_r)?;
     Ok((launched, streams))
+}
+
+/// `spec`'s idmapped trees, made through a one-run pid 1's user namespace
+/// (`userns`, a root caller's) as the outer helper makes them
+/// ([`portcullis_helper::mount_api::idmapped_trees`]): none for a spec
+/// without idmapped binds; a failure, what the helper would report.
+fn idmapped_trees(spec: &SpawnSpec, userns: Option<BorrowedFd<'_>>) -> Result<Vec<OwnedFd>, launch::Refusal> {
+    let idmapped = spec.mounts.iter().filter(|m| m.is_idmapped()).count();
+    if idmapped == 0 {
+        return Ok(Vec::new());
+    }
+    // They go in one message, as an outer helper sends them to pid 1.
+    if idmapped > portcullis_helper::MAX_PASSED_FDS {
+        return Err((Step::HandOver, libc::E2BIG, NO_DETAIL));
+    }
+    let Some(userns) = userns else { return Err((Step::Idmap, libc::EPERM, NO_DETAIL)) };
+    let skip_readonly = cfg!(debug_assertions) && spec.test_switches.skip_readonly;
+    let trees =
+        portcullis_helper::mount_api::idmapped_trees(&spec.mounts, skip_readonly, userns).map_err(|(i, e)| {
+            (Step::Idmap, e.raw_os_error().unwrap_or(libc::EIO), u32::try_from(i).unwrap_or(NO_DETAIL))
+        })?;
+    Ok(trees.into_iter().flatten().collect())
 }
 
 /// A helper a pool slot started, now running `plan`'s command: the same

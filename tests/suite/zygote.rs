@@ -309,3 +309,131 @@ fn r0884_a_thread_that_changed_its_privileges_gets_a_zygote_of_its_own() {
     let second = zygotes(&helper);
     assert!(second.len() == 1 && second[0].0 != first[0].0, "{test}: no new zygote: {first:?} {second:?}");
 }
+
+/// The parent of `pid` (`/proc/PID/stat`'s fourth field).
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The process whose command line is exactly `argv` and whose ancestors
+/// include `ancestor`.
+fn descendant_with(ancestor: u32, argv: &[&str]) -> Option<u32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().find_map(|e| {
+        let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+        if std::fs::read(e.path().join("cmdline")).ok()? != want {
+            return None;
+        }
+        let mut p = pid;
+        while let Some(up) = parent(p).filter(|u| *u > 1) {
+            if up == ancestor {
+                return Some(pid);
+            }
+            p = up;
+        }
+        None
+    })
+}
+
+/// A sandbox that lives clones each command's pid 1 through its zygote:
+/// pid 1 is the server's own child, with no outer helper between them (one
+/// process fewer per command), in namespaces of its own, for a pre-made
+/// sandbox (`pool = 2`) and a fresh one (`pool = 0`) alike; and a command
+/// running in it dies with the server's process, through the lifeline pid
+/// 1 watches (it has no parent-death signal: its parent is whichever thread
+/// started the zygote), and leaves no cgroup leaf (the zygote removes its
+/// slots'). Control: `portcullis exec` (one shot) has its pid 1 under an
+/// outer helper, two helper processes up, and its command dies the same
+/// way.
+#[test]
+fn r0885_a_resident_command_has_no_outer_helper_and_dies_with_the_server() {
+    use super::mcp_server::{Serve, POLICY};
+    let test = "r0885";
+    for pool in [Some(2), Some(0), None] {
+        let ws = Ws::new();
+        let secs = format!("{}.25", 800 + pool.unwrap_or(9));
+        let (mut child, _server) = match pool {
+            Some(n) => {
+                let policy = ws.path().with_extension("policy.toml");
+                std::fs::write(&policy, format!("pool = {n}\n{POLICY}")).unwrap_or_else(|e| panic!("{test}: {e}"));
+                let mut cmd = cli();
+                cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(&policy);
+                let mut s = Serve::spawn(cmd);
+                s.call(1, "run_shell", serde_json::json!({"command": "true"}));
+                assert_eq!(s.structured(1)["exit_code"], 0, "{test}: pool {pool:?}");
+                s.call(2, "run_shell", serde_json::json!({"command": format!("sleep {secs}")}));
+                // The child is killed below; the server's handle stays
+                // (its pipes) until then.
+                let child = std::mem::replace(
+                    &mut s.child,
+                    std::process::Command::new("true").spawn().unwrap_or_else(|e| panic!("{e}")),
+                );
+                (child, Some(s))
+            }
+            None => {
+                let mut cmd = cli();
+                cmd.args(["exec", "--workspace"]).arg(ws.path()).args(["--", "sleep", &secs]);
+                cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+                (cmd.spawn().unwrap_or_else(|e| panic!("{test}: {e}")), None)
+            }
+        };
+        let server = child.id();
+        let mut sleeper = None;
+        assert!(
+            until(|| {
+                sleeper = descendant_with(server, &["sleep", &secs]);
+                sleeper.is_some()
+            }),
+            "{test}: pool {pool:?}: the command never ran"
+        );
+        let sleeper = sleeper.unwrap_or_default();
+        // Its ancestors up to the server: the helper processes among them.
+        let mut chain = Vec::new();
+        let mut p = sleeper;
+        while let Some(up) = parent(p).filter(|u| *u != server && *u > 1) {
+            chain.push(
+                String::from_utf8_lossy(&std::fs::read(format!("/proc/{up}/cmdline")).unwrap_or_default()).into_owned(),
+            );
+            p = up;
+        }
+        let helpers = chain.iter().filter(|c| c.contains("portcullis-helper")).count();
+        let pid1 = p;
+        let ns = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+        assert_ne!(ns(sleeper), ns(server), "{test}: pool {pool:?}: the command is in the server's pid namespace");
+        match pool {
+            None => assert_eq!(helpers, 2, "{test}: control: an outer helper and pid 1 under exec: {chain:?}"),
+            Some(_) => {
+                assert_eq!(helpers, 1, "{test}: pool {pool:?}: pid 1 alone under the server: {chain:?}");
+                assert_eq!(parent(pid1), Some(server), "{test}: pool {pool:?}: pid 1 is not the server's child");
+                assert_ne!(ns(pid1), ns(server), "{test}: pool {pool:?}: pid 1 in the server's pid namespace");
+            }
+        }
+        // Where this user can make cgroup leaves: the server's runs and
+        // slots have theirs (control), and none is left once it is killed.
+        let parent = sandbox().cgroup_host().ok().filter(|h| h.plan(None, None).is_ok()).map(|h| h.parent.clone());
+        let leaves = || -> Vec<String> {
+            let Some(Ok(rd)) = parent.as_ref().map(std::fs::read_dir) else { return Vec::new() };
+            let prefix = format!("portcullis-{server}-");
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        };
+        if parent.is_some() {
+            assert!(!leaves().is_empty(), "{test}: pool {pool:?}: control: the server has no cgroup leaf");
+        }
+        // The server gets no say.
+        let _ = child.kill();
+        let _ = child.wait();
+        let gone = until(|| !Path::new(&format!("/proc/{sleeper}")).exists());
+        assert!(gone, "{test}: pool {pool:?}: the command outlived the server");
+        assert!(until(|| !Path::new(&format!("/proc/{pid1}")).exists()), "{test}: pool {pool:?}: pid 1 outlived it");
+        // (A one-shot outer helper that made the network in pid 1's user
+        // namespace cannot remove its leaf: the next sandbox made sweeps
+        // it, `cgroup::sweep_orphans`.)
+        if pool.is_some() {
+            assert!(until(|| leaves().is_empty()), "{test}: pool {pool:?}: leaves left: {:?}", leaves());
+        }
+    }
+}
