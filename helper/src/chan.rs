@@ -59,12 +59,6 @@ pub fn pair() -> io::Result<(End, End)> {
     Ok((End { sock: outer, go: go_outer }, End { sock: pid1, go: go_pid1 }))
 }
 
-/// A close-on-exec seqpacket pair without the go-ahead eventfd.
-pub fn plain_pair() -> io::Result<(End, End)> {
-    let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).map_err(errno)?;
-    Ok((End { sock: a, go: None }, End { sock: b, go: None }))
-}
-
 impl End {
     /// Send `tag` with `fds`, then wake the other end through the eventfd
     /// ([`End::await_go`]).

@@ -275,14 +275,12 @@ fn pid1_direct(via: CloneCall, report_fd: &OwnedFd) -> Result<Never, Fail> {
         sys::loopback_up().map_err(|e| Fail::io(Step::NetNamespace, e))?;
     }
     crate::become_init()?;
-    // Where the command's process hands back the copy of the host's tree.
-    let (keep, give) = chan::plain_pair().map_err(|e| Fail::io(Step::Channel, e))?;
     // SAFETY: pid 1 is single-threaded (a clone of the single-threaded
     // zygote), so the child may do anything after fork.
     match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, crate::errno(e)))? {
         nix::unistd::ForkResult::Child => {
-            drop((keep, lifeline));
-            let f = match command_ahead(&base, programs, via, give, Some(sock), root, host, report_fd) {
+            drop(lifeline);
+            let f = match command_ahead(&base, programs, via, None, Some(sock), root, host, report_fd) {
                 Ok(never) => match never {},
                 Err(f) => f,
             };
@@ -290,10 +288,8 @@ fn pid1_direct(via: CloneCall, report_fd: &OwnedFd) -> Result<Never, Fail> {
             sys::exit_now(f.exit_code())
         }
         nix::unistd::ForkResult::Parent { child } => {
-            drop((give, sock, root, host, programs));
-            let code = crate::reap_watching(child, report_fd, &lifeline);
-            drop(keep);
-            sys::exit_now(code)
+            drop((sock, root, host, programs));
+            sys::exit_now(crate::reap_watching(child, report_fd, &lifeline))
         }
     }
 }
@@ -355,7 +351,7 @@ fn pid1(
     // outer helper), so the child may do anything after fork.
     match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, crate::errno(e)))? {
         nix::unistd::ForkResult::Child => {
-            let f = match command_ahead(base, programs, via, chan, None, root, host, report_fd) {
+            let f = match command_ahead(base, programs, via, Some(chan), None, root, host, report_fd) {
                 Ok(never) => match never {},
                 Err(f) => f,
             };
@@ -372,46 +368,53 @@ fn pid1(
 /// The command's process of a slot, forked ahead: the steps of its setup
 /// that do not depend on the request (`command::ahead`), `k` (the slot is
 /// built), then the request's part, then the command (`command::run`).
-/// With an outer helper, `k` goes to it and the library's socket comes
-/// back (`q`); a slot the zygote cloned holds the socket already (`sock`)
-/// and says `k` to the library on it.
+/// With an outer helper (`chan`), `k` goes to it and the library's socket
+/// comes back (`q`); a slot the zygote cloned holds the socket already
+/// (`sock`) and says `k` to the library on it.
 #[allow(clippy::too_many_arguments)]
 fn command_ahead(
     base: &SlotSpec,
     programs: Programs,
     via: CloneCall,
-    chan: chan::End,
+    chan: Option<chan::End>,
     sock: Option<OwnedFd>,
     root: mounts::Root,
     host: Option<OwnedFd>,
     report_fd: &OwnedFd,
 ) -> Result<Never, Fail> {
     crate::command::ahead()?;
-    let sock = match sock {
-        Some(sock) => {
+    let sock = match (sock, &chan) {
+        (Some(sock), _) => {
             chan::send(&sock, b'k', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
             sock
         }
-        None => {
-            chan::send(&chan, b'k', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
+        (None, Some(chan)) => {
+            chan::send(chan, b'k', &[]).map_err(|e| Fail::io(Step::HandOver, e))?;
             // The library's socket, on which the request comes straight here.
-            match chan::recv(&chan) {
+            match chan::recv(chan) {
                 Ok(Some((b'q', mut fds))) if fds.len() == 1 => fds.remove(0),
                 Ok(None) => sys::exit_now(crate::EXIT_SETUP),
                 Err(e) => return Err(Fail::io(Step::HandOver, e)),
                 Ok(Some(_)) => return Err(Fail::errno(Step::HandOver, libc::EINVAL)),
             }
         }
+        (None, None) => return Err(Fail::errno(Step::HandOver, libc::EINVAL)),
     };
 
     // The request, or the shape of the runs to prepare for.
     let (asked, memfd, trees, observe) = await_spec(&sock)?;
-    // Kept only by a prepared slot, which waits on it for its request.
-    let sock = (asked == Asked::Prepare).then_some(sock);
-    let (spec, prep, own) = build(base, programs, chan, root, host, (memfd, trees, observe))?;
-    match sock {
-        Some(sock) => prepared(&spec, prep, &own, via, sock, report_fd),
-        None => Err(crate::command::run(&spec, &prep, via, report_fd, true)),
+    // The copy of the host's tree goes back to the outer helper, or,
+    // without one, to the library.
+    let back: &OwnedFd = chan.as_deref().unwrap_or(&sock);
+    let (spec, prep, own) = build(base, programs, back, root, host, (memfd, trees, observe))?;
+    drop(chan);
+    match asked {
+        // Kept by a prepared slot, which waits on it for its request.
+        Asked::Prepare => prepared(&spec, prep, &own, via, sock, report_fd),
+        Asked::Run => {
+            drop(sock);
+            Err(crate::command::run(&spec, &prep, via, report_fd, true))
+        }
     }
 }
 
@@ -426,7 +429,7 @@ type Sent = (OwnedFd, Vec<OwnedFd>, Option<OwnedFd>);
 fn build(
     base: &SlotSpec,
     programs: Programs,
-    chan: chan::End,
+    back: &OwnedFd,
     mut root: mounts::Root,
     host: Option<OwnedFd>,
     (memfd, trees, observe): Sent,
@@ -447,16 +450,16 @@ fn build(
     drop(sources);
     let pivoted = host.is_some();
     if let Some(h) = host {
-        // The copy of the host's tree goes to the outer helper, which lives
-        // in the host's namespaces anyway and holds it until it exits:
+        // The copy of the host's tree goes `back` to the outer helper, or
+        // to the library, which live in the host's namespaces anyway and
+        // hold it (unread, queued on the socket) until the run is over:
         // nothing of the sandbox keeps it while the command runs, and its
         // last close (which frees its mounts, an RCU grace period) falls in
         // the teardown behind the result, not here. If it cannot be handed
         // over, it is closed here all the same (slower, never kept).
-        let _ = chan::send(&chan, b'h', &[h.as_raw_fd()]);
+        let _ = chan::send(back, b'h', &[h.as_raw_fd()]);
         drop(h);
     }
-    drop(chan);
     match pivoted {
         true => mounts::seal_entered_root(root)?,
         false => mounts::finish_root(root)?,

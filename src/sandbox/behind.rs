@@ -65,6 +65,8 @@ pub(super) struct Rest {
     /// The sandbox's pool, refilled once the rest is done (unless the
     /// sandbox is gone by then).
     refill: Option<Weak<Pool>>,
+    /// Closed once the helper is reaped (`run::Launched::held`).
+    held: Vec<OwnedFd>,
 }
 
 impl std::fmt::Debug for Rest {
@@ -75,7 +77,13 @@ impl std::fmt::Debug for Rest {
 
 impl Rest {
     pub(super) fn new(lifeline: Option<OwnedFd>, child: launch::Helper, cgroup: Option<Cgroup>) -> Rest {
-        Rest { lifeline, child, cgroup, refill: None }
+        Rest { lifeline, child, cgroup, refill: None, held: Vec::new() }
+    }
+
+    /// Close `held` once the helper is reaped.
+    pub(super) fn holding(mut self, held: Vec<OwnedFd>) -> Rest {
+        self.held = held;
+        self
     }
 
     /// Refill `pool` once this rest is finished: making a slot right after
@@ -100,6 +108,7 @@ impl Rest {
             }
         }
         drop(self.lifeline.take());
+        self.held.clear();
         if let Some(c) = self.cgroup.as_mut() {
             c.kill_and_remove(Duration::from_secs(5)).await;
         }
@@ -117,6 +126,7 @@ impl Rest {
             self.child.wait_blocking(Duration::from_secs(5));
         }
         drop(self.lifeline.take());
+        self.held.clear();
         if let Some(c) = self.cgroup.as_mut() {
             // On failure, the leaf's `Drop` tries once more; a leaf left
             // after that is swept by the next `Sandbox::new`.

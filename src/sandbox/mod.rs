@@ -1257,15 +1257,16 @@ impl Sandbox {
         if waited.early() && !run::only_scaffolding(cg.as_ref(), launched.child.pid(), launched.pid1) {
             run::wait_helper(&mut launched, cg.as_ref(), &mut waited).await;
         }
-        let run::Launched { lifeline, child, relay, .. } = launched;
+        let run::Launched { lifeline, child, relay, held, .. } = launched;
         let early = waited.early();
         if early {
             // Nothing of the command is left: the helper, its pid 1 and
             // their namespaces go behind the result (`sandbox::behind`),
             // and the pool refills after them.
-            self.behind.start(behind::Rest::new(lifeline, child, cg.take()).then_refill(self.pool.as_ref()));
+            let rest = behind::Rest::new(lifeline, child, cg.take()).holding(held);
+            self.behind.start(rest.then_refill(self.pool.as_ref()));
         } else {
-            drop((lifeline, child));
+            drop((lifeline, child, held));
             run::empty_cgroup(cg.as_mut(), plan, &mut warnings, &mut failures).await;
         }
         let refused_writes = observing.finish().await;

@@ -124,6 +124,9 @@ struct Readied {
     root: OwnedFd,
     /// The run's observer, started when the slot installed its filter.
     observing: Option<super::observe::Setup>,
+    /// The copy of the host's tree the slot sent back (a slot with no
+    /// outer helper), held until the run's teardown.
+    host: Option<OwnedFd>,
     /// Runs a slot fit since this one was prepared whose shape was another:
     /// at [`MAX_OTHER_SHAPES`] it is given up, so that the refill prepares
     /// for the shape runs have moved to (runs alternating between two
@@ -672,18 +675,25 @@ impl Slot {
         };
         let Slot { sock, lifeline, report_r, child, pid1, .. } = self;
         let child = child.attach().map_err(io_err("waiting for a pre-made sandbox"))?;
-        let launched = run::launched(child, lifeline, report_r, pid1)?;
+        let (mut launched, streams) = run::launched(child, lifeline, report_r, pid1)?;
         match outgoing {
-            Outgoing::Request(json, readied) => {
+            Outgoing::Request(json, mut readied) => {
                 send_request(&sock, &json)?;
+                // The copy of the host's tree the slot sent back while it
+                // was prepared: closed with the run's teardown.
+                launched.held.extend(readied.host.take());
                 drop(readied);
+                drop(sock);
             }
             Outgoing::Spec(json, trees) => {
                 send_spec(&sock, b'r', &json, trees, observing, "handing the spec to a pre-made sandbox")?;
+                // A slot with no outer helper sends its copy of the host's
+                // tree back on it: kept (queued, unread) until the run's
+                // teardown.
+                launched.held.push(sock);
             }
         }
-        drop(sock);
-        Ok(launched)
+        Ok((launched, streams))
     }
 
     /// The observer a prepared slot's run goes on with (started when the
@@ -718,10 +728,19 @@ impl Slot {
         })?;
         let mut observing = super::observe::Setup::new(shape);
         send_spec(&self.sock, b'p', json, trees, &mut observing, "preparing a pre-made sandbox")?;
-        await_readable(&self.sock, deadline, closed)
-            .map_err(io_err("waiting for a pre-made sandbox to be prepared"))?;
-        let (msg, mut fds) = super::network::receive_up_to(&self.sock, 1 + 8 * MAX_PREPARED_MOUNTS)
-            .map_err(io_err("waiting for a pre-made sandbox to be prepared"))?;
+        // A slot with no outer helper sends its copy of the host's tree
+        // (`h`) before it is done.
+        let mut host = None;
+        let (msg, mut fds) = loop {
+            await_readable(&self.sock, deadline, closed)
+                .map_err(io_err("waiting for a pre-made sandbox to be prepared"))?;
+            let (msg, mut fds) = super::network::receive_up_to(&self.sock, 1 + 8 * MAX_PREPARED_MOUNTS)
+                .map_err(io_err("waiting for a pre-made sandbox to be prepared"))?;
+            match (msg.as_slice(), fds.len()) {
+                (b"h", 1) if host.is_none() => host = fds.pop(),
+                _ => break (msg, fds),
+            }
+        };
         let mounts: Vec<u64> = match msg.split_first() {
             Some((b'd', rest)) if rest.len() == 8 * own.len() && fds.len() == 1 => {
                 rest.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect()
@@ -736,6 +755,7 @@ impl Slot {
             root,
             observing: Some(observing),
             others: 0,
+            host,
         }));
         Ok(())
     }

@@ -74,8 +74,14 @@ pub(super) struct Launched {
     /// The full sandbox (whose pid 1 sweeps its namespace before it
     /// reports the command's end), not the landlock-only mode.
     full: bool,
-    /// Pid 1's pid, when the helper said it (a slot's does).
+    /// Pid 1's pid, when the helper said it (a slot's does), or when it
+    /// is the child itself (cloned by the zygote).
     pub(super) pid1: Option<libc::pid_t>,
+    /// What is held until the run is over and closed after the child is
+    /// reaped: a pre-made sandbox's copy of the host's tree, sent back to
+    /// this process (on its socket, or apart), whose last close frees
+    /// its mounts.
+    pub(super) held: Vec<OwnedFd>,
 }
 
 /// The descriptors the helper inherits, above 10 (so its dup2 onto 3..7
@@ -215,7 +221,7 @@ pub(super) fn spawn_helper(
             (child, None)
         }
     };
-    let mut launched = Launched { lifeline: Some(fds.life_w), child, relay: None, full, pid1 };
+    let mut launched = Launched { lifeline: Some(fds.life_w), child, relay: None, full, pid1, held: Vec::new() };
     launched.relay = hand_stdin(stdin)?;
     drop((fds.spec, fds.report_w, fds.life_r, fds.cgroup, net_fds));
     // On an error `launched` is dropped: its lifeline closes and the helper
@@ -257,7 +263,7 @@ pub(super) fn launched(
 ) -> Result<(Launched, Streams), SandboxError> {
     let streams = read_streams(&mut child, report_r)?;
     // A slot is always the full sandbox.
-    Ok((Launched { lifeline: Some(lifeline), child, relay: None, full: true, pid1 }, streams))
+    Ok((Launched { lifeline: Some(lifeline), child, relay: None, full: true, pid1, held: Vec::new() }, streams))
 }
 
 /// Start relaying or feeding the caller's stdin to the helper.
