@@ -9,7 +9,11 @@
 //! started as `portcullis-helper --make-network` it makes such a network
 //! instead). A long-lived library starts one `portcullis-helper --zygote`
 //! instead, which forks each such helper as the library's child with the
-//! same descriptors (`zygote`). Three processes take part:
+//! same descriptors (`zygote`), or, for a full sandbox that makes no
+//! network of its own, clones its pid 1 directly (`direct_run`,
+//! `slot::direct`: no outer helper; pid 1 then does the outer helper's
+//! part that is left, and watches the lifeline). Three processes take part
+//! in a helper's run:
 //!
 //! * the **outer helper** (this process, in the caller's namespaces) reads and
 //!   checks the spec, compiles the seccomp filter, then `clone3`s (or, where

@@ -42,6 +42,13 @@
 //!   (`command::run`). Pid 1 reaps, sweeps and reports as in a one-shot run.
 //!   From there on nothing differs.
 //!
+//! A slot the zygote clones (`direct`) has no outer helper: the zygote
+//! clones pid 1 into the slot's namespaces and cgroup and writes its maps;
+//! pid 1 reads `s` itself, makes the slot's own network namespace when it
+//! has one, and watches the lifeline while it reaps; the command's process
+//! says `k` (bare) on the socket it already holds; the copy of the host's
+//! tree goes back to the library on that socket (`h`).
+//!
 //! A slot never runs more than one command: all its processes exit with it.
 //! The end of the lifeline, or of the socket before a request (the pool was
 //! dropped, or its process died), ends the slot: the outer helper kills pid

@@ -24,17 +24,37 @@
 //! does not); and nothing else: every descriptor but the request's is
 //! closed.
 //!
+//! It also clones a sandbox's pid 1 itself (`c`, [`clone_slot`]): into the
+//! sandbox's namespaces and cgroup, its id maps written here, so that a
+//! resident sandbox has no outer helper (a slot's pid 1,
+//! `crate::slot::direct`, or one run's, `crate::direct_run`). A zygote
+//! started with a workspace's network on fds 8 and 9 joins it first, and
+//! the pid 1s it clones are born in it.
+//!
 //! Messages (tag byte, payload, `SCM_RIGHTS`):
 //! * `z` (library to zygote): the helper's arguments (a count byte, then
 //!   each NUL-terminated), then a count byte and one target number (0 to
 //!   [`LAST_FD`]) for each descriptor passed after the first, in order; the
 //!   first descriptor is the child's gate (below).
+//! * `c` (library to zygote): a pid 1 to clone: the ids to map (inside
+//!   uid, outside uid, inside gid, outside gid, `u32` each, native order)
+//!   and a flags byte (bit 0: the cgroup's directory follows the gate
+//!   among the descriptors, not placed; bit 1: one run, else a slot), then
+//!   a `z` request's payload.
+//! * `q` (library to zygote): stop. A bare end of the socket instead means
+//!   the library died: the zygote then removes the cgroup leaves of the
+//!   sandboxes it cloned that are still there (nobody else would).
 //! * `p` (zygote to library): the child's pid (`i32`, native order), with
-//!   its pidfd.
+//!   its pidfd and, for a `c` of a root caller, pid 1's user namespace.
+//! * `x` (zygote to library): a cloned pid 1 whose cgroup or maps failed
+//!   was killed at its gate: its pid and the errno (`i32` each), with its
+//!   pidfd; the library reaps it.
 //! * `e` (zygote to library): the request was refused or the fork failed:
 //!   the errno (`i32`, native order).
 //!
-//! The child waits for one byte on its gate, one end of a socket pair
+//! The child waits for one byte on its gate (a one run's pid 1: with a
+//! root caller's idmapped trees, which the library made through its user
+//! namespace), one end of a socket pair
 //! whose other end the library keeps: the library moves the child into a
 //! process group of its own and sends the byte once it holds the child's
 //! pidfd, and closes its end without it when it gives the request up (no
@@ -98,7 +118,7 @@ pub fn serve() -> ! {
     let _ = nix::unistd::chdir("/");
     let area = arg_area();
     let mut buf = [0u8; MAX_REQUEST];
-    // The cgroup leaves of the slots cloned here, while they exist.
+    // The cgroup leaves of the pid 1s cloned here, while they exist.
     let mut leaves: Vec<OwnedFd> = Vec::new();
     loop {
         let (n, fds) = match chan::recv_with(&ctl, &mut buf) {
@@ -130,7 +150,7 @@ pub fn serve() -> ! {
                 continue;
             }
             // The library is gone (or the socket broke): nothing to serve.
-            // Its slots' pid 1s go with its lifelines, and nobody else
+            // The pid 1s it cloned go with its lifelines, and nobody else
             // removes their leaves then (an outer helper removes its own).
             Ok(None) | Err(_) => {
                 for leaf in &leaves {

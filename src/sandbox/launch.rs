@@ -3,8 +3,11 @@
 //! fds placed by file actions, so no code of ours runs between fork and
 //! exec; or, for a sandbox that lives ([`Launcher`]), a fork of its zygote
 //! (`portcullis-helper --zygote`), the same helper with the same fds, as
-//! this process's child. The child is awaited through a pidfd, so a
-//! recycled pid can never be signalled or reaped by mistake.
+//! this process's child; or, for a full sandbox that makes no network of
+//! its own, its pid 1 cloned by the zygote straight into its namespaces
+//! ([`Launcher::clone_run`], [`Launcher::clone_slot`]: no outer helper).
+//! The child is awaited through a pidfd, so a recycled pid can never be
+//! signalled or reaped by mistake.
 
 use std::ffi::CString;
 use std::io;
@@ -812,7 +815,7 @@ impl Drop for Zygote {
         }
         let Some(sock) = self.sock.take() else { return };
         // Told to stop (`q`: a bare end of its socket means this process
-        // died, and it cleans up after the slots it cloned), then its socket
+        // died, and it cleans up after the sandboxes it cloned), then its socket
         // closes: it exits. Awaited half a second through its pidfd,
         // killed if it does not go, and reaped.
         let _ = send(&sock, b'q', &[], &[], &[]);
@@ -989,7 +992,8 @@ impl Helper {
         }
     }
 
-    /// SIGKILL the helper (its pid 1 follows through the parent-death signal).
+    /// SIGKILL the helper (its pid 1 follows through the parent-death
+    /// signal), or a pid 1 the zygote cloned (its pid namespace with it).
     pub fn kill(&self) {
         if !self.reaped {
             // SAFETY: a plain syscall on our own pidfd; NULL siginfo is allowed.

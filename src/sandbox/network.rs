@@ -15,7 +15,9 @@
 //!
 //! A run's spec says [`Netns::Shared`]; [`Namespaces::pass`] gives the
 //! helper the fds on `USERNS_FD` and `NETNS_FD`, and the outer helper joins
-//! them before its clone. This is the one place that decides which network
+//! them before its clone; or, for a run the zygote clones, the network's
+//! own zygote ([`Namespaces::zygote`]) joined them at its start and its
+//! pid 1s are born in them. This is the one place that decides which network
 //! a run joins; a later egress mode (a namespace with a filtering proxy) is
 //! another kind of [`Namespaces`].
 

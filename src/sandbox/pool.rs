@@ -23,8 +23,10 @@
 //! is thrown away; three in a row turn the pool off (runs go on with fresh
 //! helpers), and [`Pool::status`] says why.
 //!
-//! An idle slot is three sleeping processes (the outer helper, its pid 1
-//! and the command's process forked ahead, all the static helper binary)
+//! An idle slot is two sleeping processes (its pid 1, cloned by the
+//! sandbox's zygote as this process's child, and the command's process
+//! forked ahead; three, with an outer helper, where the zygote cannot
+//! clone it: `launch::Launcher::clone_slot`)
 //! with their namespaces, a 1 MiB root tmpfs holding only mount points, a
 //! detached copy of the host's mount tree (for the request's bind sources),
 //! and an empty cgroup leaf. The request goes straight to the command's
