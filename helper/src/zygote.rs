@@ -69,7 +69,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use std::os::fd::AsFd;
 
@@ -118,24 +118,16 @@ pub fn serve() -> ! {
     let _ = nix::unistd::chdir("/");
     let area = arg_area();
     let mut buf = [0u8; MAX_REQUEST];
-    // The cgroup leaves of the pid 1s cloned here, while they exist.
-    let mut leaves: Vec<OwnedFd> = Vec::new();
+    let mut leaves = Leaves::new();
     loop {
         let (n, fds) = match chan::recv_with(&ctl, &mut buf) {
             Ok(Some((b'z', n, fds))) => (n, fds),
             Ok(Some((b'c', n, fds))) => {
-                // The library removes a leaf once its run is over: those
-                // are let go here.
-                leaves.retain(|l| {
-                    nix::unistd::faccessat(
-                        l,
-                        "cgroup.procs",
-                        nix::unistd::AccessFlags::F_OK,
-                        nix::fcntl::AtFlags::empty(),
-                    )
-                    .is_ok()
-                });
-                leaves.extend(clone_slot(&ctl, &buf[..n], fds, area));
+                leaves.prune();
+                match clone_slot(&ctl, &buf[..n], fds, area) {
+                    Ok(leaf) => leaves.track(leaf),
+                    Err(Gone) => leaves.orphaned(),
+                }
                 continue;
             }
             // The library stops this zygote: nothing else to do.
@@ -152,12 +144,7 @@ pub fn serve() -> ! {
             // The library is gone (or the socket broke): nothing to serve.
             // The pid 1s it cloned go with its lifelines, and nobody else
             // removes their leaves then (an outer helper removes its own).
-            Ok(None) | Err(_) => {
-                for leaf in &leaves {
-                    crate::remove_orphaned_cgroup(leaf);
-                }
-                sys::exit_now(0)
-            }
+            Ok(None) | Err(_) => leaves.orphaned(),
         };
         let Some((args, targets)) = parse(&buf[..n], fds.len()) else {
             let _ = refuse(&ctl, libc::EINVAL);
@@ -175,7 +162,7 @@ pub fn serve() -> ! {
                 if chan::send_with(&ctl, b'p', &pid.to_ne_bytes(), &[pidfd.as_raw_fd()]).is_err() {
                     // The library cannot be answered: it closes the child's
                     // gate when it gives up, and reaps the child.
-                    sys::exit_now(0);
+                    leaves.orphaned();
                 }
             }
             Err(e) => {
@@ -309,11 +296,16 @@ const SLOT_HEAD: usize = 17;
 /// pid 1 (`crate::slot::direct`): no outer helper between the library and
 /// the sandbox. A failure after the clone kills the child and says so
 /// with its pidfd (`x`), so the library reaps it; one before, `e`.
-/// Returns the slot's cgroup leaf, when one came and the slot was made.
-fn clone_slot(ctl: &OwnedFd, buf: &[u8], mut fds: Vec<OwnedFd>, area: Option<(usize, usize)>) -> Option<OwnedFd> {
+/// Returns the pid 1's cgroup leaf, when one came and it was made.
+fn clone_slot(
+    ctl: &OwnedFd,
+    buf: &[u8],
+    mut fds: Vec<OwnedFd>,
+    area: Option<(usize, usize)>,
+) -> Result<Option<OwnedFd>, Gone> {
     let Some((head, rest)) = buf.split_at_checked(SLOT_HEAD) else {
         let _ = refuse(ctl, libc::EINVAL);
-        return None;
+        return Ok(None);
     };
     let id = |i: usize| u32::from_ne_bytes([head[4 * i], head[4 * i + 1], head[4 * i + 2], head[4 * i + 3]]);
     let identity = Identity { inside_uid: id(0), outside_uid: id(1), inside_gid: id(2), outside_gid: id(3) };
@@ -326,12 +318,12 @@ fn clone_slot(ctl: &OwnedFd, buf: &[u8], mut fds: Vec<OwnedFd>, area: Option<(us
         (false, _) => None,
         _ => {
             let _ = refuse(ctl, libc::EINVAL);
-            return None;
+            return Ok(None);
         }
     };
     let Some((args, targets)) = parse(rest, fds.len()) else {
         let _ = refuse(ctl, libc::EINVAL);
-        return None;
+        return Ok(None);
     };
     let cg = cgroup.as_ref().map(|c| c.as_fd());
     let made = match sys::clone3_sibling(crate::slot::FLAGS, cg) {
@@ -404,14 +396,105 @@ fn clone_slot(ctl: &OwnedFd, buf: &[u8], mut fds: Vec<OwnedFd>, area: Option<(us
             };
             if sent.is_err() {
                 // As for a helper: the library closes the gate and reaps.
-                sys::exit_now(0);
+                return Err(Gone);
             }
-            cgroup.filter(|_| made)
+            Ok(cgroup.filter(|_| made))
         }
         Err(e) => {
             let _ = refuse(ctl, e.raw_os_error().unwrap_or(libc::EIO));
-            None
+            Ok(None)
         }
+    }
+}
+
+/// The library can no longer be answered: it died.
+struct Gone;
+
+/// The cgroup leaves of the pid 1s this zygote cloned, while they exist,
+/// the directory they are made in, and the library's pid (which names
+/// them all: `portcullis-<pid>-<n>`).
+struct Leaves {
+    open: Vec<OwnedFd>,
+    parent: Option<std::path::PathBuf>,
+    library: libc::pid_t,
+    /// The library's pidfd, which tells when it has exited.
+    pidfd: Option<OwnedFd>,
+}
+
+impl Leaves {
+    fn new() -> Leaves {
+        let library = nix::unistd::getppid().as_raw();
+        // SAFETY: pidfd_open takes no pointers; a pidfd is close-on-exec,
+        // and a child closes it with every other it does not place.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, library, 0) };
+        // SAFETY: a fresh descriptor owned by nobody else.
+        let pidfd = RawFd::try_from(raw).ok().filter(|fd| *fd >= 0).map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+        Leaves { open: Vec::new(), parent: None, library, pidfd }
+    }
+
+    /// Whether the library has exited (waiting up to a second for it: its
+    /// socket ends before its exit is done).
+    fn library_gone(&self) -> bool {
+        let Some(pidfd) = &self.pidfd else { return false };
+        let mut fds = [libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        // SAFETY: poll on one descriptor we own; the array outlives the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), 1, 1000) == 1 }
+    }
+
+    /// Keep `leaf` (and learn, once, the directory the leaves are made in).
+    fn track(&mut self, leaf: Option<OwnedFd>) {
+        let Some(leaf) = leaf else { return };
+        if self.parent.is_none() {
+            self.parent = std::fs::read_link(format!("/proc/self/fd/{}", leaf.as_raw_fd()))
+                .ok()
+                .and_then(|p| p.parent().map(std::path::Path::to_path_buf));
+        }
+        self.open.push(leaf);
+    }
+
+    /// Let go of the leaves the library has removed (once each run is over).
+    fn prune(&mut self) {
+        self.open.retain(|l| {
+            let ok = nix::unistd::AccessFlags::F_OK;
+            nix::unistd::faccessat(l, "cgroup.procs", ok, nix::fcntl::AtFlags::empty()).is_ok()
+        });
+    }
+
+    /// The library died: nobody else removes the leaves of the pid 1s
+    /// cloned here (an outer helper removes its own), nor those of a
+    /// zygote that was replaced, nor those of its runs still being torn
+    /// down. Every empty leaf of the dead library in the directory the
+    /// leaves are made in is removed, waiting (at most ten seconds: nobody
+    /// waits for this process) for the pid namespaces to die, which the
+    /// lifelines' end has begun; then exit.
+    fn orphaned(&self) -> ! {
+        let prefix = format!("portcullis-{}-", self.library);
+        let dead = self.library_gone();
+        let mut left: Vec<std::path::PathBuf> = self
+            .open
+            .iter()
+            .filter_map(|l| std::fs::read_link(format!("/proc/self/fd/{}", l.as_raw_fd())).ok())
+            .collect();
+        if let (true, Some(parent)) = (dead, &self.parent) {
+            for e in std::fs::read_dir(parent).into_iter().flatten().flatten() {
+                let path = e.path();
+                if e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)) && !left.contains(&path) {
+                    left.push(path);
+                }
+            }
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !left.is_empty() && std::time::Instant::now() < deadline {
+            left.retain(|path| match std::fs::remove_dir(path) {
+                Ok(()) => false,
+                // Still populated: its pid namespace is dying.
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => true,
+                // Gone, or out of this process's reach: nothing to do.
+                Err(_) => false,
+            });
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        sys::exit_now(0)
     }
 }
 

@@ -490,16 +490,21 @@ pub(super) async fn wait_helper(launched: &mut Launched, cg: Option<&Cgroup>, wa
 /// process of the namespace can outlive its reaping by pid 1. Where the
 /// helper said pid 1's pid (`pid1`), that pid needs no look at its parent:
 /// it is the helper's child until the helper reaps it.
+///
+/// A pid 1 the zygote cloned is the helper itself (`pid1` is `helper`):
+/// then only it may be there, not its children (which are the sandbox's).
 pub(super) fn only_scaffolding(cg: Option<&Cgroup>, helper: libc::pid_t, pid1: Option<libc::pid_t>) -> bool {
     let Some(c) = cg else { return true };
     let Ok(procs) = c.procs() else { return false };
+    let direct = pid1 == Some(helper);
     procs.into_iter().all(|pid| {
         pid == helper
             || Some(pid) == pid1
-            // Gone since the list was read (reaped), or the helper's child.
+            // Gone since the list was read (reaped), or the outer helper's
+            // child.
             || match parent_of(pid) {
                 Ok(None) => true,
-                Ok(Some(parent)) => parent == helper,
+                Ok(Some(parent)) => parent == helper && !direct,
                 Err(_) => false,
             }
     })
@@ -684,4 +689,56 @@ pub(super) fn assemble(plan: &Plan, ended: Ended) -> Result<ExecResult, SandboxE
         warnings,
     };
     after_run(failures, Ok(result))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The outside check at an early end: with a pid 1 the zygote cloned
+    /// (the helper is pid 1), a live child of pid 1 in the run's cgroup is
+    /// the sandbox's, not scaffolding (a review found it let through);
+    /// pid 1 alone is. With an outer helper, pid 1 (its child) is let
+    /// through and pid 1's child is not.
+    #[test]
+    fn a_child_of_a_direct_pid1_is_not_scaffolding() {
+        let made = super::super::cgroup::discover().ok().and_then(|h| {
+            let plan = h.plan(None, None).ok()?;
+            h.create(&plan).ok()
+        });
+        let Some(mut cg) = made else {
+            assert!(
+                std::env::var_os("PORTCULLIS_REQUIRE_ALL_LAYERS").is_none(),
+                "no cgroup leaf can be made here, and every layer is required"
+            );
+            eprintln!("skipping: no cgroup leaf can be made here");
+            return;
+        };
+        // A stand-in pid 1 with a child, both moved into the leaf.
+        let mut p = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut line = String::new();
+        let out = p.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).unwrap_or_else(|e| panic!("{e}"));
+        let child: libc::pid_t = line.trim().parse().unwrap_or_else(|e| panic!("{e}"));
+        let pid1 = p.id() as libc::pid_t;
+        std::fs::write(cg.path.join("cgroup.procs"), pid1.to_string()).unwrap_or_else(|e| panic!("{e}"));
+        // Control: pid 1 alone passes, as a direct helper and under an
+        // outer one (whose pid is this process's parent, not in the leaf).
+        let alone = super::only_scaffolding(Some(&cg), pid1, Some(pid1));
+        std::fs::write(cg.path.join("cgroup.procs"), child.to_string()).unwrap_or_else(|e| panic!("{e}"));
+        let direct = super::only_scaffolding(Some(&cg), pid1, Some(pid1));
+        // With an outer helper `pid1`'s parent role is the helper's: its
+        // own child passes, a grandchild would not.
+        let outer = super::only_scaffolding(Some(&cg), pid1, None);
+        // SAFETY: kill(2) on a process this test started.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+        let _ = p.kill();
+        let _ = p.wait();
+        let _ = cg.kill_and_remove_blocking(std::time::Duration::from_secs(5));
+        assert!(alone, "control: pid 1 alone is not taken for scaffolding");
+        assert!(outer, "control: an outer helper's child is not taken for scaffolding");
+        assert!(!direct, "a live child of a pid 1 the zygote cloned passed the outside check");
+    }
 }

@@ -155,6 +155,57 @@ fn fds_on_host_root(pid: &str) -> Vec<String> {
         .collect()
 }
 
+/// The descriptors queued unread on the sockets `pid` holds that are the
+/// host's root, as the socket's reader would get them (each socket taken
+/// with `pidfd_getfd` and peeked at: nothing is consumed). A copy of the
+/// host's tree waiting in a socket is in no `/proc/PID/fd` entry.
+fn queued_on_host_root(pid: &str) -> Vec<String> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::fs::MetadataExt;
+    let Ok(root) = std::fs::metadata("/") else { return vec!["cannot stat /".into()] };
+    let Ok(n) = pid.parse::<libc::pid_t>() else { return Vec::new() };
+    // SAFETY: pidfd_open takes no pointers; a descriptor it returns is ours.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, n, 0) };
+    if raw < 0 {
+        return Vec::new();
+    }
+    // SAFETY: a fresh descriptor owned by nobody else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten() {
+        let is_socket = std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"));
+        let Some(target) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        if !is_socket {
+            continue;
+        }
+        // SAFETY: pidfd_getfd copies the target's descriptor into our table.
+        let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target, 0) };
+        if got < 0 {
+            continue;
+        }
+        // SAFETY: a fresh descriptor owned by nobody else.
+        let sock = unsafe { OwnedFd::from_raw_fd(got as i32) };
+        let mut buf = [0u8; 64];
+        let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 16]);
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC;
+        let Ok(msg) = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), flags) else { continue };
+        for c in msg.cmsgs().into_iter().flatten() {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for fd in fds {
+                    // SAFETY: SCM_RIGHTS installed it in our table.
+                    let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+                    if f.metadata().is_ok_and(|m| m.dev() == root.dev() && m.ino() == root.ino()) {
+                        found.push(format!("queued on fd {target}"));
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
 #[test]
 fn r0829_no_process_of_a_running_slot_holds_the_host_tree() {
     let test = "r0829";
@@ -167,7 +218,25 @@ fn r0829_no_process_of_a_running_slot_holds_the_host_tree() {
     let own = std::fs::File::open("/").unwrap_or_else(|e| panic!("{test}: {e}"));
     let me = std::process::id().to_string();
     assert!(!fds_on_host_root(&me).is_empty(), "{test}: control: our own fd on / is not seen");
-    drop(own);
+    // CONTROL: and one queued, unread, on a socket of ours.
+    {
+        use std::os::fd::AsRawFd;
+        let (a, b) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            nix::sys::socket::SockType::SeqPacket,
+            None,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+        let fds = [own.as_raw_fd()];
+        let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
+        let iov = [std::io::IoSlice::new(b"h")];
+        nix::sys::socket::sendmsg::<()>(a.as_raw_fd(), &iov, &cmsg, nix::sys::socket::MsgFlags::empty(), None)
+            .unwrap_or_else(|e| panic!("{test}: {e}"));
+        drop(own);
+        assert!(!queued_on_host_root(&me).is_empty(), "{test}: control: a queued fd on / is not seen");
+        drop((a, b));
+    }
     let ws = Ws::new();
     let rt = rt();
     let sb = pooled(1);
@@ -188,9 +257,9 @@ fn r0829_no_process_of_a_running_slot_holds_the_host_tree() {
             let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
             let started = children.split_whitespace().any(|c| comm_of(c).trim() != "portcullis-init");
             if comm.trim() == "portcullis-init" && started {
-                seen.push((pid.clone(), fds_on_host_root(&pid)));
+                seen.push((pid.clone(), [fds_on_host_root(&pid), queued_on_host_root(&pid)].concat()));
                 for child in children.split_whitespace() {
-                    seen.push((child.to_string(), fds_on_host_root(child)));
+                    seen.push((child.to_string(), [fds_on_host_root(child), queued_on_host_root(child)].concat()));
                 }
             }
         }

@@ -437,3 +437,75 @@ fn r0885_a_resident_command_has_no_outer_helper_and_dies_with_the_server() {
         }
     }
 }
+
+/// The cgroup leaves a dead server's sandboxes leave are removed by its
+/// zygote, also those of the slots a zygote it replaced had cloned (a
+/// review found them left: the zygote knew only its own), and while a
+/// tree dies slowly. Here the zygotes are killed (as an OOM kill would),
+/// a command runs (a new zygote), and the server is killed.
+#[test]
+fn r0886_a_dead_servers_leaves_are_removed_after_its_zygotes_were_replaced() {
+    use super::mcp_server::{Serve, POLICY};
+    let test = "r0886";
+    let parent = sandbox().cgroup_host().ok().filter(|h| h.plan(None, None).is_ok()).map(|h| h.parent.clone());
+    let Some(parent) = parent else {
+        assert!(
+            std::env::var_os("PORTCULLIS_REQUIRE_ALL_LAYERS").is_none() || !nix::unistd::getuid().is_root(),
+            "{test}: no cgroup leaf can be made as root"
+        );
+        eprintln!("{test}: skipping: no cgroup leaf can be made here (uid 65534 has no delegated cgroup)");
+        return;
+    };
+    let ws = Ws::new();
+    let policy = ws.path().with_extension("policy.toml");
+    std::fs::write(&policy, format!("pool = 2\n{POLICY}")).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(&policy);
+    let mut s = Serve::spawn(cmd);
+    let server = s.child.id();
+    let leaves = || -> Vec<String> {
+        let prefix = format!("portcullis-{server}-");
+        std::fs::read_dir(&parent)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&prefix))
+            .collect()
+    };
+    s.call(1, "run_shell", serde_json::json!({"command": "true"}));
+    assert_eq!(s.structured(1)["exit_code"], 0, "{test}");
+    let zygotes = |of: u32| -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| parent_pid(*p) == Some(of))
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.windows(9).any(|w| w == b"\0--zygote"))
+            })
+            .collect()
+    };
+    let first = zygotes(server);
+    assert!(!first.is_empty(), "{test}: control: the server has no zygote");
+    for z in &first {
+        // SAFETY: kill(2) on a process found just above.
+        unsafe { libc::kill(*z as i32, libc::SIGKILL) };
+    }
+    // The next command takes a slot the killed zygote made (the other
+    // stays, its leaf known to no zygote alive); the refill starts a new
+    // zygote.
+    s.call(2, "run_shell", serde_json::json!({"command": "true"}));
+    assert_eq!(s.structured(2)["exit_code"], 0, "{test}: call 2");
+    assert!(until(|| zygotes(server).iter().any(|z| !first.contains(z))), "{test}: no zygote replaced the killed ones");
+    assert!(!leaves().is_empty(), "{test}: control: the server has no cgroup leaf");
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+    assert!(until(|| leaves().is_empty()), "{test}: leaves left: {:?}", leaves());
+}
+
+/// The parent of `pid`.
+fn parent_pid(pid: u32) -> Option<u32> {
+    parent(pid)
+}
