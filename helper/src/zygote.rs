@@ -39,8 +39,9 @@
 //! * `c` (library to zygote): a pid 1 to clone: the ids to map (inside
 //!   uid, outside uid, inside gid, outside gid, `u32` each, native order)
 //!   and a flags byte (bit 0: the cgroup's directory follows the gate
-//!   among the descriptors, not placed; bit 1: one run, else a slot), then
-//!   a `z` request's payload.
+//!   among the descriptors, not placed; bit 1: one run, else a slot; bit
+//!   2: send pid 1's user namespace, for a root caller), then a `z`
+//!   request's payload.
 //! * `q` (library to zygote): stop. A bare end of the socket instead means
 //!   the library died: the zygote then removes the cgroup leaves of the
 //!   sandboxes it cloned that are still there (nobody else would).
@@ -312,6 +313,8 @@ fn clone_slot(
     let with_cgroup = head[16] & 1 != 0;
     // Bit 1: a one-run pid 1 (`crate::direct_run`), else a slot's.
     let one_run = head[16] & 2 != 0;
+    // Bit 2: the library makes idmapped trees through its user namespace.
+    let want_userns = head[16] & 4 != 0;
     // The gate stays first; the cgroup, when sent, comes second and is not placed.
     let cgroup = match (with_cgroup, fds.len()) {
         (true, 2..) => Some(fds.remove(1)),
@@ -373,7 +376,7 @@ fn clone_slot(
             let userns = joined
                 .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
                 .and_then(|()| crate::write_maps(pid, &identity).map_err(|f| f.errno))
-                .and_then(|()| match nix::unistd::getuid().is_root() {
+                .and_then(|()| match want_userns && nix::unistd::getuid().is_root() {
                     true => std::fs::File::open(format!("/proc/{pid}/ns/user"))
                         .map(|f| Some(OwnedFd::from(f)))
                         .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO)),
@@ -409,6 +412,9 @@ fn clone_slot(
 
 /// The library can no longer be answered: it died.
 struct Gone;
+
+/// Leaves held before the removed ones are let go ([`Leaves::prune`]).
+const PRUNE_AT: usize = 32;
 
 /// The cgroup leaves of the pid 1s this zygote cloned, while they exist,
 /// the directory they are made in, and the library's pid (which names
@@ -452,8 +458,13 @@ impl Leaves {
         self.open.push(leaf);
     }
 
-    /// Let go of the leaves the library has removed (once each run is over).
+    /// Let go of the leaves the library has removed (once each run is over),
+    /// when more than a pool's and a few runs' are held (a look at each
+    /// costs a call: not done for every request).
     fn prune(&mut self) {
+        if self.open.len() < PRUNE_AT {
+            return;
+        }
         self.open.retain(|l| {
             let ok = nix::unistd::AccessFlags::F_OK;
             nix::unistd::faccessat(l, "cgroup.procs", ok, nix::fcntl::AtFlags::empty()).is_ok()

@@ -464,9 +464,11 @@ impl Launcher {
     /// clones a slot's, with `fds` placed as for a spawned helper (the
     /// spec, the report pipe, the lifeline, the observer's socket) and
     /// stdin from `stdin`; let go once `trees` has made the run's idmapped
-    /// trees through its user namespace. `None` where there is no zygote or
+    /// trees through its user namespace (asked for when `userns`: the run
+    /// has idmapped binds). `None` where there is no zygote or
     /// it could not (the caller spawns the helper: nothing of this request
     /// runs then).
+    #[allow(clippy::too_many_arguments)]
     pub fn clone_run(
         &self,
         identity: &Identity,
@@ -474,11 +476,12 @@ impl Launcher {
         fds: &[(RawFd, RawFd)],
         stdin: Option<RawFd>,
         net: Option<(&NetZygote, &[(RawFd, RawFd)])>,
+        userns: bool,
         trees: &Trees<'_>,
     ) -> Option<ClonedRun> {
         let z = self.zygote.as_ref()?;
         let mut z = z.lock().unwrap_or_else(|p| p.into_inner());
-        let request = Request::Run { identity: *identity, cgroup, trees };
+        let request = Request::Run { identity: *identity, cgroup, userns, trees };
         let ask = |z: &Zygote, lose| z.ask(&request, &[], fds, stdin, lose);
         Some(match z.with(&self.helper, net, ask)? {
             Ok((spawned, _)) => ClonedRun::Made(spawned),
@@ -532,8 +535,9 @@ enum Request<'a> {
     /// A slot's pid 1, in its namespaces and cgroup (`c`).
     Slot { identity: Identity, cgroup: Option<RawFd> },
     /// A one-run pid 1, in its namespaces and cgroup (`c`, bit 1), let go
-    /// with the idmapped trees `trees` makes through its user namespace.
-    Run { identity: Identity, cgroup: Option<RawFd>, trees: &'a Trees<'a> },
+    /// with the idmapped trees `trees` makes through its user namespace
+    /// (sent when `userns`: the run has idmapped binds).
+    Run { identity: Identity, cgroup: Option<RawFd>, userns: bool, trees: &'a Trees<'a> },
 }
 
 /// How a one-run pid 1's idmapped trees are made, through its user
@@ -677,8 +681,10 @@ impl Zygote {
         // request, and its cgroup right after the gate.
         let (tag, head, lead) = match what {
             Request::Helper => (b'z', Vec::new(), None),
-            Request::Slot { identity, cgroup } => (b'c', slot_head(identity, cgroup.is_some(), false), *cgroup),
-            Request::Run { identity, cgroup, .. } => (b'c', slot_head(identity, cgroup.is_some(), true), *cgroup),
+            Request::Slot { identity, cgroup } => (b'c', slot_head(identity, cgroup.is_some(), false, true), *cgroup),
+            Request::Run { identity, cgroup, userns, .. } => {
+                (b'c', slot_head(identity, cgroup.is_some(), true, *userns), *cgroup)
+            }
         };
         let raw: Vec<RawFd> =
             [gate_r.as_raw_fd()].into_iter().chain(lead).chain(passed.iter().map(|(src, _)| *src)).collect();
@@ -850,11 +856,11 @@ fn request(args: &[&str], passed: &[(RawFd, RawFd)]) -> Option<Vec<u8>> {
 
 /// A `c` request's head: the four ids (native order) and the flags (bit
 /// 0: the cgroup's descriptor follows the gate).
-fn slot_head(id: &Identity, cgroup: bool, one_run: bool) -> Vec<u8> {
+fn slot_head(id: &Identity, cgroup: bool, one_run: bool, userns: bool) -> Vec<u8> {
     [id.inside_uid, id.outside_uid, id.inside_gid, id.outside_gid]
         .iter()
         .flat_map(|v| v.to_ne_bytes())
-        .chain([u8::from(cgroup) | u8::from(one_run) << 1])
+        .chain([u8::from(cgroup) | u8::from(one_run) << 1 | u8::from(userns) << 2])
         .collect()
 }
 

@@ -202,7 +202,8 @@ pub(super) fn spawn_helper(
             let joined = net.map(|n| (n.zygote(), &net_pass[..]));
             let trees = |userns: Option<BorrowedFd<'_>>| idmapped_trees(spec, userns);
             let cg = fds.cgroup.as_ref().map(AsRawFd::as_raw_fd);
-            launcher.clone_run(&spec.identity, cg, &placed, stdin.command_end(), joined, &trees)
+            let userns = spec.mounts.iter().any(|m| m.is_idmapped());
+            launcher.clone_run(&spec.identity, cg, &placed, stdin.command_end(), joined, userns, &trees)
         }
         false => None,
     };
