@@ -282,23 +282,48 @@ fn pid1_direct(via: CloneCall, report_fd: &OwnedFd) -> Result<Never, Fail> {
         sys::loopback_up().map_err(|e| Fail::io(Step::NetNamespace, e))?;
     }
     crate::become_init()?;
+    let ahead = Ahead { base: &base, programs, via, chan: None, sock: Some(sock), root, host };
+    fork_ahead(ahead, report_fd, Some(lifeline))
+}
+
+/// What the command's process forked ahead starts from.
+struct Ahead<'a> {
+    base: &'a SlotSpec,
+    programs: Programs,
+    via: CloneCall,
+    chan: Option<chan::End>,
+    sock: Option<OwnedFd>,
+    root: mounts::Root,
+    host: Option<OwnedFd>,
+}
+
+/// Fork the command's process ahead ([`command_ahead`]); pid 1 keeps
+/// nothing of the slot and reaps, watching the `lifeline` when it has one
+/// to watch (no outer helper above it).
+fn fork_ahead(ahead: Ahead<'_>, report_fd: &OwnedFd, lifeline: Option<OwnedFd>) -> ! {
     // SAFETY: pid 1 is single-threaded (a clone of the single-threaded
-    // zygote), so the child may do anything after fork.
-    match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, crate::errno(e)))? {
-        nix::unistd::ForkResult::Child => {
+    // zygote or outer helper), so the child may do anything after fork.
+    let forked = unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, crate::errno(e)));
+    let f = match forked {
+        Ok(nix::unistd::ForkResult::Child) => {
             drop(lifeline);
-            let f = match command_ahead(&base, programs, via, None, Some(sock), root, host, report_fd) {
+            let Ahead { base, programs, via, chan, sock, root, host } = ahead;
+            match command_ahead(base, programs, via, chan, sock, root, host, report_fd) {
                 Ok(never) => match never {},
                 Err(f) => f,
-            };
-            crate::report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
-            sys::exit_now(f.exit_code())
+            }
         }
-        nix::unistd::ForkResult::Parent { child } => {
-            drop((sock, root, host, programs));
-            sys::exit_now(crate::reap_watching(child, report_fd, &lifeline))
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            drop(ahead);
+            sys::exit_now(match &lifeline {
+                Some(l) => crate::reap_watching(child, report_fd, l),
+                None => crate::reap(child, report_fd),
+            })
         }
-    }
+        Err(f) => f,
+    };
+    crate::report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
+    sys::exit_now(f.exit_code())
 }
 
 /// The slot's root: the tmpfs, the slot's mounts, the copy of the host's
@@ -354,22 +379,7 @@ fn pid1(
     // makes them) and becomes the command, so the request reaches the
     // command without pid 1's wake-up and a fork in between. Pid 1 keeps
     // nothing of the slot: it reaps, sweeps and reports, as ever.
-    // SAFETY: pid 1 is single-threaded (a fresh clone of the single-threaded
-    // outer helper), so the child may do anything after fork.
-    match unsafe { nix::unistd::fork() }.map_err(|e| Fail::io(Step::ForkCommand, crate::errno(e)))? {
-        nix::unistd::ForkResult::Child => {
-            let f = match command_ahead(base, programs, via, Some(chan), None, root, host, report_fd) {
-                Ok(never) => match never {},
-                Err(f) => f,
-            };
-            crate::report(report_fd, Record::Error { step: Ok(f.step), errno: f.errno, detail: f.detail });
-            sys::exit_now(f.exit_code())
-        }
-        nix::unistd::ForkResult::Parent { child } => {
-            drop((chan, root, host, programs));
-            sys::exit_now(crate::reap(child, report_fd))
-        }
-    }
+    fork_ahead(Ahead { base, programs, via, chan: Some(chan), sock: None, root, host }, report_fd, None)
 }
 
 /// The command's process of a slot, forked ahead: the steps of its setup

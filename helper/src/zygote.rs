@@ -238,14 +238,7 @@ fn place_keeping(targets: &[RawFd], fds: Vec<OwnedFd>, keep: &[OwnedFd]) {
     // Each received descriptor may lie on another's target: all go above
     // the protocol numbers first, then onto their targets; stdin is
     // /dev/null when none was passed (as the library's spawn does).
-    let mut moved = Vec::with_capacity(fds.len());
-    for fd in &fds {
-        match sys::dup_above(fd.as_raw_fd(), LAST_FD + 1) {
-            Ok(m) => moved.push(m),
-            Err(_) => sys::exit_now(crate::EXIT_SETUP),
-        }
-    }
-    drop(fds);
+    let moved = above_protocol(fds);
     for fd in 0..=LAST_FD {
         // SAFETY: closing a protocol or standard descriptor number, which
         // nothing in this process holds as an OwnedFd any more (the
@@ -284,6 +277,14 @@ fn place_keeping(targets: &[RawFd], fds: Vec<OwnedFd>, keep: &[OwnedFd]) {
     if unsafe { libc::setpgid(0, 0) } != 0 {
         sys::exit_now(crate::EXIT_SETUP);
     }
+}
+
+/// Copies of `fds` above the protocol numbers (the originals closed); a
+/// child that cannot make them exits.
+fn above_protocol(fds: Vec<OwnedFd>) -> Vec<OwnedFd> {
+    fds.iter()
+        .map(|fd| sys::dup_above(fd.as_raw_fd(), LAST_FD + 1).unwrap_or_else(|_| sys::exit_now(crate::EXIT_SETUP)))
+        .collect()
 }
 
 /// Length of a `c` request's head: the identity's four ids and the flags.
@@ -350,14 +351,7 @@ fn clone_slot(
             };
             drop(gate);
             // Above the protocol numbers, where the placement leaves them.
-            let mut kept = Vec::with_capacity(trees.len());
-            for t in &trees {
-                match sys::dup_above(t.as_raw_fd(), LAST_FD + 1) {
-                    Ok(k) => kept.push(k),
-                    Err(_) => sys::exit_now(crate::EXIT_SETUP),
-                }
-            }
-            drop(trees);
+            let kept = above_protocol(trees);
             place_keeping(&targets, fds, &kept);
             if let Some(area) = area {
                 show_command_line(area, &args);
