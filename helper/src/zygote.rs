@@ -127,7 +127,10 @@ pub fn serve() -> ! {
                 leaves.prune();
                 match clone_slot(&ctl, &buf[..n], fds, area) {
                     Ok(leaf) => leaves.track(leaf),
-                    Err(Gone) => leaves.orphaned(),
+                    Err(Gone(leaf)) => {
+                        leaves.track(leaf);
+                        leaves.orphaned()
+                    }
                 }
                 continue;
             }
@@ -393,7 +396,7 @@ fn clone_slot(
             };
             if sent.is_err() {
                 // As for a helper: the library closes the gate and reaps.
-                return Err(Gone);
+                return Err(Gone(cgroup));
             }
             Ok(cgroup.filter(|_| made))
         }
@@ -404,8 +407,9 @@ fn clone_slot(
     }
 }
 
-/// The library can no longer be answered: it died.
-struct Gone;
+/// The library can no longer be answered: it died (with the cgroup leaf
+/// of the request, if any, which is to be removed too).
+struct Gone(Option<OwnedFd>);
 
 /// Leaves held before the removed ones are let go ([`Leaves::prune`]).
 const PRUNE_AT: usize = 32;
@@ -423,7 +427,10 @@ struct Leaves {
 
 impl Leaves {
     fn new() -> Leaves {
-        let library = nix::unistd::getppid().as_raw();
+        // The library's pid, as it gave it (its parent may already be
+        // another process, if the library died before this one started).
+        let library =
+            std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or_else(|| nix::unistd::getppid().as_raw());
         // SAFETY: pidfd_open takes no pointers; a pidfd is close-on-exec,
         // and a child closes it with every other it does not place.
         let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, library, 0) };

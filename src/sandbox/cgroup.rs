@@ -332,13 +332,25 @@ impl CgroupHost {
     /// fails fails the whole: the run must not go ahead with less than its
     /// plan said (the leaf made so far is removed on drop).
     pub fn create(&self, plan: &CgroupPlan) -> Result<Cgroup, CgroupFailed> {
-        let name = format!("portcullis-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
-        let path = plan.parent.join(name);
         fn failed(stage: &'static str, path: &Path) -> impl FnOnce(io::Error) -> CgroupFailed {
             let path = path.to_path_buf();
             move |source| CgroupFailed { stage, path, source }
         }
-        fs::create_dir(&path).map_err(failed("create the per-command cgroup", &path))?;
+        // A leaf of that name may be left by a dead process that had this
+        // pid: one that was pid 1 of its own pid namespace, say, whose
+        // leaves no sweep can tell from a live process's (a review found
+        // such a leaf failing every later run of the next one): the next
+        // number is taken.
+        let mut tries = 0;
+        let path = loop {
+            let name = format!("portcullis-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+            let path = plan.parent.join(name);
+            match fs::create_dir(&path) {
+                Ok(()) => break path,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 1000 => tries += 1,
+                Err(e) => return Err(failed("create the per-command cgroup", &path)(e)),
+            }
+        };
         let dir = match open_dir(&path) {
             Ok(d) => d,
             Err(e) => {
@@ -491,6 +503,34 @@ impl Drop for Cgroup {
 
 #[cfg(test)]
 mod tests {
+
+    /// A leaf name a dead process with this pid left (one that was pid 1
+    /// of its own pid namespace leaves `portcullis-1-N`, which no sweep
+    /// removes) does not fail the run: the next number is taken.
+    #[test]
+    fn a_leaf_name_left_by_another_process_is_passed_over() {
+        let Some((host, plan)) = discover().ok().and_then(|h| h.plan(None, None).ok().map(|p| (h, p))) else {
+            assert!(
+                std::env::var_os("PORTCULLIS_REQUIRE_ALL_LAYERS").is_none(),
+                "no cgroup leaf can be made here, and every layer is required"
+            );
+            eprintln!("skipping: no cgroup leaf can be made here");
+            return;
+        };
+        let next = SEQ.load(Ordering::Relaxed);
+        let stale: Vec<PathBuf> =
+            (next..next + 3).map(|n| plan.parent.join(format!("portcullis-{}-{n}", std::process::id()))).collect();
+        for p in &stale {
+            fs::create_dir(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        }
+        let made = host.create(&plan);
+        for p in &stale {
+            let _ = fs::remove_dir(p);
+        }
+        let mut cg = made.unwrap_or_else(|e| panic!("a stale leaf name failed the leaf: {}", e.source));
+        assert!(!stale.contains(&cg.path), "{}", cg.path.display());
+        assert!(cg.kill_and_remove_blocking(Duration::from_secs(5)));
+    }
     use super::*;
 
     const HYBRID: &str = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\

@@ -378,9 +378,13 @@ const MAX_ZYGOTE_FAILURES: u32 = 3;
 /// hung (killed, and the helper spawned the usual way).
 const ZYGOTE_ANSWER: Duration = Duration::from_secs(2);
 
-/// The zygote's arguments: `--zygote` and room in its argument area for a
-/// helper's longest (`--make-network`), which each child shows there.
-const ZYGOTE_ARGS: &[&str] = &["--zygote", "                "];
+/// The zygote's arguments: `--zygote`, this process's pid (which names its
+/// cgroup leaves: a zygote whose library died removes them) and room in
+/// its argument area for a helper's longest (`--make-network`), which each
+/// child shows there.
+fn zygote_args() -> [String; 3] {
+    ["--zygote".into(), std::process::id().to_string(), " ".repeat(16)]
+}
 
 impl Launcher {
     /// Spawn every helper.
@@ -657,7 +661,9 @@ impl Zygote {
         let theirs = crate::sys::dup_above(&theirs, portcullis_helper::LAST_FD + 1)?;
         let mut fds = vec![(theirs.as_raw_fd(), portcullis_helper::SPEC_FD)];
         fds.extend_from_slice(net);
-        let (pid, pidfd) = posix_spawn(helper, ZYGOTE_ARGS, &fds, None, None)?;
+        let args = zygote_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (pid, pidfd) = posix_spawn(helper, &args, &fds, None, None)?;
         // SAFETY: getpid has no preconditions.
         let owner = unsafe { libc::getpid() };
         Ok(Zygote { pid, pidfd, sock: Some(ours), started_as, owner })

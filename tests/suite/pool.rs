@@ -157,7 +157,8 @@ fn fds_on_host_root(pid: &str) -> Vec<String> {
 
 /// The descriptors queued unread on the sockets `pid` holds that are the
 /// host's root, as the socket's reader would get them (each socket taken
-/// with `pidfd_getfd` and peeked at: nothing is consumed). A copy of the
+/// with `pidfd_getfd` and its first message peeked at: nothing is
+/// consumed), and each socket that could not be taken. A copy of the
 /// host's tree waiting in a socket is in no `/proc/PID/fd` entry.
 fn queued_on_host_root(pid: &str) -> Vec<String> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
@@ -182,6 +183,12 @@ fn queued_on_host_root(pid: &str) -> Vec<String> {
         // SAFETY: pidfd_getfd copies the target's descriptor into our table.
         let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target, 0) };
         if got < 0 {
+            // Not looked at is not seen clean (a process that went is, and
+            // its socket with it).
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ESRCH) && e.raw_os_error() != Some(libc::EBADF) {
+                found.push(format!("socket on fd {target} not inspected: {e}"));
+            }
             continue;
         }
         // SAFETY: a fresh descriptor owned by nobody else.

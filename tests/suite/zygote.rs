@@ -64,7 +64,8 @@ fn all_children() -> Vec<String> {
 
 fn zygotes(helper: &Path) -> Vec<(u32, char)> {
     let h = helper.to_string_lossy();
-    children_with(&[&h, "--zygote", "                "])
+    let me = std::process::id().to_string();
+    children_with(&[&h, "--zygote", &me, "                "])
 }
 
 /// Wait up to 30 s for `f` to hold (a loaded CI machine can take seconds to
