@@ -1,7 +1,8 @@
 //! `portcullis-helper --zygote`: starts helpers without an `execve` each.
 //!
 //! A long-lived library (a `Workspace`, `portcullis serve`) starts one of
-//! these per sandbox with a `SOCK_SEQPACKET` socket on fd 3 and asks it for
+//! these per sandbox with a `SOCK_SEQPACKET` socket on fd 3 (and its own pid
+//! as the argument after `--zygote`, which names its cgroup leaves) and asks it for
 //! every helper it would otherwise `posix_spawn`. For each request the
 //! zygote forks (`clone` with `CLONE_PARENT`: the new helper is the
 //! library's own child, which waits for it and reaps it through its pidfd
