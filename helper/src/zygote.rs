@@ -430,8 +430,10 @@ impl Leaves {
     fn new() -> Leaves {
         // The library's pid, as it gave it (its parent may already be
         // another process, if the library died before this one started).
-        let library =
-            std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or_else(|| nix::unistd::getppid().as_raw());
+        let library = std::env::args_os()
+            .nth(2)
+            .and_then(|a| a.to_str()?.parse().ok())
+            .unwrap_or_else(|| nix::unistd::getppid().as_raw());
         // SAFETY: pidfd_open takes no pointers; a pidfd is close-on-exec,
         // and a child closes it with every other it does not place.
         let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, library, 0) };
