@@ -223,11 +223,7 @@ fn pid1_direct(via: CloneCall, trees: Vec<OwnedFd>, report_fd: &OwnedFd) -> Resu
     let (lifeline, _) = adopt_run_fds(false);
     block_signals()?;
     set_ids(&spec.identity)?;
-    let all: Vec<usize> = (0..spec.mounts.len()).collect();
-    let sources = mounts::open_sources(None, &spec.mounts, &all, premade_trees(&spec.mounts, trees)?)?;
-    mounts::build_root(&spec, &sources)?;
-    drop(sources);
-    nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, errno(e)))?;
+    build_root(&spec, trees)?;
     become_init()?;
     let child = fork_command(&spec, &prep, via, report_fd)?;
     sys::exit_now(reap_watching(child, report_fd, &lifeline))
@@ -501,18 +497,28 @@ pub(crate) fn spawn_pid1(flags: u64, cgroup: Option<&OwnedFd>) -> Result<(sys::F
 /// else will remove the per-command cgroup: pid 1 is reaped, which means the
 /// pid namespace, and with it everything in the cgroup, is gone; remove the
 /// now empty leaf. Best effort, bounded.
-pub(crate) fn remove_orphaned_cgroup(cg: &OwnedFd) {
-    let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", cg.as_raw_fd())) else {
-        return;
-    };
-    for _ in 0..100 {
-        match std::fs::remove_dir(&path) {
-            Ok(()) => return,
-            // After joining pid 1's user namespace (network none) host root's
-            // directories are out of reach; the library sweeps such leaves
-            // the next time a Sandbox is made.
-            Err(e) if e.raw_os_error() != Some(libc::EBUSY) => return,
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(2)),
+fn remove_orphaned_cgroup(cg: &OwnedFd) {
+    if let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", cg.as_raw_fd())) {
+        remove_when_empty(vec![path], std::time::Duration::from_millis(200), std::time::Duration::from_millis(2));
+    }
+}
+
+/// Remove each of the cgroup leaves `left` once it is empty (its removal
+/// refused with `EBUSY` until then), trying every `nap` for at most
+/// `budget`. A leaf gone, or out of this process's reach, is passed over:
+/// after joining pid 1's user namespace (network none) host root's
+/// directories are, and the library sweeps such leaves the next time a
+/// Sandbox is made.
+pub(crate) fn remove_when_empty(
+    mut left: Vec<std::path::PathBuf>,
+    budget: std::time::Duration,
+    nap: std::time::Duration,
+) {
+    let deadline = std::time::Instant::now() + budget;
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        left.retain(|path| matches!(std::fs::remove_dir(path), Err(e) if e.raw_os_error() == Some(libc::EBUSY)));
+        if !left.is_empty() {
+            std::thread::sleep(nap);
         }
     }
 }
@@ -640,16 +646,22 @@ fn pid1(
         return landlock_only_pid1(spec, prep, via, report_fd);
     }
     switch_ids(&spec.identity, &chan)?;
-    let all: Vec<usize> = (0..spec.mounts.len()).collect();
-    let sources = mounts::open_sources(None, &spec.mounts, &all, premade_trees(&spec.mounts, trees)?)?;
-    mounts::build_root(spec, &sources)?;
-    drop(sources);
-    nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, errno(e)))?;
+    build_root(spec, trees)?;
     join_network(spec.network, spec.netns, &chan)?;
     drop(chan);
     become_init()?;
     let child = fork_command(spec, prep, via, report_fd)?;
     sys::exit_now(reap(child, report_fd))
+}
+
+/// A one run's root, from every mount of its spec (with the idmapped
+/// `trees` that came with it), entered; and the host name.
+fn build_root(spec: &SpawnSpec, trees: Vec<OwnedFd>) -> Result<(), Fail> {
+    let all: Vec<usize> = (0..spec.mounts.len()).collect();
+    let sources = mounts::open_sources(None, &spec.mounts, &all, premade_trees(&spec.mounts, trees)?)?;
+    mounts::build_root(spec, &sources)?;
+    drop(sources);
+    nix::unistd::sethostname("portcullis").map_err(|e| Fail::io(Step::Hostname, errno(e)))
 }
 
 /// `ParentDeath`: the outer helper is single-threaded, so the parent-death

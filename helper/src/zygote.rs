@@ -25,7 +25,7 @@
 //! does not); and nothing else: every descriptor but the request's is
 //! closed.
 //!
-//! It also clones a sandbox's pid 1 itself (`c`, [`clone_slot`]): into the
+//! It also clones a sandbox's pid 1 itself (`c`, [`clone_pid1`]): into the
 //! sandbox's namespaces and cgroup, its id maps written here, so that a
 //! resident sandbox has no outer helper (a slot's pid 1,
 //! `crate::slot::direct`, or one run's, `crate::direct_run`). A zygote
@@ -97,7 +97,7 @@ pub fn serve() -> ! {
     let Ok(ctl) = sys::dup_above(passed.as_raw_fd(), LAST_FD + 1) else { sys::exit_now(crate::EXIT_SETUP) };
     drop(passed);
     // A zygote for a workspace's network joins it now, once: the slots it
-    // clones are born in it (`clone_slot`).
+    // clones are born in it (`clone_pid1`).
     if sys::fd_is_open(NETNS_FD)
         && crate::shared_net::join(Netns::Shared { userns: sys::fd_is_open(USERNS_FD) }).is_err()
     {
@@ -126,7 +126,7 @@ pub fn serve() -> ! {
             Ok(Some((b'z', n, fds))) => (n, fds),
             Ok(Some((b'c', n, fds))) => {
                 leaves.prune();
-                match clone_slot(&ctl, &buf[..n], fds, area) {
+                match clone_pid1(&ctl, &buf[..n], fds, area) {
                     Ok(leaf) => leaves.track(leaf),
                     Err(Gone(leaf)) => {
                         leaves.track(leaf);
@@ -205,40 +205,47 @@ fn parse(buf: &[u8], fds: usize) -> Option<(Vec<CString>, Vec<RawFd>)> {
 /// The forked child: once the library lets it go (its gate), the
 /// descriptors placed, a process group of its own, the command line of a
 /// spawned helper; then the helper itself.
-fn child(args: &[CString], targets: &[RawFd], mut fds: Vec<OwnedFd>, area: Option<(usize, usize)>) -> ! {
-    // The gate: the library moves this child into a process group of its
-    // own and writes one byte once it holds its pidfd, and closes it
-    // without one when it gives the request up (then this child exits,
-    // still in the zygote's process group, which the library kills and
-    // reaps with the zygote). So a helper runs exactly when the library knows
-    // it, and a library that does not may start the helper another way.
-    let gate = fds.remove(0);
-    await_gate(gate);
-    place(targets, fds);
-    if let Some(area) = area {
-        show_command_line(area, args);
-    }
+fn child(args: &[CString], targets: &[RawFd], fds: Vec<OwnedFd>, area: Option<(usize, usize)>) -> ! {
+    let _ = let_in(args, targets, fds, area, false);
     crate::run(args.first().map(|a| a.as_bytes()))
 }
 
-/// Wait for the library's byte on the gate; exit without it.
-fn await_gate(gate: OwnedFd) {
-    let mut go = [0u8; 1];
-    match nix::unistd::read(&gate, &mut go) {
-        Ok(1) => {}
+/// A child's way in, up to what it runs: the gate (`fds`' first), the
+/// descriptors placed, the command line shown. The library moves the child
+/// into a process group of its own and writes one byte on the gate once it
+/// holds its pidfd (with a one run's idmapped trees, when `trees`), and
+/// closes it without one when it gives the request up (then this child
+/// exits, still in the zygote's process group, which the library kills and
+/// reaps with the zygote). So a helper runs exactly when the library knows
+/// it, and a library that does not may start the helper another way.
+/// Returns the trees, above the protocol numbers.
+fn let_in(
+    args: &[CString],
+    targets: &[RawFd],
+    mut fds: Vec<OwnedFd>,
+    area: Option<(usize, usize)>,
+    trees: bool,
+) -> Vec<OwnedFd> {
+    let gate = fds.remove(0);
+    let came = match chan::recv(&gate) {
+        Ok(Some((1, came))) if trees || came.is_empty() => came,
         _ => sys::exit_now(crate::EXIT_SETUP),
+    };
+    drop(gate);
+    // Above the protocol numbers, where the placement leaves them.
+    let kept = above_protocol(came);
+    place(targets, fds, &kept);
+    if let Some(area) = area {
+        show_command_line(area, args);
     }
+    kept
 }
 
 /// Put each of `fds` on its target (stdin on `/dev/null` when none is
-/// given), close every other descriptor, and take a process group of our
-/// own: where a spawned helper has them.
-fn place(targets: &[RawFd], fds: Vec<OwnedFd>) {
-    place_keeping(targets, fds, &[])
-}
-
-/// [`place`], keeping `keep` (descriptors above the protocol numbers).
-fn place_keeping(targets: &[RawFd], fds: Vec<OwnedFd>, keep: &[OwnedFd]) {
+/// given), close every other descriptor but `keep` (above the protocol
+/// numbers), and take a process group of our own: where a spawned helper
+/// has them.
+fn place(targets: &[RawFd], fds: Vec<OwnedFd>, keep: &[OwnedFd]) {
     // Each received descriptor may lie on another's target: all go above
     // the protocol numbers first, then onto their targets; stdin is
     // /dev/null when none was passed (as the library's spawn does).
@@ -303,7 +310,7 @@ const SLOT_HEAD: usize = 17;
 /// the sandbox. A failure after the clone kills the child and says so
 /// with its pidfd (`x`), so the library reaps it; one before, `e`.
 /// Returns the pid 1's cgroup leaf, when one came and it was made.
-fn clone_slot(
+fn clone_pid1(
     ctl: &OwnedFd,
     buf: &[u8],
     mut fds: Vec<OwnedFd>,
@@ -347,21 +354,10 @@ fn clone_slot(
             // SAFETY: the zygote's socket is ours to close in the child:
             // it must not keep the library from seeing the zygote die.
             unsafe { libc::close(ctl.as_raw_fd()) };
-            let gate = fds.remove(0);
             // A one run's gate brings a root caller's idmapped trees.
-            let trees = match chan::recv(&gate) {
-                Ok(Some((1, trees))) if one_run || trees.is_empty() => trees,
-                _ => sys::exit_now(crate::EXIT_SETUP),
-            };
-            drop(gate);
-            // Above the protocol numbers, where the placement leaves them.
-            let kept = above_protocol(trees);
-            place_keeping(&targets, fds, &kept);
-            if let Some(area) = area {
-                show_command_line(area, &args);
-            }
+            let trees = let_in(&args, &targets, fds, area, one_run);
             match one_run {
-                true => crate::direct_run(via, kept),
+                true => crate::direct_run(via, trees),
                 false => crate::slot::direct(via),
             }
         }
@@ -498,17 +494,7 @@ impl Leaves {
                 }
             }
         }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !left.is_empty() && std::time::Instant::now() < deadline {
-            left.retain(|path| match std::fs::remove_dir(path) {
-                Ok(()) => false,
-                // Still populated: its pid namespace is dying.
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => true,
-                // Gone, or out of this process's reach: nothing to do.
-                Err(_) => false,
-            });
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        crate::remove_when_empty(left, std::time::Duration::from_secs(10), std::time::Duration::from_millis(5));
         sys::exit_now(0)
     }
 }

@@ -456,7 +456,7 @@ impl Launcher {
     ) -> Option<ClonedSlot> {
         let z = self.zygote.as_ref()?;
         let mut z = z.lock().unwrap_or_else(|p| p.into_inner());
-        let request = Request::Slot { identity: *identity, cgroup };
+        let request = Request::Pid1 { identity: *identity, cgroup, one_run: false, userns: true, trees: None };
         let ask = |z: &Zygote, lose| z.ask(&request, &["--slot"], fds, None, lose);
         match z.with(&self.helper, net, ask)? {
             Ok((spawned, userns)) => Some(ClonedSlot { pid1: spawned.pid, spawned, userns }),
@@ -485,7 +485,7 @@ impl Launcher {
     ) -> Option<ClonedRun> {
         let z = self.zygote.as_ref()?;
         let mut z = z.lock().unwrap_or_else(|p| p.into_inner());
-        let request = Request::Run { identity: *identity, cgroup, userns, trees };
+        let request = Request::Pid1 { identity: *identity, cgroup, one_run: true, userns, trees: Some(trees) };
         let ask = |z: &Zygote, lose| z.ask(&request, &[], fds, stdin, lose);
         Some(match z.with(&self.helper, net, ask)? {
             Ok((spawned, _)) => ClonedRun::Made(spawned),
@@ -536,12 +536,10 @@ pub struct ClonedSlot {
 enum Request<'a> {
     /// A helper, as `posix_spawn` would start it (`z`).
     Helper,
-    /// A slot's pid 1, in its namespaces and cgroup (`c`).
-    Slot { identity: Identity, cgroup: Option<RawFd> },
-    /// A one-run pid 1, in its namespaces and cgroup (`c`, bit 1), let go
-    /// with the idmapped trees `trees` makes through its user namespace
-    /// (sent when `userns`: the run has idmapped binds).
-    Run { identity: Identity, cgroup: Option<RawFd>, userns: bool, trees: &'a Trees<'a> },
+    /// A pid 1, in its namespaces and cgroup (`c`): one run's, or a slot's;
+    /// its user namespace sent back when `userns`; let go with the
+    /// idmapped trees `trees` makes through it.
+    Pid1 { identity: Identity, cgroup: Option<RawFd>, one_run: bool, userns: bool, trees: Option<&'a Trees<'a>> },
 }
 
 /// How a one-run pid 1's idmapped trees are made, through its user
@@ -687,9 +685,8 @@ impl Zygote {
         // request, and its cgroup right after the gate.
         let (tag, head, lead) = match what {
             Request::Helper => (b'z', Vec::new(), None),
-            Request::Slot { identity, cgroup } => (b'c', slot_head(identity, cgroup.is_some(), false, true), *cgroup),
-            Request::Run { identity, cgroup, userns, .. } => {
-                (b'c', slot_head(identity, cgroup.is_some(), true, *userns), *cgroup)
+            Request::Pid1 { identity, cgroup, one_run, userns, .. } => {
+                (b'c', pid1_head(identity, cgroup.is_some(), *one_run, *userns), *cgroup)
             }
         };
         let raw: Vec<RawFd> =
@@ -704,7 +701,7 @@ impl Zygote {
         };
         // A one run's trees, made before it is let go.
         let trees = match (&reply, what) {
-            (Some(Reply::Made { pid, extra, .. }), Request::Run { trees, .. }) => {
+            (Some(Reply::Made { pid, extra, .. }), Request::Pid1 { trees: Some(trees), .. }) => {
                 match trees(extra.as_ref().map(|e| e.as_fd())) {
                     Ok(t) => t,
                     Err(r) => {
@@ -862,7 +859,7 @@ fn request(args: &[&str], passed: &[(RawFd, RawFd)]) -> Option<Vec<u8>> {
 
 /// A `c` request's head: the four ids (native order) and the flags (bit
 /// 0: the cgroup's descriptor follows the gate).
-fn slot_head(id: &Identity, cgroup: bool, one_run: bool, userns: bool) -> Vec<u8> {
+fn pid1_head(id: &Identity, cgroup: bool, one_run: bool, userns: bool) -> Vec<u8> {
     [id.inside_uid, id.outside_uid, id.inside_gid, id.outside_gid]
         .iter()
         .flat_map(|v| v.to_ne_bytes())

@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex};
 
 use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
 use portcullis_helper::mount_api::place_at;
-use portcullis_helper::report::{Step, NO_DETAIL};
+use portcullis_helper::report::Step;
 use portcullis_helper::spec::{Mode, MountOp, SlotSpec, SpawnSpec, SPEC_VERSION};
 
 use super::cgroup::{Cgroup, CgroupHost, CgroupPlan};
@@ -763,29 +763,10 @@ impl Slot {
     }
 
     /// A root caller's idmapped trees of `spec`, made here through pid 1's
-    /// user namespace as the helper makes them for a one-shot run (the same
-    /// function: [`portcullis_helper::mount_api::idmapped_trees`]); none for
-    /// a spec without idmapped binds. A failure: the step, errno and detail
-    /// the helper would report.
+    /// user namespace as the helper makes them for a one-shot run: they go
+    /// in one message with the spec's memfd ([`run::idmapped_trees`]).
     fn idmapped_trees(&self, spec: &SpawnSpec) -> Result<Vec<Option<OwnedFd>>, (Step, i32, u32)> {
-        let mounts = &spec.mounts;
-        let idmapped = mounts.iter().filter(|m| m.is_idmapped()).count();
-        if idmapped == 0 {
-            return Ok(Vec::new());
-        }
-        // One message carries the spec's memfd and every tree: more than
-        // the slot has room for is refused here, as a fresh run's helper
-        // refuses it (`E2BIG` while handing the trees over).
-        if idmapped + 1 > portcullis_helper::MAX_PASSED_FDS {
-            return Err((Step::HandOver, libc::E2BIG, NO_DETAIL));
-        }
-        let Some(userns) = self.userns.as_ref() else {
-            return Err((Step::Idmap, libc::EPERM, NO_DETAIL));
-        };
-        let skip_readonly = cfg!(debug_assertions) && spec.test_switches.skip_readonly;
-        portcullis_helper::mount_api::idmapped_trees(mounts, skip_readonly, userns.as_fd()).map_err(|(i, e)| {
-            (Step::Idmap, e.raw_os_error().unwrap_or(libc::EIO), u32::try_from(i).unwrap_or(NO_DETAIL))
-        })
+        run::idmapped_trees(spec, self.userns.as_ref().map(AsFd::as_fd), 1)
     }
 
     /// The slot's cgroup leaf, for the run that took it (which kills and

@@ -200,7 +200,9 @@ pub(super) fn spawn_helper(
                 .collect();
             let net_pass: Vec<(RawFd, RawFd)> = net_fds.iter().map(|(fd, t)| (fd.as_raw_fd(), *t)).collect();
             let joined = net.map(|n| (n.zygote(), &net_pass[..]));
-            let trees = |userns: Option<BorrowedFd<'_>>| idmapped_trees(spec, userns);
+            // They go alone on pid 1's gate.
+            let trees =
+                |userns: Option<BorrowedFd<'_>>| Ok(idmapped_trees(spec, userns, 0)?.into_iter().flatten().collect());
             let cg = fds.cgroup.as_ref().map(AsRawFd::as_raw_fd);
             let userns = spec.mounts.iter().any(|m| m.is_idmapped());
             launcher.clone_run(&spec.identity, cg, &placed, stdin.command_end(), joined, userns, &trees)
@@ -232,26 +234,29 @@ pub(super) fn spawn_helper(
     Ok((launched, streams))
 }
 
-/// `spec`'s idmapped trees, made through a one-run pid 1's user namespace
-/// (`userns`, a root caller's) as the outer helper makes them
-/// ([`portcullis_helper::mount_api::idmapped_trees`]): none for a spec
-/// without idmapped binds; a failure, what the helper would report.
-fn idmapped_trees(spec: &SpawnSpec, userns: Option<BorrowedFd<'_>>) -> Result<Vec<OwnedFd>, launch::Refusal> {
+/// `spec`'s idmapped trees, made through pid 1's user namespace (`userns`,
+/// a root caller's) as the outer helper makes them
+/// ([`portcullis_helper::mount_api::idmapped_trees`]): one for each
+/// idmapped bind, `None` for the other mounts; none for a spec without
+/// idmapped binds. They go in one message with `others` descriptors
+/// besides: more than it carries is refused, as the outer helper refuses
+/// it. A failure is what the helper would report.
+pub(super) fn idmapped_trees(
+    spec: &SpawnSpec,
+    userns: Option<BorrowedFd<'_>>,
+    others: usize,
+) -> Result<Vec<Option<OwnedFd>>, launch::Refusal> {
     let idmapped = spec.mounts.iter().filter(|m| m.is_idmapped()).count();
     if idmapped == 0 {
         return Ok(Vec::new());
     }
-    // They go in one message, as an outer helper sends them to pid 1.
-    if idmapped > portcullis_helper::MAX_PASSED_FDS {
+    if idmapped + others > portcullis_helper::MAX_PASSED_FDS {
         return Err((Step::HandOver, libc::E2BIG, NO_DETAIL));
     }
     let Some(userns) = userns else { return Err((Step::Idmap, libc::EPERM, NO_DETAIL)) };
     let skip_readonly = cfg!(debug_assertions) && spec.test_switches.skip_readonly;
-    let trees =
-        portcullis_helper::mount_api::idmapped_trees(&spec.mounts, skip_readonly, userns).map_err(|(i, e)| {
-            (Step::Idmap, e.raw_os_error().unwrap_or(libc::EIO), u32::try_from(i).unwrap_or(NO_DETAIL))
-        })?;
-    Ok(trees.into_iter().flatten().collect())
+    portcullis_helper::mount_api::idmapped_trees(&spec.mounts, skip_readonly, userns)
+        .map_err(|(i, e)| (Step::Idmap, e.raw_os_error().unwrap_or(libc::EIO), u32::try_from(i).unwrap_or(NO_DETAIL)))
 }
 
 /// A helper a pool slot started, now running `plan`'s command: the same

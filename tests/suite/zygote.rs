@@ -349,18 +349,13 @@ fn descendant_with(ancestor: u32, argv: &[&str]) -> Option<u32> {
 /// way.
 #[test]
 fn r0885_a_resident_command_has_no_outer_helper_and_dies_with_the_server() {
-    use super::mcp_server::{Serve, POLICY};
     let test = "r0885";
     for pool in [Some(2), Some(0), None] {
         let ws = Ws::new();
         let secs = format!("{}.25", 800 + pool.unwrap_or(9));
         let (mut child, _server) = match pool {
             Some(n) => {
-                let policy = ws.path().with_extension("policy.toml");
-                std::fs::write(&policy, format!("pool = {n}\n{POLICY}")).unwrap_or_else(|e| panic!("{test}: {e}"));
-                let mut cmd = cli();
-                cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(&policy);
-                let mut s = Serve::spawn(cmd);
+                let mut s = serve_with_pool(&ws, n);
                 s.call(1, "run_shell", serde_json::json!({"command": "true"}));
                 assert_eq!(s.structured(1)["exit_code"], 0, "{test}: pool {pool:?}");
                 s.call(2, "run_shell", serde_json::json!({"command": format!("sleep {secs}")}));
@@ -412,16 +407,9 @@ fn r0885_a_resident_command_has_no_outer_helper_and_dies_with_the_server() {
         }
         // Where this user can make cgroup leaves: the server's runs and
         // slots have theirs (control), and none is left once it is killed.
-        let parent = sandbox().cgroup_host().ok().filter(|h| h.plan(None, None).is_ok()).map(|h| h.parent.clone());
-        let leaves = || -> Vec<String> {
-            let Some(Ok(rd)) = parent.as_ref().map(std::fs::read_dir) else { return Vec::new() };
-            let prefix = format!("portcullis-{server}-");
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&prefix))
-                .collect()
-        };
-        if parent.is_some() {
+        let leaf_dir = leaf_parent();
+        let leaves = || leaves_of(leaf_dir.as_deref(), server);
+        if leaf_dir.is_some() {
             assert!(!leaves().is_empty(), "{test}: pool {pool:?}: control: the server has no cgroup leaf");
         }
         // The server gets no say.
@@ -446,10 +434,8 @@ fn r0885_a_resident_command_has_no_outer_helper_and_dies_with_the_server() {
 /// a command runs (a new zygote), and the server is killed.
 #[test]
 fn r0886_a_dead_servers_leaves_are_removed_after_its_zygotes_were_replaced() {
-    use super::mcp_server::{Serve, POLICY};
     let test = "r0886";
-    let parent = sandbox().cgroup_host().ok().filter(|h| h.plan(None, None).is_ok()).map(|h| h.parent.clone());
-    let Some(parent) = parent else {
+    let Some(leaf_dir) = leaf_parent() else {
         assert!(
             std::env::var_os("PORTCULLIS_REQUIRE_ALL_LAYERS").is_none() || !nix::unistd::getuid().is_root(),
             "{test}: no cgroup leaf can be made as root"
@@ -458,22 +444,9 @@ fn r0886_a_dead_servers_leaves_are_removed_after_its_zygotes_were_replaced() {
         return;
     };
     let ws = Ws::new();
-    let policy = ws.path().with_extension("policy.toml");
-    std::fs::write(&policy, format!("pool = 2\n{POLICY}")).unwrap_or_else(|e| panic!("{test}: {e}"));
-    let mut cmd = cli();
-    cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(&policy);
-    let mut s = Serve::spawn(cmd);
+    let mut s = serve_with_pool(&ws, 2);
     let server = s.child.id();
-    let leaves = || -> Vec<String> {
-        let prefix = format!("portcullis-{server}-");
-        std::fs::read_dir(&parent)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with(&prefix))
-            .collect()
-    };
+    let leaves = || leaves_of(Some(&leaf_dir), server);
     s.call(1, "run_shell", serde_json::json!({"command": "true"}));
     assert_eq!(s.structured(1)["exit_code"], 0, "{test}");
     let zygotes = |of: u32| -> Vec<u32> {
@@ -482,7 +455,7 @@ fn r0886_a_dead_servers_leaves_are_removed_after_its_zygotes_were_replaced() {
             .flatten()
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|p| parent_pid(*p) == Some(of))
+            .filter(|p| parent(*p) == Some(of))
             .filter(|p| {
                 std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.windows(9).any(|w| w == b"\0--zygote"))
             })
@@ -506,7 +479,25 @@ fn r0886_a_dead_servers_leaves_are_removed_after_its_zygotes_were_replaced() {
     assert!(until(|| leaves().is_empty()), "{test}: leaves left: {:?}", leaves());
 }
 
-/// The parent of `pid`.
-fn parent_pid(pid: u32) -> Option<u32> {
-    parent(pid)
+/// `portcullis serve` on `ws` with the MCP tests' policy and `pool`.
+fn serve_with_pool(ws: &Ws, pool: usize) -> super::mcp_server::Serve {
+    let policy = ws.path().with_extension("policy.toml");
+    let text = format!("pool = {pool}\n{}", super::mcp_server::POLICY);
+    std::fs::write(&policy, text).unwrap_or_else(|e| panic!("policy: {e}"));
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(&policy);
+    super::mcp_server::Serve::spawn(cmd)
+}
+
+/// The directory this user's sandboxes make their cgroup leaves in, where
+/// it can make them.
+fn leaf_parent() -> Option<PathBuf> {
+    sandbox().cgroup_host().ok().filter(|h| h.plan(None, None).is_ok()).map(|h| h.parent.clone())
+}
+
+/// The leaves of process `pid` in `parent`.
+fn leaves_of(parent: Option<&Path>, pid: u32) -> Vec<String> {
+    let Some(Ok(rd)) = parent.map(std::fs::read_dir) else { return Vec::new() };
+    let prefix = format!("portcullis-{pid}-");
+    rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(&prefix)).collect()
 }
