@@ -190,23 +190,56 @@ impl AliasCheck {
         self.against(&read_table()?)
     }
 
-    /// The same, against `mountinfo` (the text of `/proc/self/mountinfo`,
-    /// read after the plan was made).
-    pub(crate) fn against(&self, mountinfo: &str) -> Result<(), SandboxError> {
-        check_with(&parse(mountinfo), &self.writable, &self.read_only)
+    /// The same, against `table` (read after the plan was made). The
+    /// verdict is the text's and the areas' alone, unless the check looked
+    /// at the file system (an overlay's upper or work directory is found by
+    /// its path): a check the same areas passed against the same text
+    /// without looking is not made again.
+    pub(crate) fn against(&self, table: &super::mounts::Snapshot) -> Result<(), SandboxError> {
+        let mut passed = PASSED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if passed.as_ref().is_some_and(|(text, check)| {
+            **text == *table.text && check.writable == self.writable && check.read_only == self.read_only
+        }) {
+            return Ok(());
+        }
+        drop(passed);
+        let mut looked = false;
+        check_looking(&parse(&table.text), &self.writable, &self.read_only, &mut looked)?;
+        if !looked {
+            passed = PASSED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            *passed = Some((std::sync::Arc::clone(&table.text), self.clone()));
+        }
+        Ok(())
     }
 }
 
-/// Read `/proc/self/mountinfo` for the check (its error names the check's
-/// stage).
-pub(crate) fn read_table() -> Result<String, SandboxError> {
-    super::cgroup::read_pseudo("/proc/self/mountinfo").map_err(|source| SandboxError::Io {
+/// The last check that passed on the mount table's text alone, with that
+/// text: a plan and its run, and the next runs of the same shape, judge the
+/// same areas against the same table.
+static PASSED: std::sync::Mutex<Option<(std::sync::Arc<str>, AliasCheck)>> = std::sync::Mutex::new(None);
+
+/// The mount table for the check ([`super::mounts::now`]: read again only
+/// when the kernel marked a change; its error names the check's stage).
+pub(crate) fn read_table() -> Result<super::mounts::Snapshot, SandboxError> {
+    super::mounts::now().map_err(|source| SandboxError::Io {
         stage: "reading /proc/self/mountinfo for mounts inside the grants",
         source,
     })
 }
 
+#[cfg(test)]
 pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[PathBuf]) -> Result<(), SandboxError> {
+    check_looking(mounts, writable, read_only, &mut false)
+}
+
+/// The check; `looked` is set when the verdict looked at the file system
+/// too (an overlay's directories), not at the table and the areas alone.
+fn check_looking(
+    mounts: &[Mount],
+    writable: &[PathBuf],
+    read_only: &[PathBuf],
+    looked: &mut bool,
+) -> Result<(), SandboxError> {
     // Whether the sandbox writes at `p`: the deepest area above it is a
     // writable one (a read-only one wins a tie: its bind lies over it).
     let writes_at = |p: &Path| {
@@ -288,6 +321,7 @@ pub(crate) fn check_with(mounts: &[Mount], writable: &[PathBuf], read_only: &[Pa
         // overlay `at` shows) and its work directory, past every bind the
         // sandbox lays over those paths.
         for (which, dir) in overlay_writes(m) {
+            *looked = true;
             let found = if dir.is_absolute() { memo::canonicalize(&dir).ok() } else { None };
             let Some((real, (dm, dfs))) = found.and_then(|r| locate(mounts, &r).map(|l| (r, l))) else {
                 if !*mounted {

@@ -12,6 +12,7 @@ mod hint;
 mod launch;
 mod links;
 mod lock;
+mod mounts;
 mod network;
 mod observe;
 mod pending;
@@ -1200,9 +1201,9 @@ impl Sandbox {
         // (which reads it itself when there is no check).
         let mountinfo = match &aliases {
             Some(a) => {
-                let text = aliases::read_table()?;
-                a.against(&text)?;
-                Some(text)
+                let table = aliases::read_table()?;
+                a.against(&table)?;
+                Some(table)
             }
             None => None,
         };

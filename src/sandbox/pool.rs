@@ -317,7 +317,7 @@ impl Pool {
         stdin: &Stdin,
         net: Option<&Arc<Namespaces>>,
         me: &InFlight,
-        mut mountinfo: Option<String>,
+        mut mountinfo: Option<super::mounts::Snapshot>,
     ) -> Option<Slot> {
         let key = base_of(plan).map(|base| Key { base, cgroup: plan.containment.cgroup.clone() });
         let (slot, discard) = {
@@ -349,8 +349,10 @@ impl Pool {
                 // are given up (runs have moved on; the refill prepares for
                 // this one), as are stale ones.
                 // The host's mount table now, read once if any slot is
-                // ready to be judged against it.
-                let mut now: Option<Option<Table>> = None;
+                // ready to be judged against it; its unique ids looked up
+                // only for a slot whose table is of another generation.
+                let mut snap: Option<Option<super::mounts::Snapshot>> = None;
+                let mut now: Option<Table> = None;
                 let sources = bind_sources(&plan.spec);
                 let mut chosen: Option<usize> = None;
                 let mut building = st.making > 0;
@@ -358,16 +360,20 @@ impl Pool {
                 while i < st.slots.len() {
                     match st.slots[i].poll_ready() {
                         Readiness::Ready if same_net(st.slots[i].net.as_ref(), net) => {
-                            let now = now.get_or_insert_with(|| {
-                                let want = |p: &[u8]| sources.iter().any(|s| related(p, s));
-                                match mountinfo.take() {
-                                    // The caller read it after the plan, just before this take.
-                                    Some(text) => Some(Table::of(text, want)),
-                                    None => Table::read(want),
+                            // The caller read it after the plan, just before this take.
+                            let snap =
+                                snap.get_or_insert_with(|| mountinfo.take().or_else(|| super::mounts::now().ok()));
+                            let changed = match (st.slots[i].table.as_deref(), snap.as_ref()) {
+                                // No mount made, removed or changed since the slot's
+                                // reading, and none moved (the same text).
+                                (Some(then), Some(snap)) if then.same_as(snap) => false,
+                                (Some(then), Some(snap)) => {
+                                    let now = now.get_or_insert_with(|| {
+                                        let want = |p: &[u8]| sources.iter().any(|s| related(p, s));
+                                        Table::of(snap.clone(), want)
+                                    });
+                                    !then.unchanged_for(now, &sources)
                                 }
-                            });
-                            let changed = match (st.slots[i].table.as_deref(), now.as_ref()) {
-                                (Some(then), Some(now)) => !then.unchanged_for(now, &sources),
                                 _ => true,
                             };
                             let keep = match st.slots[i].prepared.as_deref_mut() {
@@ -825,6 +831,7 @@ impl Encoded {
 /// or gone when a job comes.
 fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiver<Job>>) {
     let mut encoded = Encoded::default();
+    let mut last_table: Option<Arc<Table>> = None;
     loop {
         // The lock is held while this thread waits; the others wait for it.
         let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
@@ -867,8 +874,17 @@ fn make_slots(pool: &std::sync::Weak<Pool>, jobs: &Mutex<std::sync::mpsc::Receiv
         }
         // Read before the slot copies the host's tree: a change in between
         // is in the copy and not here, so it gives the slot up needlessly,
-        // never the other way.
-        let table = Table::read(|_| true).map(Arc::new);
+        // never the other way. The last slot's table when no mount changed
+        // or moved since (the same generation and text: the same mounts at
+        // the same places, so the same ids).
+        let table = match super::mounts::now() {
+            Ok(snap) => match last_table.as_ref().filter(|t| t.same_as(&snap)) {
+                Some(t) => Some(Arc::clone(t)),
+                None => Some(Arc::new(Table::of(snap, |_| true))),
+            },
+            Err(_) => None,
+        };
+        last_table.clone_from(&table);
         let slot = encoded
             .base(&key.base)
             .and_then(|json| make_slot(&pool.launcher, &key, json, pool.cgroup.as_ref(), net, table))
@@ -919,9 +935,11 @@ fn bind_sources(spec: &SpawnSpec) -> Vec<&[u8]> {
 /// same line).
 #[derive(Debug)]
 pub(super) struct Table {
+    /// The reading's generation ([`super::mounts`]).
+    gen: u64,
     /// The text read, which the lines index (one read, no string per line:
     /// the table is read on every run's path).
-    text: String,
+    text: Arc<str>,
     lines: Vec<Line>,
 }
 
@@ -942,25 +960,19 @@ enum PointOf {
 }
 
 impl Table {
-    /// The table now, with the unique ids of the mount points `want` keeps;
-    /// `None` when it cannot be read. Read at the take itself (or just
-    /// before it by the run, which judges its aliases against the same
-    /// text: [`Table::parse`]), not taken from the run's plan: the plan's
-    /// walk of the writable areas can last long enough for the host to
-    /// mount over a source in between (a review's reproduction: a read-only
-    /// bind made during a 300 ms plan was missed when the plan's reading was
-    /// used).
-    fn read(want: impl Fn(&[u8]) -> bool) -> Option<Table> {
-        Some(Table::of(super::cgroup::read_pseudo("/proc/self/mountinfo").ok()?, want))
+    /// The table of `snap`, with the unique ids of the mount points `want`
+    /// keeps. At the take `snap` is read at the take itself (or just before
+    /// it by the run, which judges its aliases against the same text), not
+    /// taken from the run's plan: the plan's walk of the writable areas can
+    /// last long enough for the host to mount over a source in between (a
+    /// review's reproduction: a read-only bind made during a 300 ms plan was
+    /// missed when the plan's reading was used).
+    fn of(snap: super::mounts::Snapshot, want: impl Fn(&[u8]) -> bool) -> Table {
+        Table::parse(snap, |point| want(point).then(|| unique_mount_id(point)).flatten())
     }
 
-    /// The table of `text` (just read), with the unique ids of the mount
-    /// points `want` keeps.
-    fn of(text: String, want: impl Fn(&[u8]) -> bool) -> Table {
-        Table::parse(text, |point| want(point).then(|| unique_mount_id(point)).flatten())
-    }
-
-    fn parse(text: String, id: impl Fn(&[u8]) -> Option<u64>) -> Table {
+    fn parse(snap: super::mounts::Snapshot, id: impl Fn(&[u8]) -> Option<u64>) -> Table {
+        let super::mounts::Snapshot { gen, text } = snap;
         let mut lines = Vec::with_capacity(32);
         let mut start = 0;
         for l in text.split_inclusive('\n') {
@@ -982,7 +994,14 @@ impl Table {
             line.unique = id(Table::point_in(&text, &line));
             lines.push(line);
         }
-        Table { text, lines }
+        Table { gen, text, lines }
+    }
+
+    /// Whether `snap` saw the same mounts at the same places as this
+    /// table's reading ([`super::mounts::Snapshot::same_as`]): then the
+    /// unique ids are the same too.
+    fn same_as(&self, snap: &super::mounts::Snapshot) -> bool {
+        self.gen == snap.gen && *self.text == *snap.text
     }
 
     fn point_in<'a>(text: &'a str, line: &'a Line) -> &'a [u8] {
@@ -1292,8 +1311,12 @@ mod tests {
         }
     }
 
+    fn snap(text: &str) -> super::super::mounts::Snapshot {
+        super::super::mounts::Snapshot { gen: 0, text: Arc::from(text) }
+    }
+
     fn table(text: &str) -> Table {
-        Table::parse(text.to_owned(), |_| None)
+        Table::parse(snap(text), |_| None)
     }
 
     #[test]
@@ -1327,7 +1350,7 @@ mod tests {
     #[test]
     fn lines_and_points_are_those_str_lines_and_the_fifth_field_give() {
         let text = "1 2 3 4 /a\\040b rest\n1 2 3\n\n1 2 3 4 /c\r\n9 9 9 9 /d\u{e9} x y";
-        let t = Table::parse(text.to_owned(), |_| None);
+        let t = Table::parse(snap(text), |_| None);
         let old: Vec<(String, Vec<u8>)> = text
             .lines()
             .map(|l| {
@@ -1348,13 +1371,13 @@ mod tests {
         // handed out again); the unique id of the mount at its point tells.
         let ws: &[&[u8]] = &[b"/var/tmp/ws"];
         let text = format!("{TABLE}31 27 0:31 / /var/tmp/ws/sub rw - tmpfs none rw\n");
-        let then = Table::parse(text.clone(), |p| Some(if p == b"/var/tmp/ws/sub" { 100 } else { 1 }));
-        let same = Table::parse(text.clone(), |p| Some(if p == b"/var/tmp/ws/sub" { 100 } else { 1 }));
-        let again = Table::parse(text.clone(), |p| Some(if p == b"/var/tmp/ws/sub" { 101 } else { 1 }));
+        let then = Table::parse(snap(&text), |p| Some(if p == b"/var/tmp/ws/sub" { 100 } else { 1 }));
+        let same = Table::parse(snap(&text), |p| Some(if p == b"/var/tmp/ws/sub" { 100 } else { 1 }));
+        let again = Table::parse(snap(&text), |p| Some(if p == b"/var/tmp/ws/sub" { 101 } else { 1 }));
         assert!(then.unchanged_for(&same, ws));
         assert!(!then.unchanged_for(&again, ws));
         // Elsewhere, another mount does not count.
-        let other = Table::parse(text.clone(), |p| {
+        let other = Table::parse(snap(&text), |p| {
             Some(if p == b"/var/tmp/other" {
                 7
             } else if p == b"/var/tmp/ws/sub" {
