@@ -45,9 +45,8 @@ pub(crate) struct Snapshot {
 
 struct Watch {
     fd: OwnedFd,
-    /// The mount namespace the descriptor shows (`st_dev`, `st_ino` of
-    /// `/proc/self/ns/mnt`).
-    ns: (u64, u64),
+    /// The mount namespace the descriptor shows ([`namespace`]).
+    ns: u64,
     /// The generation of readings now.
     gen: u64,
 }
@@ -118,11 +117,20 @@ fn changed(fd: &OwnedFd) -> io::Result<bool> {
     }
 }
 
-/// The process's mount namespace.
-fn namespace() -> io::Result<(u64, u64)> {
-    let st = nix::sys::stat::stat("/proc/self/ns/mnt").map_err(io::Error::from)?;
-    #[allow(clippy::useless_conversion)] // `st_dev` and `st_ino` are not u64 everywhere
-    Ok((u64::from(st.st_dev), u64::from(st.st_ino)))
+/// The process's mount namespace: its inode number, from the name of
+/// `/proc/self/ns/mnt` (`mnt:[4026531841]`). `readlink` only formats it;
+/// a `stat` there makes (and frees) the namespace file's inode each time.
+fn namespace() -> io::Result<u64> {
+    let mut buf = [0u8; 64];
+    // SAFETY: a constant C string and a buffer of its stated length.
+    let n = unsafe { libc::readlink(c"/proc/self/ns/mnt".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+    buf.get(..n)
+        .and_then(|name| name.strip_prefix(b"mnt:["))
+        .and_then(|rest| rest.strip_suffix(b"]"))
+        .and_then(|digits| std::str::from_utf8(digits).ok())
+        .and_then(|digits| digits.parse().ok())
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
 }
 
 #[cfg(test)]
@@ -139,6 +147,7 @@ mod tests {
         if std::env::var_os(CHILD).is_some() {
             return in_own_namespace();
         }
+        assert!(namespace().is_ok_and(|n| n > 0), "{:?}", namespace());
         if !nix::unistd::geteuid().is_root() {
             eprintln!("mounts::tests: SKIPPED (root only: it mounts, in a mount namespace of its own)");
             return;
