@@ -899,7 +899,7 @@ impl Unreadable {
 /// carve-outs. Any other gives what could be read.
 fn gitlinks(index: &Path, sha256: bool, ours: &dyn Fn(&Path) -> bool) -> Result<Vec<PathBuf>, SandboxError> {
     let mut found = Found::default();
-    let r = gitlinks_into(index, sha256, &mut found);
+    let r = gitlinks_reading(index, sha256, &mut found, Keep::Plan);
     let out = found.gitlinks;
     match r {
         Ok(()) => Ok(out),
@@ -925,12 +925,30 @@ fn gitlinks(index: &Path, sha256: bool, ours: &dyn Fn(&Path) -> bool) -> Result<
 /// (see [`Unreadable`]) fail, after the rest was read (a shared index too,
 /// for what an index not the command's gives).
 pub(super) fn gitlinks_into(index: &Path, sha256: bool, out: &mut Found) -> Result<(), (PathBuf, Unreadable)> {
-    let top = read_index(index, sha256, out, false).map_err(|e| (index.to_path_buf(), e))?;
+    gitlinks_reading(index, sha256, out, Keep::Fresh)
+}
+
+/// Whether a reading may use a kept parse ([`Parsed`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// A plan's: a kept parse of the same file is used. A stale one (a
+    /// command's stores through a shared mapping change an index without
+    /// moving its change time after the first store to each page: found
+    /// in review) only leaves out a gitlink, as if the command made it
+    /// during the run, which the after-run reading finds and quarantines.
+    Plan,
+    /// After a run (the quarantine of new gitlinks): always read and parsed
+    /// again, never kept, never taken from what was kept.
+    Fresh,
+}
+
+fn gitlinks_reading(index: &Path, sha256: bool, out: &mut Found, keep: Keep) -> Result<(), (PathBuf, Unreadable)> {
+    let top = read_index(index, sha256, out, false, keep).map_err(|e| (index.to_path_buf(), e))?;
     if let Some(id) = &top.shared {
         let dir = index.parent().unwrap_or(Path::new("/"));
         let p = dir.join(format!("sharedindex.{id}"));
         // Any of its entries may have been replaced by a gitlink.
-        match read_index(&p, sha256, out, true) {
+        match read_index(&p, sha256, out, true, keep) {
             Ok(s) if s.split => return Err((p, Unreadable::Damaged(bad("a shared index names another")))),
             Ok(_) if memo::symlink_metadata(&p).is_err() => return Err((p.clone(), Unreadable::NoShared(p))),
             Ok(s) => {
@@ -1027,7 +1045,13 @@ impl IndexFile {
 /// Read one index file's gitlinks into `out`, and what else it holds;
 /// `all_names` takes every path for a suspect. A missing file is an empty
 /// index.
-fn read_index(index: &Path, sha256: bool, out: &mut Found, all_names: bool) -> Result<IndexFile, Unreadable> {
+fn read_index(
+    index: &Path,
+    sha256: bool,
+    out: &mut Found,
+    all_names: bool,
+    keep: Keep,
+) -> Result<IndexFile, Unreadable> {
     let held = match fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -1062,7 +1086,7 @@ fn read_index(index: &Path, sha256: bool, out: &mut Found, all_names: bool) -> R
     if len > INDEX_MAX {
         return Err(Unreadable::TooLarge);
     }
-    let key = Parsed::key(index, sha256, all_names, &m);
+    let key = Parsed::key(index, sha256, all_names, &m).filter(|_| keep == Keep::Plan);
     if let Some(hit) = key.as_ref().and_then(Parsed::find) {
         out.gitlinks.extend(hit.found.gitlinks.iter().cloned());
         out.suspects.extend(hit.found.suspects.iter().cloned());
@@ -1931,7 +1955,7 @@ mod tests {
         };
         let read = || {
             let mut f = Found::default();
-            let r = gitlinks_into(&idx, false, &mut f).map_err(|(_, why)| why);
+            let r = gitlinks_reading(&idx, false, &mut f, Keep::Plan).map_err(|(_, why)| why);
             assert!(r.is_ok(), "{r:?}");
             f.gitlinks
         };
@@ -1961,6 +1985,51 @@ mod tests {
         assert_eq!(read(), vec![PathBuf::from("bbbb")], "a kept parse outlived a change in place");
         // CONTROL: the kept parse is what was read while the key held.
         assert!(Parsed::find(&kept).is_some_and(|p| p.found.gitlinks == vec![PathBuf::from("aaaa")]));
+
+        // Stores through a shared mapping move the change time at the first
+        // store to a page only (found in review): after a settled, kept
+        // parse, later stores leave the key as it was. The after-run
+        // reading never uses what was kept, and sees them.
+        let len = fs::metadata(&idx).map(|m| m.len()).unwrap_or_else(|e| panic!("{e}"));
+        let len = usize::try_from(len).unwrap_or_else(|e| panic!("{e}"));
+        let f = fs::OpenOptions::new().read(true).write(true).open(&idx).unwrap_or_else(|e| panic!("{e}"));
+        // SAFETY: a shared read-write mapping of `len` bytes of a file we
+        // opened read-write; checked for MAP_FAILED, unmapped below, and
+        // only written within its length.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED, "mmap: {}", io::Error::last_os_error());
+        let bytes = links(b"cccc");
+        // SAFETY: the mapping is `len` bytes; `bytes` is as long (same entry
+        // length), and `map` is valid until the munmap.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.cast::<u8>(), bytes.len().min(len)) };
+        std::thread::sleep(Parsed::SETTLED + std::time::Duration::from_millis(50));
+        assert_eq!(read(), vec![PathBuf::from("cccc")]);
+        let kept = key().unwrap_or_else(|| panic!("a settled file has no key"));
+        assert!(Parsed::find(&kept).is_some(), "a settled parse was not kept");
+        let stamped = fs::metadata(&idx).unwrap_or_else(|e| panic!("{e}"));
+        let later = links(b"dddd");
+        // SAFETY: as above.
+        unsafe { std::ptr::copy_nonoverlapping(later.as_ptr(), map.cast::<u8>(), later.len().min(len)) };
+        let after = fs::metadata(&idx).unwrap_or_else(|e| panic!("{e}"));
+        let mut fresh = Found::default();
+        let r = gitlinks_into(&idx, false, &mut fresh);
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(fresh.gitlinks, vec![PathBuf::from("dddd")], "the after-run reading used a kept parse");
+        // SAFETY: `map` came from mmap with this length and is not used after.
+        unsafe { libc::munmap(map, len) };
+        use std::os::unix::fs::MetadataExt;
+        if (stamped.ctime(), stamped.ctime_nsec()) != (after.ctime(), after.ctime_nsec()) {
+            eprintln!("git::tests: the second store moved the change time here; the stale case was not shown");
+        }
     }
 
     #[test]

@@ -24,10 +24,14 @@
 //! places. A change of propagation alone is not marked; it shows in the
 //! text.
 //!
-//! The descriptor belongs to the mount namespace the process was in when it
-//! was opened; a process that has moved to another since (`setns`, which a
-//! process with more than one thread cannot do for its mount namespace)
-//! gets a new one: the namespace is compared at each reading.
+//! The descriptor shows the mount namespace and the root the process had
+//! when it was opened, and its mark is its open file's: a process that has
+//! moved to another namespace since (`setns`, which a process with more
+//! than one thread cannot do for its mount namespace), changed its root
+//! (`chroot`, or `pivot_root` from another process), or is a child forked
+//! since (whose poll would take the parent's mark: found in review) gets a
+//! descriptor of its own: the namespace, the root and the process are
+//! compared at each reading.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -45,8 +49,9 @@ pub(crate) struct Snapshot {
 
 struct Watch {
     fd: OwnedFd,
-    /// The mount namespace the descriptor shows ([`namespace`]).
-    ns: u64,
+    /// The process, its mount namespace ([`namespace`]) and its root
+    /// ([`root`]) when the descriptor was opened.
+    whose: Whose,
     /// The generation of readings now.
     gen: u64,
 }
@@ -55,13 +60,14 @@ static WATCH: Mutex<Option<Watch>> = Mutex::new(None);
 
 /// The mount table now, read, with its generation.
 pub(crate) fn now() -> io::Result<Snapshot> {
-    let Ok(ns) = namespace() else {
+    let (Ok(ns), Some(root)) = (namespace(), root()) else {
         // Not known: a reading of its own generation.
         let text = text_of(crate::sys::read_proc_file(std::path::Path::new("/proc/self/mountinfo"))?)?;
         return Ok(Snapshot { gen: next_gen(), text });
     };
+    let whose = Whose { pid: std::process::id(), ns, root };
     let mut watch = WATCH.lock().unwrap_or_else(PoisonError::into_inner);
-    let w = match watch.as_mut().filter(|w| w.ns == ns) {
+    let w = match watch.as_mut().filter(|w| w.whose == whose) {
         Some(w) => {
             if changed(&w.fd)? {
                 w.gen = next_gen();
@@ -69,7 +75,7 @@ pub(crate) fn now() -> io::Result<Snapshot> {
             w
         }
         // Opened before it is read: a change after the open marks it.
-        None => watch.insert(Watch { fd: open()?, ns, gen: next_gen() }),
+        None => watch.insert(Watch { fd: open()?, whose, gen: next_gen() }),
     };
     let text = text_of(crate::sys::read_from_start(&w.fd)?)?;
     if changed(&w.fd)? {
@@ -115,6 +121,35 @@ fn changed(fd: &OwnedFd) -> io::Result<bool> {
             return Err(e);
         }
     }
+}
+
+/// Which process, in which mount namespace and under which root, opened a
+/// descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Whose {
+    pid: u32,
+    ns: u64,
+    root: (u64, u64, u64),
+}
+
+/// The process's root: the unique id of its mount (`STATX_MNT_ID_UNIQUE`,
+/// Linux 6.8), its device and inode; `None` where the kernel gives no
+/// unique id (then nothing is kept).
+fn root() -> Option<(u64, u64, u64)> {
+    // SAFETY: statx is plain data, zeroed before the kernel fills it.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a constant C string, AT_FDCWD, and `st` outliving the call.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c"/".as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_INO | libc::STATX_MNT_ID_UNIQUE,
+            &mut st,
+        )
+    };
+    (r == 0 && st.stx_mask & libc::STATX_MNT_ID_UNIQUE != 0)
+        .then(|| (st.stx_mnt_id, libc::makedev(st.stx_dev_major, st.stx_dev_minor), st.stx_ino))
 }
 
 /// The process's mount namespace: its inode number, from the name of
@@ -186,6 +221,33 @@ mod tests {
         nix::mount::umount(&y.join("m")).unwrap_or_else(|e| panic!("umount: {e}"));
         let e = now().unwrap_or_else(|e| panic!("{e}"));
         assert_ne!(e.gen, d.gen, "an unmount started no generation");
+        // A child forked since must not take the parent's mark: a reading
+        // by another process opens its own descriptor (here the process is
+        // made to look like another one).
+        let before = e.gen;
+        if let Some(w) = WATCH.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            w.whose.pid = w.whose.pid.wrapping_add(1);
+        }
+        let f = now().unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(f.gen, before, "another process's descriptor was used");
+        // After a chroot the table is the new root's (paths as seen from
+        // it), not the kept descriptor's; and back.
+        let r = dir.join("r");
+        std::fs::create_dir_all(&r).unwrap_or_else(|e| panic!("{e}"));
+        let rec = nix::mount::MsFlags::MS_BIND | nix::mount::MsFlags::MS_REC;
+        nix::mount::mount(Some("/"), &r, None::<&str>, rec, None::<&str>).unwrap_or_else(|e| panic!("rbind: {e}"));
+        let old_root = std::fs::File::open("/").unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::chroot(&r).unwrap_or_else(|e| panic!("chroot: {e}"));
+        let inside = now();
+        let fresh = crate::sys::read_proc_file(std::path::Path::new("/proc/self/mountinfo"));
+        nix::unistd::fchdir(&old_root).unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::chroot(".").unwrap_or_else(|e| panic!("chroot back: {e}"));
+        let (inside, fresh) = (inside.unwrap_or_else(|e| panic!("{e}")), fresh.unwrap_or_else(|e| panic!("{e}")));
+        assert_eq!(inside.text.as_bytes(), fresh.as_slice(), "a reading after chroot was the old root's");
+        assert_ne!(inside.text, f.text, "the control: the table differs under the new root");
+        let back = now().unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(back.gen, inside.gen);
+        let _ = nix::mount::umount2(&r, nix::mount::MntFlags::MNT_DETACH);
         let _ = std::fs::remove_dir_all(&dir);
         println!("MOUNTS CHILD OK");
     }
