@@ -899,7 +899,7 @@ impl Unreadable {
 /// carve-outs. Any other gives what could be read.
 fn gitlinks(index: &Path, sha256: bool, ours: &dyn Fn(&Path) -> bool) -> Result<Vec<PathBuf>, SandboxError> {
     let mut found = Found::default();
-    let r = gitlinks_reading(index, sha256, &mut found, Keep::Plan);
+    let r = gitlinks_into(index, sha256, &mut found);
     let out = found.gitlinks;
     match r {
         Ok(()) => Ok(out),
@@ -925,30 +925,12 @@ fn gitlinks(index: &Path, sha256: bool, ours: &dyn Fn(&Path) -> bool) -> Result<
 /// (see [`Unreadable`]) fail, after the rest was read (a shared index too,
 /// for what an index not the command's gives).
 pub(super) fn gitlinks_into(index: &Path, sha256: bool, out: &mut Found) -> Result<(), (PathBuf, Unreadable)> {
-    gitlinks_reading(index, sha256, out, Keep::Fresh)
-}
-
-/// Whether a reading may use a kept parse ([`Parsed`]).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Keep {
-    /// A plan's: a kept parse of the same file is used. A stale one (a
-    /// command's stores through a shared mapping change an index without
-    /// moving its change time after the first store to each page: found
-    /// in review) only leaves out a gitlink, as if the command made it
-    /// during the run, which the after-run reading finds and quarantines.
-    Plan,
-    /// After a run (the quarantine of new gitlinks): always read and parsed
-    /// again, never kept, never taken from what was kept.
-    Fresh,
-}
-
-fn gitlinks_reading(index: &Path, sha256: bool, out: &mut Found, keep: Keep) -> Result<(), (PathBuf, Unreadable)> {
-    let top = read_index(index, sha256, out, false, keep).map_err(|e| (index.to_path_buf(), e))?;
+    let top = read_index(index, sha256, out, false).map_err(|e| (index.to_path_buf(), e))?;
     if let Some(id) = &top.shared {
         let dir = index.parent().unwrap_or(Path::new("/"));
         let p = dir.join(format!("sharedindex.{id}"));
         // Any of its entries may have been replaced by a gitlink.
-        match read_index(&p, sha256, out, true, keep) {
+        match read_index(&p, sha256, out, true) {
             Ok(s) if s.split => return Err((p, Unreadable::Damaged(bad("a shared index names another")))),
             Ok(_) if memo::symlink_metadata(&p).is_err() => return Err((p.clone(), Unreadable::NoShared(p))),
             Ok(s) => {
@@ -1045,13 +1027,7 @@ impl IndexFile {
 /// Read one index file's gitlinks into `out`, and what else it holds;
 /// `all_names` takes every path for a suspect. A missing file is an empty
 /// index.
-fn read_index(
-    index: &Path,
-    sha256: bool,
-    out: &mut Found,
-    all_names: bool,
-    keep: Keep,
-) -> Result<IndexFile, Unreadable> {
+fn read_index(index: &Path, sha256: bool, out: &mut Found, all_names: bool) -> Result<IndexFile, Unreadable> {
     let held = match fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -1086,91 +1062,105 @@ fn read_index(
     if len > INDEX_MAX {
         return Err(Unreadable::TooLarge);
     }
-    let key = Parsed::key(index, sha256, all_names, &m).filter(|_| keep == Keep::Plan);
-    if let Some(hit) = key.as_ref().and_then(Parsed::find) {
-        out.gitlinks.extend(hit.found.gitlinks.iter().cloned());
-        out.suspects.extend(hit.found.suspects.iter().cloned());
-        return Ok(hit.file.clone());
+    let hash_len = if sha256 { 32 } else { 20 };
+    let damaged = |e: io::Error| match e.kind() {
+        io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => Unreadable::Damaged(e),
+        _ => Unreadable::Io(e),
+    };
+    if len <= Parsed::MAX_BYTES && plausible_header(&f) {
+        let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        (&f).take(len).read_to_end(&mut data).map_err(Unreadable::Io)?;
+        if data.len() as u64 == len {
+            let (file, found) = match Parsed::find(index, sha256, all_names, &data) {
+                Some(hit) => {
+                    let found = Found { gitlinks: hit.found.gitlinks.clone(), suspects: hit.found.suspects.clone() };
+                    (hit.file.clone(), found)
+                }
+                None => {
+                    let mut found = Found::default();
+                    let eoie = end_of_entries_in(&data, hash_len);
+                    let mut r = IndexReader { inner: data.as_slice(), pos: 0, len };
+                    let parsed = parse_index(&mut r, len, hash_len, &mut found, all_names, eoie);
+                    let file = match parsed {
+                        Ok(file) => file,
+                        Err(e) => {
+                            out.gitlinks.append(&mut found.gitlinks);
+                            out.suspects.append(&mut found.suspects);
+                            return Err(damaged(e));
+                        }
+                    };
+                    Parsed::keep(index, sha256, all_names, data, &file, &found);
+                    (file, found)
+                }
+            };
+            out.gitlinks.extend(found.gitlinks);
+            out.suspects.extend(found.suspects);
+            return Ok(file);
+        }
+        // Its length changed while it was read: parsed from the start as
+        // before (the parse fails on a short one), not kept.
+        std::io::Seek::rewind(&mut &f).map_err(Unreadable::Io)?;
     }
-    let mut found = Found::default();
-    let read = parse_file(f, len, sha256, &mut found, all_names);
-    if let (Ok(file), Some(key)) = (&read, key) {
-        Parsed::keep(key, file, &found);
-    }
-    out.gitlinks.append(&mut found.gitlinks);
-    out.suspects.append(&mut found.suspects);
-    read
+    parse_file(f, len, sha256, out, all_names)
 }
 
-/// The parse of one index file, kept while the file is the same: git
-/// replaces its index by a rename (a new inode), and a change in place
-/// moves its change time. Kept only for a file whose change time is at
-/// least [`Parsed::SETTLED`] older than the reading, so that a change in
-/// the same tick of the file system's clock (git's "racy" index) cannot
-/// leave the key as it was. A writable plan of a 20 000-file repository
-/// read and parsed its 1.6 MB index in about 1 ms (session 26).
+/// An index's parse kept with the file's bytes, and used again for a file
+/// that reads the same, byte for byte, whatever its times say (stores
+/// through a shared mapping change a file without moving its change time
+/// after the first store to each page: found in review). A writable plan of
+/// a 20 000-file repository read and parsed its 1.6 MB index in about 1 ms;
+/// the reading and the comparison cost about a quarter of that (session 26).
 struct Parsed {
-    key: ParsedKey,
+    path: PathBuf,
+    sha256: bool,
+    all_names: bool,
+    bytes: Vec<u8>,
     file: IndexFile,
     found: Found,
 }
 
-#[derive(PartialEq, Eq, Clone)]
-struct ParsedKey {
-    path: PathBuf,
-    sha256: bool,
-    all_names: bool,
-    /// `st_dev`, `st_ino`, `st_size`, and the modification and change
-    /// times in nanoseconds.
-    stat: (u64, u64, u64, i128, i128),
-}
-
-/// The parses kept, the last used last (at most [`Parsed::KEPT`]).
+/// The parses kept, the last made last (at most [`Parsed::KEPT`]).
 static PARSED: std::sync::Mutex<Vec<std::sync::Arc<Parsed>>> = std::sync::Mutex::new(Vec::new());
 
 impl Parsed {
-    #[cfg(not(test))]
-    const SETTLED: std::time::Duration = std::time::Duration::from_secs(1);
-    #[cfg(test)]
-    const SETTLED: std::time::Duration = std::time::Duration::from_millis(100);
-    const KEPT: usize = 8;
+    /// Larger indexes are not kept (and are read as before).
+    const MAX_BYTES: u64 = 8 << 20;
+    const KEPT: usize = 4;
 
-    fn key(path: &Path, sha256: bool, all_names: bool, m: &fs::Metadata) -> Option<ParsedKey> {
-        use std::os::unix::fs::MetadataExt;
-        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
-        let changed = ns(m.ctime(), m.ctime_nsec());
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?;
-        let settled = i128::try_from(now.saturating_sub(Parsed::SETTLED).as_nanos()).ok()?;
-        (changed < settled).then(|| ParsedKey {
+    fn find(path: &Path, sha256: bool, all_names: bool, bytes: &[u8]) -> Option<std::sync::Arc<Parsed>> {
+        let kept = PARSED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.iter()
+            .find(|p| p.sha256 == sha256 && p.all_names == all_names && p.path == path && p.bytes == bytes)
+            .cloned()
+    }
+
+    fn keep(path: &Path, sha256: bool, all_names: bool, bytes: Vec<u8>, file: &IndexFile, found: &Found) {
+        let parsed = std::sync::Arc::new(Parsed {
             path: path.to_path_buf(),
             sha256,
             all_names,
-            stat: (m.dev(), m.ino(), m.size(), ns(m.mtime(), m.mtime_nsec()), changed),
-        })
-    }
-
-    fn find(key: &ParsedKey) -> Option<std::sync::Arc<Parsed>> {
-        let kept = PARSED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        kept.iter().find(|p| p.key == *key).cloned()
-    }
-
-    fn keep(key: ParsedKey, file: &IndexFile, found: &Found) {
-        let parsed = std::sync::Arc::new(Parsed {
-            key,
+            bytes,
             file: file.clone(),
             found: Found { gitlinks: found.gitlinks.clone(), suspects: found.suspects.clone() },
         });
         let mut kept = PARSED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        kept.retain(|p| {
-            p.key.path != parsed.key.path
-                || p.key.sha256 != parsed.key.sha256
-                || p.key.all_names != parsed.key.all_names
-        });
+        kept.retain(|p| p.path != parsed.path || p.sha256 != sha256 || p.all_names != all_names);
         if kept.len() >= Parsed::KEPT {
             kept.remove(0);
         }
         kept.push(parsed);
     }
+}
+
+/// [`end_of_entries`] of an index read whole.
+fn end_of_entries_in(data: &[u8], hash_len: usize) -> Option<u64> {
+    let size = 4 + 20;
+    let at = data.len().checked_sub(hash_len + 8 + size).filter(|at| *at >= 12)?;
+    let head = data.get(at..at + 12)?;
+    if &head[..4] != b"EOIE" || u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize != size {
+        return None;
+    }
+    Some(u64::from(u32::from_be_bytes([head[8], head[9], head[10], head[11]])))
 }
 
 /// Parse the open index `f` (`len` bytes when it was looked at) into `out`.
@@ -1944,7 +1934,7 @@ mod tests {
     }
 
     #[test]
-    fn a_kept_parse_is_used_only_while_the_file_is_the_same_and_settled() {
+    fn a_kept_parse_is_used_only_for_the_same_bytes() {
         use std::os::unix::fs::FileExt;
         let d = tmp();
         let idx = d.path().join("index");
@@ -1955,44 +1945,25 @@ mod tests {
         };
         let read = || {
             let mut f = Found::default();
-            let r = gitlinks_reading(&idx, false, &mut f, Keep::Plan).map_err(|(_, why)| why);
+            let r = gitlinks_into(&idx, false, &mut f).map_err(|(_, why)| why);
             assert!(r.is_ok(), "{r:?}");
             f.gitlinks
         };
-        let key = || {
-            let m = fs::metadata(&idx).unwrap_or_else(|e| panic!("{e}"));
-            Parsed::key(&idx, false, false, &m)
-        };
+        let kept =
+            || Parsed::find(&idx, false, false, &fs::read(&idx).unwrap_or_default()).map(|p| p.found.gitlinks.clone());
         fs::write(&idx, links(b"aaaa")).unwrap_or_else(|e| panic!("{e}"));
-        // Just changed: read, not kept.
         assert_eq!(read(), vec![PathBuf::from("aaaa")]);
-        assert!(key().is_none(), "a file changed just now has a key");
-        std::thread::sleep(Parsed::SETTLED + std::time::Duration::from_millis(50));
-        // Settled: read once and kept.
+        assert_eq!(kept(), Some(vec![PathBuf::from("aaaa")]), "the parse was not kept");
         assert_eq!(read(), vec![PathBuf::from("aaaa")]);
-        let kept = key().unwrap_or_else(|| panic!("a settled file has no key"));
-        assert!(Parsed::find(&kept).is_some(), "a settled parse was not kept");
-        assert_eq!(read(), vec![PathBuf::from("aaaa")]);
-        // Changed in place, the same length, its modification time put
-        // back: the change time moved, so the kept parse is not used.
+        // Changed in place, the same length, its modification time put back.
         let before = fs::metadata(&idx).unwrap_or_else(|e| panic!("{e}"));
-        let f = fs::OpenOptions::new().write(true).open(&idx).unwrap_or_else(|e| panic!("{e}"));
-        f.write_all_at(&links(b"bbbb"), 0).unwrap_or_else(|e| panic!("{e}"));
-        let mtime = before.modified().unwrap_or_else(|e| panic!("{e}"));
-        f.set_modified(mtime).unwrap_or_else(|e| panic!("{e}"));
-        drop(f);
-        assert_eq!(fs::metadata(&idx).map(|m| m.len()).ok(), Some(before.len()));
-        assert_eq!(read(), vec![PathBuf::from("bbbb")], "a kept parse outlived a change in place");
-        // CONTROL: the kept parse is what was read while the key held.
-        assert!(Parsed::find(&kept).is_some_and(|p| p.found.gitlinks == vec![PathBuf::from("aaaa")]));
-
-        // Stores through a shared mapping move the change time at the first
-        // store to a page only (found in review): after a settled, kept
-        // parse, later stores leave the key as it was. The after-run
-        // reading never uses what was kept, and sees them.
-        let len = fs::metadata(&idx).map(|m| m.len()).unwrap_or_else(|e| panic!("{e}"));
-        let len = usize::try_from(len).unwrap_or_else(|e| panic!("{e}"));
         let f = fs::OpenOptions::new().read(true).write(true).open(&idx).unwrap_or_else(|e| panic!("{e}"));
+        f.write_all_at(&links(b"bbbb"), 0).unwrap_or_else(|e| panic!("{e}"));
+        f.set_modified(before.modified().unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read(), vec![PathBuf::from("bbbb")], "a kept parse outlived a change in place");
+        // Stores through a shared mapping move the change time at the first
+        // store to a page only (found in review): every store is seen.
+        let len = usize::try_from(before.len()).unwrap_or_else(|e| panic!("{e}"));
         // SAFETY: a shared read-write mapping of `len` bytes of a file we
         // opened read-write; checked for MAP_FAILED, unmapped below, and
         // only written within its length.
@@ -2007,29 +1978,16 @@ mod tests {
             )
         };
         assert_ne!(map, libc::MAP_FAILED, "mmap: {}", io::Error::last_os_error());
-        let bytes = links(b"cccc");
-        // SAFETY: the mapping is `len` bytes; `bytes` is as long (same entry
-        // length), and `map` is valid until the munmap.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.cast::<u8>(), bytes.len().min(len)) };
-        std::thread::sleep(Parsed::SETTLED + std::time::Duration::from_millis(50));
-        assert_eq!(read(), vec![PathBuf::from("cccc")]);
-        let kept = key().unwrap_or_else(|| panic!("a settled file has no key"));
-        assert!(Parsed::find(&kept).is_some(), "a settled parse was not kept");
-        let stamped = fs::metadata(&idx).unwrap_or_else(|e| panic!("{e}"));
-        let later = links(b"dddd");
-        // SAFETY: as above.
-        unsafe { std::ptr::copy_nonoverlapping(later.as_ptr(), map.cast::<u8>(), later.len().min(len)) };
-        let after = fs::metadata(&idx).unwrap_or_else(|e| panic!("{e}"));
-        let mut fresh = Found::default();
-        let r = gitlinks_into(&idx, false, &mut fresh);
-        assert!(r.is_ok(), "{r:?}");
-        assert_eq!(fresh.gitlinks, vec![PathBuf::from("dddd")], "the after-run reading used a kept parse");
+        for name in [b"cccc", b"dddd", b"eeee"] {
+            let bytes = links(name);
+            assert_eq!(bytes.len(), len);
+            // SAFETY: `map` is `len` bytes long and valid until the munmap.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.cast::<u8>(), len) };
+            let want = vec![PathBuf::from(std::str::from_utf8(name).unwrap_or_default())];
+            assert_eq!(read(), want, "a store through the mapping was not seen");
+        }
         // SAFETY: `map` came from mmap with this length and is not used after.
         unsafe { libc::munmap(map, len) };
-        use std::os::unix::fs::MetadataExt;
-        if (stamped.ctime(), stamped.ctime_nsec()) != (after.ctime(), after.ctime_nsec()) {
-            eprintln!("git::tests: the second store moved the change time here; the stale case was not shown");
-        }
     }
 
     #[test]
