@@ -104,6 +104,53 @@ fn r0090_a_gitlink_to_a_repository_the_command_made_is_quarantined() {
     assert!(m.take(), "control: the restored repository's filter did not run");
 }
 
+/// Found in session 26's review: a tree named only in `.gitmodules` was
+/// "known" to the plan, so the after-run quarantine left a gitlink added
+/// there alone. Run 1 makes a repository with a planted clean filter at
+/// `evil` and a `.gitmodules` entry for it, no gitlink (git does not enter
+/// it: nothing to quarantine). Run 2 adds the gitlink: its `.git` is now
+/// quarantined, and host git runs nothing; control: restored as the
+/// warning says, host git runs the filter.
+#[test]
+fn r0887_a_gitlink_added_at_a_tree_named_only_in_gitmodules_is_quarantined() {
+    let ws = repo();
+    let m = Marker::new();
+    let plant = format!(
+        "set -e; mkdir evil; cd evil; {G} init -q .; echo x > f; {G} add f; {G} commit -qm x
+         git config filter.pwn.clean \"sh -c 'touch {m}; cat'\"
+         echo '* filter=pwn' > .gitattributes; cd ..
+         printf '[submodule \"evil\"]\\n\\tpath = evil\\n\\turl = ./evil\\n\\tignore = none\\n' > .gitmodules
+         touch -m -d @1000000000 evil/f; echo planted",
+        m = m.path().display()
+    );
+    let r = run_ok(&writable(&ws, &plant));
+    assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
+    assert!(ws.join("evil/.git/config").is_file(), "{:?}", r.warnings);
+    four(&ws, &["status"]);
+    assert!(!m.take(), "control: without a gitlink host git entered evil");
+    let link =
+        format!("set -e; {G} update-index --add --cacheinfo 160000,$(git -C evil rev-parse HEAD),evil; echo linked");
+    let r = run_ok(&writable(&ws, &link));
+    assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "linked\n"), "{}", stderr(&r));
+    let w = r
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .find(|w| w.contains("is a submodule the command added"))
+        .unwrap_or_else(|| panic!("no quarantine: {:?}", r.warnings));
+    assert!(!ws.join("evil/.git").exists(), "{w}");
+    for args in [&["status"][..], &["diff"]] {
+        four(&ws, args);
+        assert!(!m.take(), "host git {args:?} with the four flags ran the planted filter");
+    }
+    // Control: restored as the warning says, the attack is real.
+    let restore = w.split("restore it with: ").nth(1).unwrap_or_else(|| panic!("{w}"));
+    let out = Command::new("sh").args(["-c", restore]).output().unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "{restore}: {}", String::from_utf8_lossy(&out.stderr));
+    four(&ws, &["status"]);
+    assert!(m.take(), "control: the restored repository's filter did not run");
+}
+
 /// A legitimate `git submodule add` in a writable run: the new submodule's
 /// `.git` file is renamed aside with a warning, its files and its git dir
 /// under `.git/modules` kept; restored as the warning says, it is a working
