@@ -47,6 +47,22 @@ fn repo() -> Ws {
 /// Git inside the sandbox, with an identity.
 const G: &str = "git -c user.name=t -c user.email=t@t -c init.defaultBranch=main -c protocol.file.allow=always";
 
+/// A `.gitmodules` naming `evil` with `ignore = none` (which beats
+/// `-c diff.ignoreSubmodules=all`).
+const GITMODULES: &str =
+    "printf '[submodule \"evil\"]\\n\\tpath = evil\\n\\turl = ./evil\\n\\tignore = none\\n' > .gitmodules";
+
+/// A script that makes `evil/`, a repository whose clean filter touches
+/// `m` (no gitlink for it yet).
+fn filter_repo(m: &Marker) -> String {
+    format!(
+        "set -e; mkdir evil; cd evil; {G} init -q .; echo x > f; {G} add f; {G} commit -qm x
+         git config filter.pwn.clean \"sh -c 'touch {m}; cat'\"
+         echo '* filter=pwn' > .gitattributes; cd ..",
+        m = m.path().display()
+    )
+}
+
 /// The review's F1: a writable run makes a repository `evil/` with a clean
 /// filter in its config, adds a gitlink for it to the writable index and a
 /// `.gitmodules` saying `ignore = none` (which beats
@@ -61,13 +77,10 @@ fn r0090_a_gitlink_to_a_repository_the_command_made_is_quarantined() {
     let ws = repo();
     let m = Marker::new();
     let script = format!(
-        "set -e; mkdir evil; cd evil; {G} init -q .; echo x > f; {G} add f; {G} commit -qm x
-         git config filter.pwn.clean \"sh -c 'touch {m}; cat'\"
-         echo '* filter=pwn' > .gitattributes; cd ..
+        "{}
          {G} update-index --add --cacheinfo 160000,$(git -C evil rev-parse HEAD),evil
-         printf '[submodule \"evil\"]\\n\\tpath = evil\\n\\turl = ./evil\\n\\tignore = none\\n' > .gitmodules
-         touch -m -d @1000000000 evil/f; echo planted",
-        m = m.path().display()
+         {GITMODULES}; touch -m -d @1000000000 evil/f; echo planted",
+        filter_repo(&m)
     );
     let r = run_ok(&writable(&ws, &script));
     assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
@@ -115,14 +128,7 @@ fn r0090_a_gitlink_to_a_repository_the_command_made_is_quarantined() {
 fn r0887_a_gitlink_added_at_a_tree_named_only_in_gitmodules_is_quarantined() {
     let ws = repo();
     let m = Marker::new();
-    let plant = format!(
-        "set -e; mkdir evil; cd evil; {G} init -q .; echo x > f; {G} add f; {G} commit -qm x
-         git config filter.pwn.clean \"sh -c 'touch {m}; cat'\"
-         echo '* filter=pwn' > .gitattributes; cd ..
-         printf '[submodule \"evil\"]\\n\\tpath = evil\\n\\turl = ./evil\\n\\tignore = none\\n' > .gitmodules
-         touch -m -d @1000000000 evil/f; echo planted",
-        m = m.path().display()
-    );
+    let plant = format!("{}\n{GITMODULES}; touch -m -d @1000000000 evil/f; echo planted", filter_repo(&m));
     let r = run_ok(&writable(&ws, &plant));
     assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
     assert!(ws.join("evil/.git/config").is_file(), "{:?}", r.warnings);
