@@ -74,14 +74,8 @@ pub(super) struct Layout {
     /// Every index read (the working tree it serves and its hash), for the
     /// after-run look for gitlinks the command added.
     pub indexes: Vec<GitIndex>,
-    /// The working trees the after-run quarantine leaves alone: the
-    /// workspace and each submodule's found through a gitlink of an index
-    /// read here. Those found only through a `.gitmodules` path, a module
-    /// git dir's `core.worktree` or a linked worktree's `gitdir` have their
-    /// `.git` protected or guarded too, but are not listed: a command could
-    /// have made that `.git` itself in an earlier run, where no gitlink
-    /// made git enter it, and then add the gitlink (found in review: host
-    /// git ran the filter it had planted).
+    /// Every working tree looked at (the workspace and each submodule's),
+    /// whose `.git` is protected or guarded.
     pub trees: Vec<PathBuf>,
 }
 
@@ -122,6 +116,15 @@ pub struct GitIndex {
     pub worktree: PathBuf,
     /// Whether its object names are SHA-256.
     pub sha256: bool,
+    /// The gitlinks it held when the plan read it (relative to `worktree`,
+    /// in canonical form): the after-run quarantine leaves these alone, in
+    /// this index only, and takes every other gitlink for one the command
+    /// added. Not the working trees the plan looked at: a tree named only in
+    /// `.gitmodules` or a module git dir's `core.worktree`, or reached
+    /// through a gitlink of an index the command made, could hold a
+    /// repository the command planted in an earlier run (found in session
+    /// 26's reviews: host git then ran its filter).
+    pub links: Vec<PathBuf>,
 }
 
 impl Layout {
@@ -334,18 +337,9 @@ fn link_target(entry: &Path) -> Option<PathBuf> {
 /// when something is writable); `ours` are the workspace and the writable
 /// areas, the only places where a submodule working tree is looked for.
 pub(super) fn discover(ws: &Path, areas: &[PathBuf], deep: bool) -> Result<Layout, SandboxError> {
-    let mut d = Discovery {
-        ws,
-        areas,
-        deep,
-        layout: Layout::default(),
-        trees: BTreeSet::new(),
-        linked: BTreeSet::new(),
-        via_gitlink: false,
-        walked: 0,
-    };
+    let mut d = Discovery { ws, areas, deep, layout: Layout::default(), trees: BTreeSet::new(), walked: 0 };
     d.top()?;
-    d.layout.trees = std::mem::take(&mut d.linked).into_iter().collect();
+    d.layout.trees = std::mem::take(&mut d.trees).into_iter().collect();
     Ok(d.layout)
 }
 
@@ -356,13 +350,6 @@ struct Discovery<'a> {
     layout: Layout,
     /// Working trees already looked at.
     trees: BTreeSet<PathBuf>,
-    /// The workspace and the working trees reached through a gitlink
-    /// ([`Layout::trees`]).
-    linked: BTreeSet<PathBuf>,
-    /// A gitlink of an index is being followed (set for one
-    /// [`Discovery::submodule`] call, taken by the [`Discovery::tree`] it
-    /// reaches).
-    via_gitlink: bool,
     /// Entries listed under `modules/` so far.
     walked: usize,
 }
@@ -390,7 +377,6 @@ impl Discovery<'_> {
     fn top(&mut self) -> Result<(), SandboxError> {
         let ws = self.ws.to_path_buf();
         self.trees.insert(ws.clone());
-        self.linked.insert(ws.clone());
         let dotgit = ws.join(".git");
         if memo::is_dir(&dotgit) {
             if memo::symlink_metadata(&dotgit).is_ok_and(|m| m.file_type().is_symlink()) {
@@ -477,14 +463,24 @@ impl Discovery<'_> {
         if let (true, Some(wt)) = (self.deep, worktree) {
             let sha256 = object_format_sha256(&gd);
             let index = gd.join("index");
-            if !self.layout.indexes.iter().any(|i| i.index == index) {
-                self.layout.indexes.push(GitIndex { index: index.clone(), worktree: wt.clone(), sha256 });
+            let links = gitlinks(&index, sha256, &|p| self.ours(p))?;
+            match self.layout.indexes.iter_mut().find(|i| i.index == index) {
+                Some(known) => {
+                    for p in &links {
+                        if !known.links.contains(p) {
+                            known.links.push(p.clone());
+                        }
+                    }
+                }
+                None => self.layout.indexes.push(GitIndex {
+                    index: index.clone(),
+                    worktree: wt.clone(),
+                    sha256,
+                    links: links.clone(),
+                }),
             }
-            for p in gitlinks(&index, sha256, &|p| self.ours(p))? {
-                self.via_gitlink = true;
-                let r = self.submodule(&wt, &p, nesting + 1);
-                self.via_gitlink = false;
-                r?;
+            for p in links {
+                self.submodule(&wt, &p, nesting + 1)?;
             }
             let gitmodules = wt.join(".gitmodules");
             if self.ours(&gitmodules) {
@@ -605,11 +601,6 @@ impl Discovery<'_> {
     /// A submodule working tree: its `.git` file, embedded `.git`
     /// directory, or (missing) the place git would look.
     fn tree(&mut self, wt: PathBuf, nesting: usize) -> Result<(), SandboxError> {
-        // Taken here, so that the submodule's own `.gitmodules` and
-        // worktrees below do not count as reached through a gitlink.
-        if std::mem::take(&mut self.via_gitlink) {
-            self.linked.insert(wt.clone());
-        }
         if self.trees.contains(&wt) {
             return Ok(());
         }
@@ -2147,13 +2138,6 @@ mod tests {
         assert_eq!(un, vec![ws.join("from/gitmodules/.git"), ws.join("third_party/libs/deep/name/.git")]);
         let x = l.dirs.iter().find(|g| g.path == m).map(|g| g.worktree.clone());
         assert_eq!(x, Some(Some(ws.join("libs/x"))));
-        // The trees the after-run quarantine leaves alone: the workspace and
-        // those of the index's gitlinks, not one named only in `.gitmodules`
-        // (its `.git` is guarded all the same: in `unpopulated` above).
-        let mut trees = l.trees.clone();
-        trees.sort();
-        let want = [ws.clone(), ws.join("libs/x"), ws.join("third_party/libs/deep/name"), ws.join("z")];
-        assert_eq!(trees, want, "the trees reached through gitlinks");
         // A read-only run reads no index and no `.gitmodules`.
         let l = discover(&ws, &[], false).unwrap_or_else(|e| panic!("{e}"));
         assert!(l.unpopulated.is_empty(), "{:?}", l.unpopulated);

@@ -149,6 +149,10 @@ struct IndexOnDisk {
     index: String,
     worktree: String,
     sha256: bool,
+    /// `GitIndex::links` (a record of an earlier build has none: every
+    /// gitlink of that index is then taken for one the command added).
+    #[serde(default)]
+    links: Vec<String>,
 }
 
 /// A record as it is on disk (serde JSON).
@@ -186,7 +190,13 @@ impl OnDisk {
             git_indexes: g
                 .git_indexes
                 .iter()
-                .map(|i| IndexOnDisk { index: enc(&i.index), worktree: enc(&i.worktree), sha256: i.sha256 })
+                .map(|i| IndexOnDisk {
+                    index: enc(&i.index),
+                    worktree: enc(&i.worktree),
+                    sha256: i.sha256,
+                    // Absolute on disk, as every path of a record.
+                    links: i.links.iter().map(|l| enc(&i.worktree.join(l))).collect(),
+                })
                 .collect(),
             git_trees: enc_all(&g.git_trees),
             fail_git_guard: g.fail_git_guard,
@@ -202,7 +212,21 @@ impl OnDisk {
         let git_indexes = self
             .git_indexes
             .iter()
-            .map(|i| Ok(GitIndex { index: dec(&i.index)?, worktree: dec(&i.worktree)?, sha256: i.sha256 }))
+            .map(|i| {
+                let worktree = dec(&i.worktree)?;
+                let links = dec_all(&i.links)?
+                    .into_iter()
+                    .map(|l| match l.strip_prefix(&worktree) {
+                        Ok(rel) if !rel.as_os_str().is_empty() => Ok(rel.to_path_buf()),
+                        _ => Err(format!(
+                            "the gitlink {} is not inside its working tree {}",
+                            l.display(),
+                            worktree.display()
+                        )),
+                    })
+                    .collect::<Result<_, String>>()?;
+                Ok(GitIndex { index: dec(&i.index)?, worktree, sha256: i.sha256, links })
+            })
             .collect::<Result<_, String>>()?;
         let guard = Guard {
             roots: dec_all(&self.roots)?,
@@ -702,7 +726,12 @@ mod tests {
         let g = Guard {
             roots: vec!["/ws".into()],
             git_guard: vec!["/ws/.git/hooks".into(), PathBuf::from(OsStr::from_bytes(b"/ws/\xff"))],
-            git_indexes: vec![GitIndex { index: "/ws/.git/index".into(), worktree: "/ws".into(), sha256: true }],
+            git_indexes: vec![GitIndex {
+                index: "/ws/.git/index".into(),
+                worktree: "/ws".into(),
+                sha256: true,
+                links: vec!["sub".into()],
+            }],
             git_trees: vec!["/ws".into()],
             fail_git_guard: true,
         };

@@ -91,8 +91,9 @@ pub struct Plan {
     /// (`..` kept): the guard walks them as the kernel would.
     pub git_guard: Vec<PathBuf>,
     /// The git indexes in writable areas, read again after the run: a `.git`
-    /// at a gitlink the command added (one whose working tree is not in
-    /// `git_trees`) is renamed aside, kept, with a warning.
+    /// at a gitlink the command added (one the same index did not hold when
+    /// the plan read it: `GitIndex::links`) is renamed aside, kept, with a
+    /// warning.
     pub git_indexes: Vec<git::GitIndex>,
     /// The working trees (the workspace's and its submodules') whose `.git`
     /// the plan protects or guards.

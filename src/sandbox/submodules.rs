@@ -26,8 +26,9 @@ pub(super) type Failure = (Cleanup, &'static str, PathBuf, io::Error);
 /// docs); warnings and failures are appended.
 pub(super) fn quarantine_new(work: &Guard, roots: &[&Path], warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) {
     let fail_rename = cfg!(debug_assertions) && work.fail_git_guard;
-    let known: BTreeSet<&Path> = work.git_trees.iter().map(PathBuf::as_path).collect();
     for ix in &indexes_after(work) {
+        // The gitlinks this index held when the plan read it: the user's.
+        let known: BTreeSet<&Path> = ix.links.iter().map(PathBuf::as_path).collect();
         let mut found = git::Found::default();
         if let Err((file, why)) = git::gitlinks_into(&ix.index, ix.sha256, &mut found) {
             // What cannot be read cannot be checked: git on the host may
@@ -46,9 +47,12 @@ pub(super) fn quarantine_new(work: &Guard, roots: &[&Path], warnings: &mut Vec<W
         let candidates: BTreeSet<PathBuf> = found.gitlinks.into_iter().chain(suspects).collect();
         for rel in candidates {
             let tree = ix.worktree.join(&rel);
-            // A tree the plan looked at, spelled so or reached through a
-            // link it followed (the command is gone: nothing moves now).
-            if known.contains(tree.as_path()) || fs::canonicalize(&tree).is_ok_and(|t| known.contains(t.as_path())) {
+            // A gitlink this index held before the run. Not any working
+            // tree the plan looked at: one named only in `.gitmodules`, a
+            // module git dir's `core.worktree`, or a gitlink of an index
+            // the command made could hold a repository it planted in an
+            // earlier run (`git_review::r0887`, `r0888`).
+            if known.contains(rel.as_path()) {
                 continue;
             }
             let dotgit = tree.join(".git");
@@ -96,7 +100,9 @@ fn indexes_after(work: &Guard) -> Vec<git::GitIndex> {
         for (private, wt) in git::linked_worktrees(gd) {
             let index = private.join("index");
             if let (Some(worktree), false) = (wt, out.iter().any(|i| i.index == index)) {
-                out.push(git::GitIndex { index, worktree, sha256: ix.sha256 });
+                // Made by the command (`git worktree add`): no gitlink of
+                // it is the user's.
+                out.push(git::GitIndex { index, worktree, sha256: ix.sha256, links: Vec::new() });
             }
         }
     }

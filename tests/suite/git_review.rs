@@ -157,6 +157,44 @@ fn r0887_a_gitlink_added_at_a_tree_named_only_in_gitmodules_is_quarantined() {
     assert!(m.take(), "control: the restored repository's filter did not run");
 }
 
+/// Found in session 26's third review: the quarantine exempted any tree
+/// reached through a gitlink of an index the plan read, including the index
+/// of a repository the command made. Run 1 makes `a/` (named in
+/// `.gitmodules`, no gitlink at `a`) whose own index has a gitlink to a
+/// planted `a/evil`. Run 2 adds `a/evil` as a gitlink of the workspace's
+/// index: new in that index, so quarantined, and host git runs nothing.
+/// Control: before run 2, host git does not enter `a/evil`.
+#[test]
+fn r0888_a_gitlink_into_a_tree_of_a_planted_index_is_quarantined() {
+    let ws = repo();
+    let m = Marker::new();
+    let plant = format!(
+        "set -e; mkdir a; cd a; {G} init -q .
+         {}
+         {G} update-index --add --cacheinfo 160000,$(git -C evil rev-parse HEAD),evil
+         touch -m -d @1000000000 evil/f; cd ..
+         printf '[submodule \"a\"]\\n\\tpath = a\\n\\turl = ./a\\n' > .gitmodules; echo planted",
+        filter_repo(&m)
+    );
+    let r = run_ok(&writable(&ws, &plant));
+    assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "planted\n"), "{}", stderr(&r));
+    assert!(ws.join("a/evil/.git/config").is_file(), "{:?}", r.warnings);
+    four(&ws, &["status"]);
+    assert!(!m.take(), "control: without a top-level gitlink host git entered a/evil");
+    let link = format!(
+        "set -e; {G} update-index --add --cacheinfo 160000,$(git -C a/evil rev-parse HEAD),a/evil
+         printf '[submodule \"x\"]\\n\\tpath = a/evil\\n\\turl = ./x\\n\\tignore = none\\n' >> .gitmodules
+         echo linked"
+    );
+    let r = run_ok(&writable(&ws, &link));
+    assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "linked\n"), "{}", stderr(&r));
+    assert!(!ws.join("a/evil/.git").exists(), "not quarantined: {:?}", r.warnings);
+    for args in [&["status"][..], &["diff"]] {
+        four(&ws, args);
+        assert!(!m.take(), "host git {args:?} with the four flags ran the planted filter");
+    }
+}
+
 /// A legitimate `git submodule add` in a writable run: the new submodule's
 /// `.git` file is renamed aside with a warning, its files and its git dir
 /// under `.git/modules` kept; restored as the warning says, it is a working
