@@ -1152,7 +1152,7 @@ impl Parsed {
     fn find(path: &Path, sha256: bool, all_names: bool, bytes: &[u8]) -> Option<std::sync::Arc<Parsed>> {
         let kept = PARSED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         kept.iter()
-            .find(|p| p.sha256 == sha256 && p.all_names == all_names && p.path == path && p.bytes == bytes)
+            .find(|p| p.sha256 == sha256 && p.all_names == all_names && p.path == path && same_bytes(&p.bytes, bytes))
             .cloned()
     }
 
@@ -1172,6 +1172,27 @@ impl Parsed {
         }
         kept.push(parsed);
     }
+}
+
+/// Whether `a` and `b` hold the same bytes: 64 at a time, as eight words.
+/// A slice comparison is musl's `memcmp`, a byte at a time: comparing a 1.6
+/// MB index took longer than parsing it.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut ca, mut cb) = (a.chunks_exact(64), b.chunks_exact(64));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        let mut diff = 0u64;
+        for (u, v) in x.chunks_exact(8).zip(y.chunks_exact(8)) {
+            let (Ok(u), Ok(v)) = (<[u8; 8]>::try_from(u), <[u8; 8]>::try_from(v)) else { return false };
+            diff |= u64::from_ne_bytes(u) ^ u64::from_ne_bytes(v);
+        }
+        if diff != 0 {
+            return false;
+        }
+    }
+    ca.remainder().iter().zip(cb.remainder()).all(|(u, v)| u == v)
 }
 
 /// [`end_of_entries`] of an index read whole.
@@ -1953,6 +1974,19 @@ mod tests {
         out.extend(entries.iter().flatten());
         out.extend_from_slice(&[0u8; 20]);
         out
+    }
+
+    #[test]
+    fn same_bytes_finds_every_difference() {
+        let a: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+        assert!(same_bytes(&a, &a.clone()));
+        assert!(!same_bytes(&a, &a[..999]));
+        assert!(same_bytes(&[], &[]));
+        for at in [0, 7, 8, 63, 64, 500, 959, 960, 999] {
+            let mut b = a.clone();
+            b[at] ^= 1;
+            assert!(!same_bytes(&a, &b), "a difference at {at} was missed");
+        }
     }
 
     #[test]
