@@ -307,8 +307,7 @@ fn fork_ahead(ahead: Ahead<'_>, report_fd: &OwnedFd, lifeline: Option<OwnedFd>) 
     let f = match forked {
         Ok(nix::unistd::ForkResult::Child) => {
             drop(lifeline);
-            let Ahead { base, programs, via, chan, sock, root, host } = ahead;
-            match command_ahead(base, programs, via, chan, sock, root, host, report_fd) {
+            match command_ahead(ahead, report_fd) {
                 Ok(never) => match never {},
                 Err(f) => f,
             }
@@ -388,17 +387,8 @@ fn pid1(
 /// With an outer helper (`chan`), `k` goes to it and the library's socket
 /// comes back (`q`); a slot the zygote cloned holds the socket already
 /// (`sock`) and says `k` to the library on it.
-#[allow(clippy::too_many_arguments)]
-fn command_ahead(
-    base: &SlotSpec,
-    programs: Programs,
-    via: CloneCall,
-    chan: Option<chan::End>,
-    sock: Option<OwnedFd>,
-    root: mounts::Root,
-    host: Option<OwnedFd>,
-    report_fd: &OwnedFd,
-) -> Result<Never, Fail> {
+fn command_ahead(ahead: Ahead<'_>, report_fd: &OwnedFd) -> Result<Never, Fail> {
+    let Ahead { base, programs, via, chan, sock, root, host } = ahead;
     crate::command::ahead()?;
     let sock = match (sock, &chan) {
         (Some(sock), _) => {

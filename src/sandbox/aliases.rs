@@ -218,8 +218,8 @@ impl AliasCheck {
 /// same areas against the same table.
 static PASSED: std::sync::Mutex<Option<(std::sync::Arc<str>, AliasCheck)>> = std::sync::Mutex::new(None);
 
-/// The mount table for the check ([`super::mounts::now`]: read again only
-/// when the kernel marked a change; its error names the check's stage).
+/// The mount table for the check, read now ([`super::mounts::now`]; its
+/// error names the check's stage).
 pub(crate) fn read_table() -> Result<super::mounts::Snapshot, SandboxError> {
     super::mounts::now().map_err(|source| SandboxError::Io {
         stage: "reading /proc/self/mountinfo for mounts inside the grants",

@@ -1085,45 +1085,46 @@ fn read_index(index: &Path, sha256: bool, out: &mut Found, all_names: bool) -> R
         return Err(Unreadable::TooLarge);
     }
     let hash_len = if sha256 { 32 } else { 20 };
-    let damaged = |e: io::Error| match e.kind() {
+    if len > INDEX_IN_MEMORY || !plausible_header(&f) {
+        let eoie = end_of_entries(&f, len, hash_len).map_err(Unreadable::Io)?;
+        let mut r = IndexReader { inner: BufReader::with_capacity(1 << 16, f.take(len)), pos: 0, len };
+        return parse_index(&mut r, len, hash_len, out, all_names, eoie).map_err(damaged);
+    }
+    // Read whole and parsed from memory: through a `BufReader`, every field
+    // of every entry was a buffered read, and a 20 000-entry index (1.6 MB)
+    // took 2.8 ms to parse, on every writable plan of such a repository
+    // (session 23). A file that changes length meanwhile ends the read
+    // short: read as it is, up to `len` (the parse fails on a short one),
+    // and not kept.
+    let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    (&f).take(len).read_to_end(&mut data).map_err(Unreadable::Io)?;
+    let keep = data.len() as u64 == len && len <= Parsed::MAX_BYTES;
+    if let Some(hit) = keep.then(|| Parsed::find(index, sha256, all_names, &data)).flatten() {
+        out.gitlinks.extend(hit.found.gitlinks.iter().cloned());
+        out.suspects.extend(hit.found.suspects.iter().cloned());
+        return Ok(hit.file.clone());
+    }
+    let eoie = match data.len() as u64 == len {
+        true => end_of_entries_in(&data, hash_len),
+        false => end_of_entries(&f, len, hash_len).map_err(Unreadable::Io)?,
+    };
+    let mut found = Found::default();
+    let mut r = IndexReader { inner: data.as_slice(), pos: 0, len };
+    let parsed = parse_index(&mut r, len, hash_len, &mut found, all_names, eoie).map_err(damaged);
+    if let (Ok(file), true) = (&parsed, keep) {
+        Parsed::keep(index, sha256, all_names, data, file, &found);
+    }
+    out.gitlinks.append(&mut found.gitlinks);
+    out.suspects.append(&mut found.suspects);
+    parsed
+}
+
+/// A parse's error as the reading's: a short or malformed file is damaged.
+fn damaged(e: io::Error) -> Unreadable {
+    match e.kind() {
         io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => Unreadable::Damaged(e),
         _ => Unreadable::Io(e),
-    };
-    if len <= Parsed::MAX_BYTES && plausible_header(&f) {
-        let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-        (&f).take(len).read_to_end(&mut data).map_err(Unreadable::Io)?;
-        if data.len() as u64 == len {
-            let (file, found) = match Parsed::find(index, sha256, all_names, &data) {
-                Some(hit) => {
-                    let found = Found { gitlinks: hit.found.gitlinks.clone(), suspects: hit.found.suspects.clone() };
-                    (hit.file.clone(), found)
-                }
-                None => {
-                    let mut found = Found::default();
-                    let eoie = end_of_entries_in(&data, hash_len);
-                    let mut r = IndexReader { inner: data.as_slice(), pos: 0, len };
-                    let parsed = parse_index(&mut r, len, hash_len, &mut found, all_names, eoie);
-                    let file = match parsed {
-                        Ok(file) => file,
-                        Err(e) => {
-                            out.gitlinks.append(&mut found.gitlinks);
-                            out.suspects.append(&mut found.suspects);
-                            return Err(damaged(e));
-                        }
-                    };
-                    Parsed::keep(index, sha256, all_names, data, &file, &found);
-                    (file, found)
-                }
-            };
-            out.gitlinks.extend(found.gitlinks);
-            out.suspects.extend(found.suspects);
-            return Ok(file);
-        }
-        // Its length changed while it was read: parsed from the start as
-        // before (the parse fails on a short one), not kept.
-        std::io::Seek::rewind(&mut &f).map_err(Unreadable::Io)?;
     }
-    parse_file(f, len, sha256, out, all_names)
 }
 
 /// An index's parse kept with the file's bytes, and used again for a file
@@ -1204,30 +1205,6 @@ fn end_of_entries_in(data: &[u8], hash_len: usize) -> Option<u64> {
         return None;
     }
     Some(u64::from(u32::from_be_bytes([head[8], head[9], head[10], head[11]])))
-}
-
-/// Parse the open index `f` (`len` bytes when it was looked at) into `out`.
-fn parse_file(f: fs::File, len: u64, sha256: bool, out: &mut Found, all_names: bool) -> Result<IndexFile, Unreadable> {
-    let hash_len = if sha256 { 32 } else { 20 };
-    let eoie = end_of_entries(&f, len, hash_len).map_err(Unreadable::Io)?;
-    let damaged = |e: io::Error| match e.kind() {
-        io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => Unreadable::Damaged(e),
-        _ => Unreadable::Io(e),
-    };
-    if len <= INDEX_IN_MEMORY && plausible_header(&f) {
-        // Read whole and parsed from memory: through a `BufReader`, every
-        // field of every entry was a buffered read, and a 20 000-entry
-        // index (1.6 MB) took 2.8 ms to parse, on every writable plan of
-        // such a repository (session 23). A file that changes length
-        // meanwhile ends the read short or long: read as it is, up to
-        // `len` (the parse fails on a short one).
-        let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-        f.take(len).read_to_end(&mut data).map_err(Unreadable::Io)?;
-        let mut r = IndexReader { inner: data.as_slice(), pos: 0, len };
-        return parse_index(&mut r, len, hash_len, out, all_names, eoie).map_err(damaged);
-    }
-    let mut r = IndexReader { inner: BufReader::with_capacity(1 << 16, f.take(len)), pos: 0, len };
-    parse_index(&mut r, len, hash_len, out, all_names, eoie).map_err(damaged)
 }
 
 /// Whether the file starts as an index does (`DIRC`, a version git

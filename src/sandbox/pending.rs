@@ -74,8 +74,6 @@ pub(super) struct Guard {
     pub(super) git_guard: Vec<PathBuf>,
     /// `Plan::git_indexes`.
     pub(super) git_indexes: Vec<GitIndex>,
-    /// `Plan::git_trees`.
-    pub(super) git_trees: Vec<PathBuf>,
     /// The debug test switch `fail_git_guard`.
     pub(super) fail_git_guard: bool,
 }
@@ -87,7 +85,6 @@ impl Guard {
             roots: plan.writable.then(|| plan.workspace.clone()).into_iter().chain(plan.write_grants.clone()).collect(),
             git_guard: plan.git_guard.clone(),
             git_indexes: plan.git_indexes.clone(),
-            git_trees: plan.git_trees.clone(),
             fail_git_guard: plan.spec.test_switches.fail_git_guard,
         }
     }
@@ -173,7 +170,11 @@ pub(super) struct OnDisk {
     roots: Vec<String>,
     git_guard: Vec<String>,
     git_indexes: Vec<IndexOnDisk>,
-    git_trees: Vec<String>,
+    /// The working trees the plan looked at, which the quarantine took for
+    /// the user's until session 26 (see `GitIndex::links`): accepted in a
+    /// record of an earlier build, not written, not used.
+    #[serde(default, skip_serializing, rename = "git_trees")]
+    _git_trees: Vec<String>,
     fail_git_guard: bool,
 }
 
@@ -198,7 +199,7 @@ impl OnDisk {
                     links: i.links.iter().map(|l| enc(&i.worktree.join(l))).collect(),
                 })
                 .collect(),
-            git_trees: enc_all(&g.git_trees),
+            _git_trees: Vec::new(),
             fail_git_guard: g.fail_git_guard,
         }
     }
@@ -232,7 +233,6 @@ impl OnDisk {
             roots: dec_all(&self.roots)?,
             git_guard: dec_all(&self.git_guard)?,
             git_indexes,
-            git_trees: dec_all(&self.git_trees)?,
             fail_git_guard: self.fail_git_guard,
         };
         let ws = dec(&self.workspace)?;
@@ -674,7 +674,6 @@ pub fn leave_record_for_tests(ws: &Path, git_guard: &[PathBuf]) -> Result<PathBu
         roots: vec![ws.clone()],
         git_guard: git_guard.to_vec(),
         git_indexes: Vec::new(),
-        git_trees: vec![ws.clone()],
         fail_git_guard: false,
     };
     let (name, _) = records.write(&ws, &guard, None)?;
@@ -732,7 +731,6 @@ mod tests {
                 sha256: true,
                 links: vec!["sub".into()],
             }],
-            git_trees: vec!["/ws".into()],
             fail_git_guard: true,
         };
         let data = serde_json::to_vec(&OnDisk::of(

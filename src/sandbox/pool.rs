@@ -998,8 +998,8 @@ impl Table {
     }
 
     /// Whether `snap` saw the same mounts at the same places as this
-    /// table's reading ([`super::mounts::Snapshot::same_as`]): then the
-    /// unique ids are the same too.
+    /// table's reading (the same generation and text: see
+    /// [`super::mounts`]): then the unique ids are the same too.
     fn same_as(&self, snap: &super::mounts::Snapshot) -> bool {
         self.gen == snap.gen && *self.text == *snap.text
     }
