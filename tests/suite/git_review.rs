@@ -163,7 +163,8 @@ fn r0887_a_gitlink_added_at_a_tree_named_only_in_gitmodules_is_quarantined() {
 /// `.gitmodules`, no gitlink at `a`) whose own index has a gitlink to a
 /// planted `a/evil`. Run 2 adds `a/evil` as a gitlink of the workspace's
 /// index: new in that index, so quarantined, and host git runs nothing.
-/// Control: before run 2, host git does not enter `a/evil`.
+/// Controls: before run 2, host git does not enter `a/evil`; restored as
+/// the warning says, host git runs the filter.
 #[test]
 fn r0888_a_gitlink_into_a_tree_of_a_planted_index_is_quarantined() {
     let ws = repo();
@@ -193,6 +194,18 @@ fn r0888_a_gitlink_into_a_tree_of_a_planted_index_is_quarantined() {
         four(&ws, args);
         assert!(!m.take(), "host git {args:?} with the four flags ran the planted filter");
     }
+    // Control: restored as the warning says, the attack is real.
+    let w = r
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .find(|w| w.contains("is a submodule the command added"))
+        .unwrap_or_else(|| panic!("no quarantine warning: {:?}", r.warnings));
+    let restore = w.split("restore it with: ").nth(1).unwrap_or_else(|| panic!("{w}"));
+    let out = Command::new("sh").args(["-c", restore]).output().unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "{restore}: {}", String::from_utf8_lossy(&out.stderr));
+    four(&ws, &["status"]);
+    assert!(m.take(), "control: the restored repository's filter did not run");
 }
 
 /// A legitimate `git submodule add` in a writable run: the new submodule's
