@@ -138,23 +138,9 @@ fn r0887_a_gitlink_added_at_a_tree_named_only_in_gitmodules_is_quarantined() {
         format!("set -e; {G} update-index --add --cacheinfo 160000,$(git -C evil rev-parse HEAD),evil; echo linked");
     let r = run_ok(&writable(&ws, &link));
     assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "linked\n"), "{}", stderr(&r));
-    let w = r
-        .warnings
-        .iter()
-        .map(ToString::to_string)
-        .find(|w| w.contains("is a submodule the command added"))
-        .unwrap_or_else(|| panic!("no quarantine: {:?}", r.warnings));
+    let w = quarantine_warning(&r);
     assert!(!ws.join("evil/.git").exists(), "{w}");
-    for args in [&["status"][..], &["diff"]] {
-        four(&ws, args);
-        assert!(!m.take(), "host git {args:?} with the four flags ran the planted filter");
-    }
-    // Control: restored as the warning says, the attack is real.
-    let restore = w.split("restore it with: ").nth(1).unwrap_or_else(|| panic!("{w}"));
-    let out = Command::new("sh").args(["-c", restore]).output().unwrap_or_else(|e| panic!("{e}"));
-    assert!(out.status.success(), "{restore}: {}", String::from_utf8_lossy(&out.stderr));
-    four(&ws, &["status"]);
-    assert!(m.take(), "control: the restored repository's filter did not run");
+    nothing_runs_until_restored(&ws, &w, &m);
 }
 
 /// Found in session 26's third review: the quarantine exempted any tree
@@ -190,21 +176,29 @@ fn r0888_a_gitlink_into_a_tree_of_a_planted_index_is_quarantined() {
     let r = run_ok(&writable(&ws, &link));
     assert_eq!((r.outcome.code(), stdout(&r).as_str()), (Some(0), "linked\n"), "{}", stderr(&r));
     assert!(!ws.join("a/evil/.git").exists(), "not quarantined: {:?}", r.warnings);
-    for args in [&["status"][..], &["diff"]] {
-        four(&ws, args);
-        assert!(!m.take(), "host git {args:?} with the four flags ran the planted filter");
-    }
-    // Control: restored as the warning says, the attack is real.
-    let w = r
-        .warnings
+    nothing_runs_until_restored(&ws, &quarantine_warning(&r), &m);
+}
+
+/// The quarantine's warning in `r` (the one that says how to restore).
+fn quarantine_warning(r: &portcullis::ExecResult) -> String {
+    r.warnings
         .iter()
         .map(ToString::to_string)
         .find(|w| w.contains("is a submodule the command added"))
-        .unwrap_or_else(|| panic!("no quarantine warning: {:?}", r.warnings));
+        .unwrap_or_else(|| panic!("no quarantine: {:?}", r.warnings))
+}
+
+/// Host git (`status`, `diff`, the four flags) runs nothing of the planted
+/// filter; control: restored as the warning `w` says, `status` runs it.
+fn nothing_runs_until_restored(ws: &Ws, w: &str, m: &Marker) {
+    for args in [&["status"][..], &["diff"]] {
+        four(ws, args);
+        assert!(!m.take(), "host git {args:?} with the four flags ran the planted filter");
+    }
     let restore = w.split("restore it with: ").nth(1).unwrap_or_else(|| panic!("{w}"));
     let out = Command::new("sh").args(["-c", restore]).output().unwrap_or_else(|e| panic!("{e}"));
     assert!(out.status.success(), "{restore}: {}", String::from_utf8_lossy(&out.stderr));
-    four(&ws, &["status"]);
+    four(ws, &["status"]);
     assert!(m.take(), "control: the restored repository's filter did not run");
 }
 
