@@ -9,6 +9,7 @@
 //! lock's records) list every directory they enter; through this they make
 //! no such call (`docs/sandbox.md`, "Session 17").
 
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -40,12 +41,31 @@ pub type Entry = (std::ffi::CString, EntryType);
 /// exceeded, and a directory of millions of names costs no more memory
 /// than the limit).
 pub fn list(fd: BorrowedFd<'_>, max: usize) -> io::Result<Vec<Entry>> {
+    let mut buf = vec![0u8; 32 * 1024];
+    let mut out = Vec::new();
+    if max > 0 {
+        scan(fd, &mut buf, |name, kind| {
+            out.push((name.to_owned(), kind));
+            out.len() < max
+        })?;
+    }
+    Ok(out)
+}
+
+/// Call `each` with the name and type of every entry of the directory open
+/// on `fd` but `.` and `..`, from the fd's current position, until it
+/// returns false. Entries are read into a buffer on the stack: a caller
+/// that keeps no name (a count) allocates nothing.
+pub fn for_each(fd: BorrowedFd<'_>, each: impl FnMut(&CStr, EntryType) -> bool) -> io::Result<()> {
+    let mut buf = [0u8; 4096];
+    scan(fd, &mut buf, each)
+}
+
+fn scan(fd: BorrowedFd<'_>, buf: &mut [u8], mut each: impl FnMut(&CStr, EntryType) -> bool) -> io::Result<()> {
     // d_ino (8), d_off (8), d_reclen (2), d_type (1), then the name and
     // its NUL (`<linux/dirent.h>`, linux_dirent64).
     const NAME_AT: usize = 19;
-    let mut buf = vec![0u8; 32 * 1024];
-    let mut out = Vec::new();
-    while out.len() < max {
+    loop {
         // SAFETY: `buf` is writable for its length, which the kernel is
         // told; it writes at most that many bytes and returns how many.
         let n = unsafe { libc::syscall(libc::SYS_getdents64, fd.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
@@ -54,10 +74,10 @@ pub fn list(fd: BorrowedFd<'_>, max: usize) -> io::Result<Vec<Entry>> {
         }
         let n = usize::try_from(n).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         if n == 0 {
-            break;
+            return Ok(());
         }
         let mut at = 0;
-        while at + NAME_AT < n.min(buf.len()) && out.len() < max {
+        while at + NAME_AT < n.min(buf.len()) {
             let reclen = usize::from(u16::from_ne_bytes([buf[at + 16], buf[at + 17]]));
             let end = at + reclen;
             if reclen <= NAME_AT || end > n {
@@ -70,15 +90,14 @@ pub fn list(fd: BorrowedFd<'_>, max: usize) -> io::Result<Vec<Entry>> {
                 libc::DT_UNKNOWN => EntryType::Unknown,
                 _ => EntryType::Other,
             };
-            let name = std::ffi::CStr::from_bytes_until_nul(&buf[at + NAME_AT..end])
+            let name = CStr::from_bytes_until_nul(&buf[at + NAME_AT..end])
                 .map_err(|_| io::Error::from_raw_os_error(libc::EIO))?;
-            if name != c"." && name != c".." {
-                out.push((name.to_owned(), kind));
+            if name != c"." && name != c".." && !each(name, kind) {
+                return Ok(());
             }
             at = end;
         }
     }
-    Ok(out)
 }
 
 /// The entries of the directory at `path` (a final symbolic link followed,

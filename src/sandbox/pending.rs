@@ -64,6 +64,11 @@ const PREFIX: &str = "run-";
 const SUFFIX: &str = ".json";
 const TMP_PREFIX: &str = ".tmp-run-";
 
+/// A record's name (not one being written).
+fn is_record(name: &str) -> bool {
+    name.starts_with(PREFIX) && name.ends_with(SUFFIX)
+}
+
 /// What one writable run's git guard needs after the run: everything of
 /// its plan that `run::guard_git` reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -252,6 +257,9 @@ impl OnDisk {
 pub(crate) struct Records {
     dir: OwnedFd,
     path: PathBuf,
+    /// The directory is on tmpfs, whose directory sizes count entries
+    /// ([`Records::entries_at_most`]).
+    tmpfs: bool,
     /// The lock file's name: the workspace's device and inode.
     lock_name: String,
     /// The directory the lock is of, when not the run's workspace (a
@@ -293,7 +301,9 @@ impl Records {
                 ),
             ));
         }
-        Ok(Records { dir, path, lock_name: lock_name.to_string(), anchor: None })
+        let tmpfs =
+            nix::sys::statfs::fstatfs(&dir).is_ok_and(|st| st.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+        Ok(Records { dir, path, tmpfs, lock_name: lock_name.to_string(), anchor: None })
     }
 
     /// The records are those of the lock of `anchor`, a directory holding
@@ -307,26 +317,57 @@ impl Records {
     /// The names in the directory that are records (or records being
     /// written), at most `MAX_RECORDS + 1` of them.
     fn names(&self) -> io::Result<Vec<String>> {
-        let fd = openat(&self.dir, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
+        let fd = self.reopen()?;
         let mut out = Vec::new();
         // getdents64 into our own buffer, not fdopendir (`path::dents`).
-        for (name, _) in crate::path::dents::list(std::os::fd::AsFd::as_fd(&fd), usize::MAX)? {
-            let Ok(name) = name.to_str() else { continue };
-            if (name.starts_with(PREFIX) && name.ends_with(SUFFIX)) || name.starts_with(TMP_PREFIX) {
+        crate::path::dents::for_each(fd.as_fd(), |name, _| {
+            if let Some(name) = name.to_str().ok().filter(|n| is_record(n) || n.starts_with(TMP_PREFIX)) {
                 out.push(name.to_string());
-                if out.len() > MAX_RECORDS {
-                    break;
-                }
             }
-        }
+            out.len() <= MAX_RECORDS
+        })?;
         out.sort();
         Ok(out)
     }
 
+    /// The directory open again: a listing of its own, from the start.
+    fn reopen(&self) -> io::Result<OwnedFd> {
+        Ok(openat(&self.dir, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?)
+    }
+
     /// How many records there are (those of runs still going, of runs that
-    /// ended while another ran, and of killed ones).
+    /// ended while another ran, and of killed ones). Counted as listed,
+    /// with no name kept: this runs at the end of every writable run that
+    /// another one overlaps.
     pub(crate) fn count(&self) -> usize {
-        self.names().map(|n| n.iter().filter(|n| !n.starts_with(TMP_PREFIX)).count()).unwrap_or(0)
+        let mut n = 0;
+        let listed = self.reopen().and_then(|fd| {
+            crate::path::dents::for_each(fd.as_fd(), |name, _| {
+                n += usize::from(name.to_str().is_ok_and(is_record));
+                true
+            })
+        });
+        if listed.is_ok() {
+            n
+        } else {
+            0
+        }
+    }
+
+    /// At most how many entries the directory holds, from its size alone
+    /// (one `fstat`, no listing): tmpfs, where the lock directory is
+    /// whenever `/dev/shm` is there, sizes a directory 40 bytes plus 20
+    /// per entry (`BOGO_DIRENT_SIZE`, mm/shmem.c). `None` elsewhere, or for
+    /// a size not of that shape: list the directory then. Under a steady
+    /// load of overlapping writable runs the records pile up (the last run
+    /// to end cleans them), and listing them two or three times per run
+    /// was about 0.1 ms of each (docs/sandbox.md, "Session 27").
+    fn entries_at_most(&self) -> Option<usize> {
+        if !self.tmpfs {
+            return None;
+        }
+        let size = usize::try_from(fstat(&self.dir).ok()?.st_size).ok()?;
+        (size >= 40 && (size - 40) % 20 == 0).then_some((size - 40) / 20)
     }
 
     /// Write the record of a run about to start: a fresh file (`O_EXCL`,
@@ -340,8 +381,13 @@ impl Records {
         guard: &Guard,
         cgroup: Option<&Path>,
     ) -> Result<(String, OnDisk), SandboxError> {
-        let names = self.names().map_err(|e| lock_err(&self.path, format!("cannot list it: {e}")))?;
-        if names.len() >= MAX_RECORDS {
+        let under_limit = self.entries_at_most().is_some_and(|n| n < MAX_RECORDS);
+        let names = if under_limit {
+            0
+        } else {
+            self.names().map_err(|e| lock_err(&self.path, format!("cannot list it: {e}")))?.len()
+        };
+        if names >= MAX_RECORDS {
             return Err(SandboxError::LimitExceeded {
                 what: "git-guard records of one workspace",
                 limit: MAX_RECORDS as u64,
@@ -431,7 +477,11 @@ impl Records {
     /// Otherwise the last writable run to end does it.
     pub(super) fn clean_if_alone(&self, key: super::lock::Key<'_>, uid: u32) -> Result<Early, SandboxError> {
         let mut early: Early = (Vec::new(), Vec::new());
-        if self.count() == 0 {
+        let none = match self.entries_at_most() {
+            Some(n) => n == 0,
+            None => self.count() == 0,
+        };
+        if none {
             return Ok(early);
         }
         if let Some(alone) = super::lock::try_exclusive(key, uid)? {
@@ -747,5 +797,51 @@ mod tests {
         assert_eq!(anchor, PathBuf::from("/ws"));
         assert_eq!(g2, g);
         assert_eq!(cg, Some(PathBuf::from("/cg/portcullis-7-1")));
+    }
+
+    /// On tmpfs the directory's size bounds its entries, exactly; the count
+    /// takes only records. Anywhere else there is no bound (the listing
+    /// decides).
+    #[test]
+    fn a_records_directory_on_tmpfs_is_sized_by_its_entries() {
+        use std::os::unix::fs::PermissionsExt;
+        let uid = nix::unistd::getuid().as_raw();
+        let open = |base: &str| {
+            let top = tempfile::Builder::new().prefix("records-").tempdir_in(base).unwrap_or_else(|e| panic!("{e}"));
+            let fd = openat(nix::fcntl::AT_FDCWD, top.path(), OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty())
+                .unwrap_or_else(|e| panic!("{e}"));
+            let r = Records::open(&fd, top.path(), "ws-1-2.lock", uid).unwrap_or_else(|e| panic!("{e}"));
+            std::fs::set_permissions(&r.path, std::fs::Permissions::from_mode(0o700)).unwrap_or_else(|e| panic!("{e}"));
+            (top, r)
+        };
+        if !Path::new("/dev/shm").is_dir() {
+            eprintln!("SKIPPED: no /dev/shm here");
+            return;
+        }
+        let (_top, r) = open("/dev/shm");
+        assert!(r.tmpfs, "/dev/shm is not tmpfs here");
+        assert_eq!((r.entries_at_most(), r.count()), (Some(0), 0));
+        let mut made = 0;
+        for name in ["run-1-2-3.json", ".tmp-run-4-5-6", "run-7-8-9.json", "stray", "run-a.json"] {
+            std::fs::write(r.path.join(name), b"{}").unwrap_or_else(|e| panic!("{e}"));
+            made += 1;
+            assert_eq!(r.entries_at_most(), Some(made), "after {name}");
+        }
+        std::fs::create_dir(r.path.join("sub")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.entries_at_most(), Some(made + 1));
+        assert_eq!(r.count(), 3);
+        assert_eq!(r.names().unwrap_or_default().len(), 4, "the records and the one being written");
+        for name in ["run-1-2-3.json", ".tmp-run-4-5-6", "run-7-8-9.json", "stray", "run-a.json"] {
+            std::fs::remove_file(r.path.join(name)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::remove_dir(r.path.join("sub")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((r.entries_at_most(), r.count()), (Some(0), 0));
+        // The source tree: wherever the tests are built, a disk (CI's clone).
+        let (_top2, elsewhere) = open(env!("CARGO_MANIFEST_DIR"));
+        if elsewhere.tmpfs {
+            eprintln!("SKIPPED (its second half): the source tree is on tmpfs too");
+        } else {
+            assert_eq!(elsewhere.entries_at_most(), None);
+        }
     }
 }
