@@ -949,29 +949,22 @@ impl Sandbox {
         self.plan_opt(None, req)
     }
 
-    /// Plan, with a compiled profile or without: a plan nothing runs,
-    /// judged against the host's mounts now.
+    /// Plan, with a compiled profile or without.
     fn plan_opt(&self, profile: Option<&Profile>, req: &ExecRequest) -> Result<Plan, SandboxError> {
-        self.plan_checking(profile, req, true).map(|(plan, _)| plan)
+        self.plan_checking(profile, req).map(|(plan, _)| plan)
     }
 
     /// [`Sandbox::plan_opt`], with its alias check handed back for the run
-    /// to make at its start ([`Sandbox::run_locked`]). `aliases_now`: make
-    /// it while planning too. A plan that goes straight to its run is not:
-    /// the run's start reads the mount table after the plan, and refuses
-    /// the same runs before anything of them is made, so a reading here
-    /// (~30 µs of every writable run) would decide nothing the start does
-    /// not. Before grants are created it is made (`plan_locked`).
+    /// to make again at its start ([`Sandbox::run_locked`]).
     fn plan_checking(
         &self,
         profile: Option<&Profile>,
         req: &ExecRequest,
-        aliases_now: bool,
     ) -> Result<(Plan, Option<aliases::AliasCheck>), SandboxError> {
         not_full_as_degraded(req)?;
         let shared = network::joins(self.network.is_some(), req.network, req.degraded.unwrap_or(Mode::Full));
         let contained = containment::decide_with(&self.cgroup, req, self.uid, shared)?;
-        let (mut plan, aliases) = plan::build(req, self.uid, self.gid, contained, profile, aliases_now)?;
+        let (mut plan, aliases) = plan::build(req, self.uid, self.gid, contained, profile)?;
         network::choose(&mut plan.spec, self.network.is_some(), self.uid);
         Ok((plan, aliases))
     }
@@ -1022,7 +1015,7 @@ impl Sandbox {
         // The timeout covers the whole run, waiting for the workspace too.
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         if !req.writable && req.write.is_empty() {
-            let (plan, aliases) = self.plan_checking(profile, req, false)?;
+            let (plan, aliases) = self.plan_checking(profile, req)?;
             check(&plan)?;
             let held = self.take_locks(&plan.workspace, false, req, deadline, opts.cancel.as_ref()).await?;
             return self.run_locked(&plan, aliases, req, opts, start, deadline, held).await;
@@ -1158,18 +1151,13 @@ impl Sandbox {
         profile: Option<&Profile>,
         req: &ExecRequest,
     ) -> Result<(Plan, Option<aliases::AliasCheck>), SandboxError> {
-        let (mut plan, mut aliases) = self.plan_checking(profile, req, false)?;
+        let (mut plan, mut aliases) = self.plan_checking(profile, req)?;
         if !plan.create_grants.is_empty() {
-            // Nothing is created where an alias would put it in a
-            // read-only area (r0865).
-            if let Some(a) = &aliases {
-                a.now()?;
-            }
             for g in &plan.create_grants {
                 let rel = g.strip_prefix(&plan.workspace).unwrap_or(g);
                 grants::create(&plan.workspace, rel)?;
             }
-            (plan, aliases) = self.plan_checking(profile, req, false)?;
+            (plan, aliases) = self.plan_checking(profile, req)?;
             if let Some(g) = plan.create_grants.first() {
                 return Err(SandboxError::CreateGrant {
                     path: g.clone(),
@@ -1544,8 +1532,7 @@ mod tests {
         let d = tempfile::Builder::new().prefix("pc-steps-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
         let req = ExecRequest::new(d.path(), ["true"]);
         let contained = containment::decide(&Err(NoCgroup::NotMounted), &req, 1000).unwrap_or_else(|e| panic!("{e}"));
-        let plan =
-            plan::build(&req, 1000, 1000, contained, None, true).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
+        let plan = plan::build(&req, 1000, 1000, contained, None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         for s in Step::ALL {
             let e = setup_error(&plan, Ok(*s), libc::EIO, NO_DETAIL);
             match (&e, s) {
