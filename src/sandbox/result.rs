@@ -309,7 +309,8 @@ pub enum Warning {
     /// no writable command of it is running.
     GitGuardDeferred {
         /// Records of other writable runs pending when this one ended (runs
-        /// still going, or ended while another ran, or killed).
+        /// still going or about to start, or ended while another ran, or
+        /// killed).
         others: usize,
     },
     /// The git guard done at the end of this run covered other writable
