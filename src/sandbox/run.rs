@@ -375,6 +375,16 @@ pub(super) async fn wait(
     let mut kill_at: Option<tokio::time::Instant> = None;
     let mut drain_deadline: Option<tokio::time::Instant> = None;
     let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
+    // The timers are made once and reset, not made anew in each turn of
+    // the loop: a timer is registered with the runtime when first polled,
+    // and one earlier than the runtime's next wake-up wakes its parked
+    // thread. Made in the loop, every record and chunk did both (the
+    // deadline's timer is armed for every command: the policy has a
+    // default timeout).
+    let deadline_timer = tokio::time::sleep_until(deadline.unwrap_or(far));
+    let kill_timer = tokio::time::sleep_until(far);
+    let drain_timer = tokio::time::sleep_until(far);
+    tokio::pin!(deadline_timer, kill_timer, drain_timer);
     let mut early = false;
     loop {
         if status.is_some() && !outputs_open {
@@ -420,20 +430,22 @@ pub(super) async fn wait(
             },
             st = child.wait(), if status.is_none() => {
                 status = Some(st);
-                drain_deadline = Some(tokio::time::Instant::now() + Duration::from_secs(2));
+                let at = tokio::time::Instant::now() + Duration::from_secs(2);
+                drain_deadline = Some(at);
+                drain_timer.as_mut().reset(at);
             }
-            _ = tokio::time::sleep_until(deadline.unwrap_or(far)), if want_kill && deadline.is_some() => {
+            _ = &mut deadline_timer, if want_kill && deadline.is_some() => {
                 timed_out = true;
             }
             _ = cancel.cancelled(), if want_kill => {
                 cancelled = true;
             }
-            _ = tokio::time::sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() && status.is_none() => {
+            _ = &mut kill_timer, if kill_at.is_some() && status.is_none() => {
                 // The helper did not finish the teardown in time.
                 child.kill();
                 kill_at = None;
             }
-            _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() && outputs_open => {
+            _ = &mut drain_timer, if drain_deadline.is_some() && outputs_open => {
                 warnings.push(Warning::OutputPipesOpen);
                 outputs_open = false;
             }
@@ -446,7 +458,9 @@ pub(super) async fn wait(
                 let _ = c.kill();
             }
             launched.lifeline = None;
-            kill_at = Some(tokio::time::Instant::now() + Duration::from_secs(3));
+            let at = tokio::time::Instant::now() + Duration::from_secs(3);
+            kill_at = Some(at);
+            kill_timer.as_mut().reset(at);
         }
     }
     if early {
