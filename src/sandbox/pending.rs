@@ -337,8 +337,8 @@ impl Records {
 
     /// How many records there are (those of runs still going, of runs that
     /// ended while another ran, and of killed ones). Counted as listed,
-    /// with no name kept: this runs at the end of every writable run that
-    /// another one overlaps.
+    /// with no name kept (where the directory's size cannot stand in for
+    /// it: [`Records::entries_at_most`]).
     pub(crate) fn count(&self) -> usize {
         let mut n = 0;
         let listed = self.reopen().and_then(|fd| {

@@ -376,10 +376,10 @@ pub(super) async fn wait(
     let mut drain_deadline: Option<tokio::time::Instant> = None;
     let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
     // The timers are made once and reset, not made anew in each turn of
-    // the loop: a timer is registered with the runtime when first polled,
-    // and one earlier than the runtime's next wake-up wakes its parked
-    // thread. Made in the loop, every record and chunk did both (the
-    // deadline's timer is armed for every command: the policy has a
+    // the loop: a timer is registered with the runtime when first polled
+    // (or reset), and one earlier than the runtime's next wake-up wakes
+    // its parked thread. Made in the loop, every record and chunk did both
+    // (the deadline's timer is armed for every command: the policy has a
     // default timeout).
     let deadline_timer = tokio::time::sleep_until(deadline.unwrap_or(far));
     let kill_timer = tokio::time::sleep_until(far);
