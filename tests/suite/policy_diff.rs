@@ -453,6 +453,10 @@ fn sh_lines_run_exactly_the_planned_commands_under_dash_and_bash() {
     }
     let shells: Vec<(&str, PathBuf)> =
         [("dash", dash), ("bash", bash)].into_iter().filter_map(|(n, p)| p.map(|p| (n, p))).collect();
+    // The corpus line `echo hi > /tmp/portcullis-corpus-probe.txt` really
+    // redirects (only the programs are stubs): the file is removed after
+    // the test, pass or fail, unless it was there before.
+    let _probe = RemoveAfter::new(Path::new("/tmp/portcullis-corpus-probe.txt"));
 
     // Pass 1: the plans.
     let ws = CorpusWs::new();
@@ -581,4 +585,22 @@ fn plan_matching_treats_run_time_words_as_any_run_of_words() {
     let lit = PlannedCommand { dynamic: Vec::new(), ..lit };
     assert!(matches(&lit, &["ls".to_string(), "-l".to_string()]));
     assert!(!matches(&lit, &["ls".to_string(), "-l".to_string(), "x".to_string()]));
+}
+
+/// Removes a file the test makes outside its own directories when dropped,
+/// if it did not exist when made.
+struct RemoveAfter<'a>(Option<&'a Path>);
+
+impl<'a> RemoveAfter<'a> {
+    fn new(path: &'a Path) -> Self {
+        RemoveAfter((!path.exists()).then_some(path))
+    }
+}
+
+impl Drop for RemoveAfter<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
