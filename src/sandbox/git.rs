@@ -970,7 +970,7 @@ pub(super) fn gitlinks_into(index: &Path, sha256: bool, out: &mut Found) -> Resu
 }
 
 /// What an index holds that git may enter as a submodule.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Found {
     /// The gitlinks, relative to the working tree, in canonical form.
     pub gitlinks: Vec<PathBuf>,
@@ -1164,7 +1164,7 @@ impl Parsed {
             all_names,
             bytes,
             file: file.clone(),
-            found: Found { gitlinks: found.gitlinks.clone(), suspects: found.suspects.clone() },
+            found: found.clone(),
         });
         let mut kept = PARSED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         kept.retain(|p| p.path != parsed.path || p.sha256 != sha256 || p.all_names != all_names);
@@ -1198,13 +1198,8 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 
 /// [`end_of_entries`] of an index read whole.
 fn end_of_entries_in(data: &[u8], hash_len: usize) -> Option<u64> {
-    let size = 4 + 20;
-    let at = data.len().checked_sub(hash_len + 8 + size).filter(|at| *at >= 12)?;
-    let head = data.get(at..at + 12)?;
-    if &head[..4] != b"EOIE" || u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize != size {
-        return None;
-    }
-    Some(u64::from(u32::from_be_bytes([head[8], head[9], head[10], head[11]])))
+    let at = eoie_at(data.len() as u64, hash_len)?;
+    eoie_offset(data.get(usize::try_from(at).ok()?..)?.get(..12)?.try_into().ok()?)
 }
 
 /// Whether the file starts as an index does (`DIRC`, a version git
@@ -1230,18 +1225,29 @@ const INDEX_IN_MEMORY: u64 = 64 << 20;
 /// right before the checksum, whatever the extensions before it hold.
 fn end_of_entries(f: &fs::File, len: u64, hash_len: usize) -> io::Result<Option<u64>> {
     use std::os::unix::fs::FileExt;
-    // Git's `EOIE_SIZE`: an offset and a SHA-1-sized hash, whatever the
-    // index's hash.
-    let size = 4 + 20;
-    let with_header = 8 + size as u64;
-    let Some(at) = len.checked_sub(hash_len as u64 + with_header).filter(|at| *at >= 12) else { return Ok(None) };
+    let Some(at) = eoie_at(len, hash_len) else { return Ok(None) };
     let mut head = [0u8; 12];
     f.read_exact_at(&mut head, at)?;
-    if &head[..4] != b"EOIE" || u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize != size {
-        return Ok(None);
-    }
-    Ok(Some(u64::from(u32::from_be_bytes([head[8], head[9], head[10], head[11]]))))
+    Ok(eoie_offset(&head))
 }
+
+/// Where the `EOIE` extension's header would be in an index of `len`
+/// bytes: its 8-byte header and its content (git's `EOIE_SIZE`: an offset
+/// and a SHA-1-sized hash, whatever the index's hash) before the
+/// trailing hash, past the 12-byte file header.
+fn eoie_at(len: u64, hash_len: usize) -> Option<u64> {
+    len.checked_sub(hash_len as u64 + 8 + EOIE_SIZE as u64).filter(|at| *at >= 12)
+}
+
+/// The entries' end an `EOIE` header (its signature, size and offset)
+/// gives, or `None` when these 12 bytes are not one.
+fn eoie_offset(head: &[u8; 12]) -> Option<u64> {
+    (&head[..4] == b"EOIE" && u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize == EOIE_SIZE)
+        .then(|| u64::from(u32::from_be_bytes([head[8], head[9], head[10], head[11]])))
+}
+
+/// Git's `EOIE_SIZE`.
+const EOIE_SIZE: usize = 4 + 20;
 
 struct IndexReader<R> {
     inner: R,

@@ -354,6 +354,14 @@ impl Records {
         }
     }
 
+    /// How many runs are pending here: the directory's entries where its
+    /// size gives them ([`Records::entries_at_most`]: the records and those
+    /// being written, runs about to start, pending either way), else the
+    /// records listed ([`Records::count`]).
+    fn pending(&self) -> usize {
+        self.entries_at_most().unwrap_or_else(|| self.count())
+    }
+
     /// At most how many entries the directory holds, from its size alone
     /// (one `fstat`, no listing): tmpfs, where the lock directory is
     /// whenever `/dev/shm` is there, sizes a directory 40 bytes plus 20
@@ -477,11 +485,7 @@ impl Records {
     /// Otherwise the last writable run to end does it.
     pub(super) fn clean_if_alone(&self, key: super::lock::Key<'_>, uid: u32) -> Result<Early, SandboxError> {
         let mut early: Early = (Vec::new(), Vec::new());
-        let none = match self.entries_at_most() {
-            Some(n) => n == 0,
-            None => self.count() == 0,
-        };
-        if none {
+        if self.pending() == 0 {
             return Ok(early);
         }
         if let Some(alone) = super::lock::try_exclusive(key, uid)? {
@@ -648,14 +652,10 @@ impl Hold {
                 drop(alone);
             }
             Err((_, Errno::EWOULDBLOCK)) => {
-                // The directory's size where it gives one: under a steady
-                // load of overlapping runs every run ends here, and the
-                // records are many (a listing of 120 cost more than the
-                // rest of the run's bookkeeping). Its entries are the
-                // records and the ones being written (runs about to
-                // start): pending runs either way.
-                let pending = records.entries_at_most().unwrap_or_else(|| records.count());
-                warnings.push(Warning::GitGuardDeferred { others: pending.saturating_sub(1) })
+                // Under a steady load of overlapping runs every run ends
+                // here, and the records are many (a listing of 120 cost
+                // more than the rest of the run's bookkeeping).
+                warnings.push(Warning::GitGuardDeferred { others: records.pending().saturating_sub(1) })
             }
             Err((_, e)) => failures.push((
                 Cleanup::GitGuard,

@@ -372,8 +372,8 @@ pub(super) async fn wait(
     let (mut timed_out, mut cancelled) = (false, false);
     let mut status = None;
     let mut outputs_open = true;
-    let mut kill_at: Option<tokio::time::Instant> = None;
-    let mut drain_deadline: Option<tokio::time::Instant> = None;
+    // Whether the kill and drain timers are armed (reset from `far`).
+    let (mut kill_armed, mut drain_armed) = (false, false);
     let far = tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
     // The timers are made once and reset, not made anew in each turn of
     // the loop: a timer is registered with the runtime when first polled
@@ -430,9 +430,8 @@ pub(super) async fn wait(
             },
             st = child.wait(), if status.is_none() => {
                 status = Some(st);
-                let at = tokio::time::Instant::now() + Duration::from_secs(2);
-                drain_deadline = Some(at);
-                drain_timer.as_mut().reset(at);
+                drain_timer.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs(2));
+                drain_armed = true;
             }
             _ = &mut deadline_timer, if want_kill && deadline.is_some() => {
                 timed_out = true;
@@ -440,12 +439,12 @@ pub(super) async fn wait(
             _ = cancel.cancelled(), if want_kill => {
                 cancelled = true;
             }
-            _ = &mut kill_timer, if kill_at.is_some() && status.is_none() => {
+            _ = &mut kill_timer, if kill_armed && status.is_none() => {
                 // The helper did not finish the teardown in time.
                 child.kill();
-                kill_at = None;
+                kill_armed = false;
             }
-            _ = &mut drain_timer, if drain_deadline.is_some() && outputs_open => {
+            _ = &mut drain_timer, if drain_armed && outputs_open => {
                 warnings.push(Warning::OutputPipesOpen);
                 outputs_open = false;
             }
@@ -458,9 +457,8 @@ pub(super) async fn wait(
                 let _ = c.kill();
             }
             launched.lifeline = None;
-            let at = tokio::time::Instant::now() + Duration::from_secs(3);
-            kill_at = Some(at);
-            kill_timer.as_mut().reset(at);
+            kill_timer.as_mut().reset(tokio::time::Instant::now() + Duration::from_secs(3));
+            kill_armed = true;
         }
     }
     if early {
