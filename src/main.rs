@@ -600,11 +600,11 @@ async fn exec(a: ExecArgs) -> ExitCode {
                     eprintln!("portcullis: {note}");
                 }
                 if r.result.truncated {
-                    eprintln!("portcullis: output truncated at {cap} bytes");
+                    eprintln!("portcullis: output truncated at {cap} bytes (raise --max-output to keep more)");
                 }
                 if r.result.outcome == portcullis::sandbox::Outcome::TimedOut {
                     eprintln!(
-                        "portcullis: timed out after {:.1}s; the whole command tree was killed",
+                        "portcullis: timed out after {:.1}s; the whole command tree was killed (raise --timeout if it needs longer)",
                         timeout.map_or(0.0, |t| t.as_secs_f64())
                     );
                 }
