@@ -60,12 +60,24 @@ pub use split::{Split, SPLIT_LIMIT};
 
 use crate::sys;
 
+/// What to do about a path of the request that cannot be resolved, by why
+/// (its cause follows in the error chain).
+fn path_next_step(source: &io::Error) -> &'static str {
+    match source.kind() {
+        io::ErrorKind::NotFound => " (it does not exist: create it, or name one that does)",
+        io::ErrorKind::PermissionDenied => {
+            " (a directory on its way cannot be searched by you: name a path you can reach)"
+        }
+        _ => "",
+    }
+}
+
 /// Errors of the sandbox layer. Each names the path, step or command.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SandboxError {
     /// A path of the request could not be resolved.
-    #[error("cannot resolve {what} {path}")]
+    #[error("cannot resolve {what} {path}{}", path_next_step(source))]
     Path {
         /// Which path of the request.
         what: &'static str,
