@@ -52,6 +52,12 @@ pub fn list(fd: BorrowedFd<'_>, max: usize) -> io::Result<Vec<Entry>> {
     Ok(out)
 }
 
+/// [`for_each`], reading through `buf` (a walk of many directories reuses
+/// one large buffer instead of a small one, or a new one, for each).
+pub fn for_each_in(fd: BorrowedFd<'_>, buf: &mut [u8], each: impl FnMut(&CStr, EntryType) -> bool) -> io::Result<()> {
+    scan(fd, buf, each)
+}
+
 /// Call `each` with the name and type of every entry of the directory open
 /// on `fd` but `.` and `..`, from the fd's current position, until it
 /// returns false. Entries are read into a buffer on the stack: a caller

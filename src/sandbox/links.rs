@@ -49,13 +49,13 @@
 //! before it starts; see docs/threat-model.md (hard links).
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{CString, OsStr};
+use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
 use nix::dir::Type;
@@ -92,7 +92,7 @@ pub struct Kept {
 /// One directory still to be listed: its parent's descriptor, its name in
 /// the parent, its path and its depth below the area.
 struct Pending {
-    parent: Rc<OwnedFd>,
+    parent: Arc<OwnedFd>,
     name: CString,
     path: PathBuf,
     depth: usize,
@@ -118,7 +118,7 @@ struct Pending {
 /// they are refused in the same cases (landlock-only, a file grant, more
 /// than [`HARD_LINK_LIMIT`] mounts in all).
 pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> Result<Kept, SandboxError> {
-    read_only_names_with(areas, skip, no_mounts, &Caps::new())
+    read_only_names_with(areas, skip, no_mounts, &Caps::new(), Walkers::by_cpus())
 }
 
 fn read_only_names_with(
@@ -126,6 +126,7 @@ fn read_only_names_with(
     skip: &[PathBuf],
     no_mounts: bool,
     caps: &Caps,
+    walkers: Walkers,
 ) -> Result<Kept, SandboxError> {
     // An area beneath another is walked with it, unless a skipped path lies
     // between them (a grant inside a read-only workspace that lies inside a
@@ -149,13 +150,19 @@ fn read_only_names_with(
             skip_in.entry(parent).or_default().insert(name);
         }
     }
-    let mut linked: HashMap<(u64, u64), (u64, Vec<PathBuf>)> = HashMap::new();
-    let mut seen = 0usize;
-    let mut dirs: HashMap<(u64, u64), PathBuf> = HashMap::new();
     let who = Who::current()?;
+    let shared = Shared {
+        skip_in: &skip_in,
+        caps,
+        who: &who,
+        seen: AtomicUsize::new(0),
+        dirs: Mutex::new(HashMap::new()),
+        queue: Mutex::new(Queue::default()),
+        moved: Condvar::new(),
+        walkers,
+    };
+    let mut found = Found::default();
     let mut file_roots: Vec<&Path> = Vec::new();
-    let mut privileged: Vec<PathBuf> = Vec::new();
-    let mut unlistable: Vec<PathBuf> = Vec::new();
     for root in roots {
         let st = nix::sys::stat::lstat(root.as_path()).map_err(|e| walk_error(root, e))?;
         if type_of(&st) != Type::Directory {
@@ -176,7 +183,7 @@ fn read_only_names_with(
                 ));
             }
             if st.st_nlink > 1 {
-                count(&mut linked, &st, root.clone());
+                count(&mut found.linked, &st, root.clone());
             }
             continue;
         }
@@ -187,19 +194,10 @@ fn read_only_names_with(
         )
         .map_err(|e| walk_error(root, e))?;
         let st = nix::sys::stat::fstat(&fd).map_err(|e| walk_error(root, e))?;
-        visit(&mut dirs, &st, root)?;
-        let mut w = Walk {
-            skip_in: &skip_in,
-            caps,
-            linked: &mut linked,
-            privileged: &mut privileged,
-            unlistable: &mut unlistable,
-            seen: &mut seen,
-            dirs: &mut dirs,
-            who: &who,
-        };
-        w.walk(root, fd)?;
+        shared.visit(&st, root)?;
+        shared.walk(root, fd, &mut found)?;
     }
+    let Found { linked, mut privileged, mut unlistable } = found;
     let mut out: Vec<PathBuf> = Vec::new();
     for (nlink, names) in linked.into_values() {
         if u64::try_from(names.len()).is_ok_and(|n| n >= nlink) {
@@ -401,7 +399,7 @@ struct Caps {
     before: (i64, i64),
     /// Whether answers are remembered on a device (`st_dev`), by its
     /// filesystem's type (`fstatfs`), learnt at its first directory.
-    local: std::cell::RefCell<HashMap<u64, bool>>,
+    local: Mutex<HashMap<u64, bool>>,
 }
 
 /// Where a directory of the walk lies: its mount's unique id and its device,
@@ -421,7 +419,7 @@ impl Caps {
             .checked_sub(CTIME_MARGIN)
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or((i64::MIN, 0), |d| (i64::try_from(d.as_secs()).unwrap_or(i64::MIN), i64::from(d.subsec_nanos())));
-        Caps { before, local: std::cell::RefCell::new(HashMap::new()) }
+        Caps { before, local: Mutex::new(HashMap::new()) }
     }
 
     /// Where `dir` lies, if remembered answers may be used for its files.
@@ -437,7 +435,7 @@ impl Caps {
         st: &FileStat,
         dir: &OwnedFd,
         here: Option<Here>,
-        name: &CString,
+        name: &CStr,
         path: impl FnOnce() -> PathBuf,
     ) -> bool {
         let key = here.filter(|h| h.dev == st.st_dev).map(|h| (h.mount, st.st_dev, st.st_ino));
@@ -463,7 +461,7 @@ impl Caps {
         // ext2/3/4 (one magic), xfs, btrfs, tmpfs (`statfs(2)`; nix leaves
         // some of them out on musl).
         const LOCAL: [u64; 4] = [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994];
-        *self.local.borrow_mut().entry(dev).or_insert_with(|| {
+        *self.local.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(dev).or_insert_with(|| {
             #[allow(clippy::unnecessary_cast)] // a c_long with glibc, a c_ulong with musl
             let local =
                 nix::sys::statfs::fstatfs(dir.as_fd()).is_ok_and(|fs| LOCAL.contains(&(fs.filesystem_type().0 as u64)));
@@ -471,6 +469,10 @@ impl Caps {
         })
     }
 }
+
+/// Threads started by shared walks (for the tests).
+#[cfg(test)]
+static WALKERS_STARTED: AtomicUsize = AtomicUsize::new(0);
 
 #[cfg(test)]
 thread_local! {
@@ -514,28 +516,88 @@ fn walk_error(path: &Path, e: Errno) -> SandboxError {
     )
 }
 
-/// Where a directory was first reached; a second way to it (a bind mount
-/// on the host, two grants naming one directory) refuses the run: the
-/// names below it would be counted twice, and one of the ways may lie in
-/// an area this plan keeps read-only.
-fn visit(dirs: &mut HashMap<(u64, u64), PathBuf>, st: &FileStat, p: &Path) -> Result<(), SandboxError> {
-    match dirs.entry((st.st_dev, st.st_ino)) {
-        std::collections::hash_map::Entry::Vacant(v) => {
-            v.insert(p.to_path_buf());
-            Ok(())
-        }
-        std::collections::hash_map::Entry::Occupied(o) => Err(SandboxError::unsafe_path(
-            p.to_path_buf(),
-            PathRefusal::Alias,
-            format!(
-                "{} and {} in the writable areas are one directory (a bind mount or another alias on the host): \
-             the hard-link check would count the names below it twice, and a write through one would land in \
-             the other; unmount the alias (umount PATH) or grant one of the two paths only",
-                o.get().display(),
-                p.display()
-            ),
-        )),
+/// How many threads a walk may use, and from how many entries on.
+#[derive(Clone, Copy)]
+struct Walkers {
+    /// The most threads walking at once, the caller's included; `None`:
+    /// as many as the CPUs this process may use, up to [`MOST_WALKERS`].
+    most: Option<usize>,
+    /// Entries the caller's thread lists alone before others join it: a
+    /// small area is walked before a thread could be started.
+    from: usize,
+}
+
+impl Walkers {
+    /// By the CPUs, once [`PARALLEL_FROM`] entries are listed.
+    fn by_cpus() -> Walkers {
+        Walkers { most: None, from: PARALLEL_FROM }
     }
+
+    /// The most threads: the CPUs are counted once per process, and only
+    /// by a walk that gets this far (`available_parallelism` reads the
+    /// cgroup's CPU quota files, tens of microseconds).
+    fn most(&self) -> usize {
+        static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        self.most
+            .unwrap_or_else(|| {
+                *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
+            })
+            .clamp(1, MOST_WALKERS)
+    }
+}
+
+/// The most threads one walk uses.
+const MOST_WALKERS: usize = 8;
+/// Entries listed before a walk is shared among threads: a thread costs
+/// tens of microseconds to start, about as much as fifty entries, and an
+/// area this small is walked in under a millisecond.
+const PARALLEL_FROM: usize = 1024;
+
+/// What a walk found: names of files with several links, by file, the
+/// privileged programs, the directories it could not list.
+#[derive(Default)]
+struct Found {
+    linked: HashMap<(u64, u64), (u64, Vec<PathBuf>)>,
+    privileged: Vec<PathBuf>,
+    unlistable: Vec<PathBuf>,
+}
+
+impl Found {
+    /// Take in what another thread of the walk found.
+    fn merge(&mut self, other: Found) {
+        for (key, (nlink, names)) in other.linked {
+            let slot = self.linked.entry(key).or_insert((0, Vec::new()));
+            slot.0 = slot.0.max(nlink);
+            slot.1.extend(names);
+        }
+        self.privileged.extend(other.privileged);
+        self.unlistable.extend(other.unlistable);
+    }
+}
+
+/// Directories waiting to be listed, shared by the threads of a walk.
+#[derive(Default)]
+struct Queue {
+    pending: Vec<Pending>,
+    /// Threads listing a directory (which may add more).
+    busy: usize,
+    /// The first error of any thread: every thread stops.
+    failed: Option<SandboxError>,
+}
+
+/// The state of one walk of the writable areas, shared by its threads.
+struct Shared<'a> {
+    skip_in: &'a HashMap<&'a Path, HashSet<&'a OsStr>>,
+    caps: &'a Caps,
+    who: &'a Who,
+    /// Entries listed so far (against [`LINK_WALK_LIMIT`]).
+    seen: AtomicUsize,
+    /// Where each directory was first reached.
+    dirs: Mutex<HashMap<(u64, u64), PathBuf>>,
+    queue: Mutex<Queue>,
+    /// A directory was queued or finished, or the walk failed.
+    moved: Condvar,
+    walkers: Walkers,
 }
 
 /// Count one name of a file with more than one link.
@@ -545,81 +607,231 @@ fn count(linked: &mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>, st: &FileStat, p
     slot.1.push(p);
 }
 
-/// The state of one walk of the writable areas.
-struct Walk<'a> {
-    skip_in: &'a HashMap<&'a Path, HashSet<&'a OsStr>>,
-    caps: &'a Caps,
-    linked: &'a mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>,
-    privileged: &'a mut Vec<PathBuf>,
-    unlistable: &'a mut Vec<PathBuf>,
-    seen: &'a mut usize,
-    dirs: &'a mut HashMap<(u64, u64), PathBuf>,
-    who: &'a Who,
+/// A getdents64 buffer for one thread of a walk.
+fn dents_buffer() -> Vec<u8> {
+    vec![0u8; 32 * 1024]
 }
 
-impl Walk<'_> {
-    fn walk(&mut self, root: &Path, fd: OwnedFd) -> Result<(), SandboxError> {
-        let mut current = Some((fd, root.to_path_buf(), 0usize));
+impl Shared<'_> {
+    /// Where a directory was first reached; a second way to it (a bind
+    /// mount on the host, two grants naming one directory) refuses the run:
+    /// the names below it would be counted twice, and one of the ways may
+    /// lie in an area this plan keeps read-only.
+    fn visit(&self, st: &FileStat, p: &Path) -> Result<(), SandboxError> {
+        let mut dirs = self.dirs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match dirs.entry((st.st_dev, st.st_ino)) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(p.to_path_buf());
+                Ok(())
+            }
+            std::collections::hash_map::Entry::Occupied(o) => Err(SandboxError::unsafe_path(
+                p.to_path_buf(),
+                PathRefusal::Alias,
+                format!(
+                    "{} and {} in the writable areas are one directory (a bind mount or another alias on the                  host): the hard-link check would count the names below it twice, and a write through one would                  land in the other; unmount the alias (umount PATH) or grant one of the two paths only",
+                    o.get().display(),
+                    p.display()
+                ),
+            )),
+        }
+    }
+
+    /// Walk the area `root` (open on `fd`): alone, then, once it has
+    /// listed [`Walkers::from`] entries with directories still to list,
+    /// with more threads.
+    fn walk(&self, root: &Path, fd: OwnedFd, found: &mut Found) -> Result<(), SandboxError> {
+        let mut buf = dents_buffer();
         let mut pending: Vec<Pending> = Vec::new();
-        loop {
-            let Some((dir, path, depth)) = current.take() else {
-                let Some(next) = pending.pop() else { break };
-                current = self.open_dir(&next)?.map(|d| (d, next.path, next.depth));
-                continue;
+        self.list(&mut buf, fd, root.to_path_buf(), 0, &mut pending, found)?;
+        while let Some(next) = pending.pop() {
+            if !pending.is_empty() && self.seen.load(Ordering::Relaxed) >= self.walkers.from && self.walkers.most() > 1
+            {
+                pending.push(next);
+                return self.share(pending, found);
+            }
+            if let Some(dir) = self.open_dir(&next, found)? {
+                self.list(&mut buf, dir, next.path, next.depth, &mut pending, found)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Walk what is `pending` with up to [`Walkers::most`] threads, this
+    /// one included. A thread that cannot be started leaves its share to
+    /// the others.
+    fn share(&self, pending: Vec<Pending>, found: &mut Found) -> Result<(), SandboxError> {
+        *self.lock() = Queue { pending, busy: 0, failed: None };
+        let others: Vec<Option<Found>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (1..self.walkers.most())
+                .filter_map(|_| {
+                    std::thread::Builder::new()
+                        .name("portcullis-walk".into())
+                        .spawn_scoped(s, || {
+                            #[cfg(test)]
+                            WALKERS_STARTED.fetch_add(1, Ordering::Relaxed);
+                            let mut mine = Found::default();
+                            self.work(&mut mine);
+                            mine
+                        })
+                        .ok()
+                })
+                .collect();
+            self.work(found);
+            threads.into_iter().map(|t| t.join().ok()).collect::<Vec<Option<Found>>>()
+        });
+        let failed = self.lock().failed.take();
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        for other in others {
+            // What a thread that died found is lost: fail closed.
+            let Some(other) = other else {
+                return Err(SandboxError::Io {
+                    stage: "checking the writable areas for hard links",
+                    source: std::io::Error::other("a thread of the walk panicked"),
+                });
             };
-            // Listed with getdents64 into our own buffer, not through
-            // fdopendir (see `path::dents`).
-            // At most what is left of the limit, and one more to see it passed.
-            let room = (LINK_WALK_LIMIT + 1).saturating_sub(*self.seen);
-            let entries = crate::path::dents::list(dir.as_fd(), room)
-                .map_err(|e| walk_error(&path, Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
-            let dir = Rc::new(dir);
-            let skipped = self.skip_in.get(path.as_path());
-            let here = self.caps.here(&dir);
-            for (name, kind) in entries {
-                *self.seen += 1;
-                if *self.seen > LINK_WALK_LIMIT {
-                    return Err(SandboxError::limit(
-                        "entries in the writable areas",
-                        LINK_WALK_LIMIT,
-                        format!(
-                            "the writable areas hold more than {LINK_WALK_LIMIT} entries (under {}); the hard-link \
-                         check stops there and fails closed: grant narrower paths with --write",
-                            root.display()
-                        ),
-                    ));
+            found.merge(other);
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// One thread of a shared walk: list queued directories until none is
+    /// left and none is being listed, or the walk failed.
+    fn work(&self, found: &mut Found) {
+        let mut buf = dents_buffer();
+        let mut children: Vec<Pending> = Vec::new();
+        loop {
+            let next = {
+                let mut q = self.lock();
+                loop {
+                    if q.failed.is_some() {
+                        return;
+                    }
+                    if let Some(p) = q.pending.pop() {
+                        q.busy += 1;
+                        break p;
+                    }
+                    if q.busy == 0 {
+                        drop(q);
+                        self.moved.notify_all();
+                        return;
+                    }
+                    q = self.moved.wait(q).unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
-                let os = OsStr::from_bytes(name.as_bytes());
-                if skipped.is_some_and(|s| s.contains(os)) {
-                    continue;
-                }
-                // The entry's path is made only where it is kept or named
-                // (most files are neither).
-                let p = || path.join(os);
-                if kind == crate::path::dents::EntryType::Dir {
-                    if depth + 1 > LINK_WALK_DEPTH {
-                        return Err(too_deep(&p()));
-                    }
-                    pending.push(Pending { parent: Rc::clone(&dir), path: p(), name, depth: depth + 1 });
-                    continue;
-                }
-                // Everything else is looked at (a symbolic link's own inode
-                // can have several names too); so is an entry of unknown type.
-                let Some(st) = stat_at(&dir, &name, p)? else { continue };
-                if type_of(&st) == Type::Directory {
-                    if depth + 1 > LINK_WALK_DEPTH {
-                        return Err(too_deep(&p()));
-                    }
-                    pending.push(Pending { parent: Rc::clone(&dir), path: p(), name, depth: depth + 1 });
-                } else {
-                    if privileged(&st, || self.caps.has(&st, &dir, here, &name, p)) {
-                        self.privileged.push(p());
-                    }
-                    if st.st_nlink > 1 {
-                        count(self.linked, &st, p());
-                    }
+            };
+            // A panic here would leave the directory counted as being
+            // listed, and the other threads waiting for it: it fails the
+            // walk instead.
+            let listed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self.open_dir(&next, found) {
+                Ok(Some(dir)) => self.list(&mut buf, dir, next.path, next.depth, &mut children, found),
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            }))
+            .unwrap_or_else(|_| {
+                Err(SandboxError::Io {
+                    stage: "checking the writable areas for hard links",
+                    source: std::io::Error::other("a thread of the walk panicked"),
+                })
+            });
+            let mut q = self.lock();
+            q.busy -= 1;
+            match listed {
+                Ok(()) => q.pending.append(&mut children),
+                Err(e) => {
+                    q.failed.get_or_insert(e);
                 }
             }
+            drop(q);
+            self.moved.notify_all();
+        }
+    }
+
+    /// List the directory `dir` at `path`: its files are looked at, its
+    /// directories added to `pending`.
+    fn list(
+        &self,
+        buf: &mut [u8],
+        dir: OwnedFd,
+        path: PathBuf,
+        depth: usize,
+        pending: &mut Vec<Pending>,
+        found: &mut Found,
+    ) -> Result<(), SandboxError> {
+        // Listed with getdents64 into our own buffer, not through
+        // fdopendir (see `path::dents`), and looked at entry by entry: a
+        // name is copied only for a directory still to list or a name kept.
+        let dir = Arc::new(dir);
+        let skipped = self.skip_in.get(path.as_path());
+        let here = self.caps.here(&dir);
+        let mut failed: Option<SandboxError> = None;
+        let mut look = |name: &CStr, kind: crate::path::dents::EntryType| -> Result<(), SandboxError> {
+            let os = OsStr::from_bytes(name.to_bytes());
+            if skipped.is_some_and(|s| s.contains(os)) {
+                return Ok(());
+            }
+            // The entry's path is made only where it is kept or named
+            // (most files are neither).
+            let p = || path.join(os);
+            if kind == crate::path::dents::EntryType::Dir {
+                if depth + 1 > LINK_WALK_DEPTH {
+                    return Err(too_deep(&p()));
+                }
+                pending.push(Pending { parent: Arc::clone(&dir), path: p(), name: name.to_owned(), depth: depth + 1 });
+                return Ok(());
+            }
+            // Everything else is looked at (a symbolic link's own inode
+            // can have several names too); so is an entry of unknown type.
+            let Some(st) = stat_at(&dir, name, p)? else { return Ok(()) };
+            if type_of(&st) == Type::Directory {
+                if depth + 1 > LINK_WALK_DEPTH {
+                    return Err(too_deep(&p()));
+                }
+                pending.push(Pending { parent: Arc::clone(&dir), path: p(), name: name.to_owned(), depth: depth + 1 });
+            } else {
+                if privileged(&st, || self.caps.has(&st, &dir, here, name, p)) {
+                    found.privileged.push(p());
+                }
+                if st.st_nlink > 1 {
+                    count(&mut found.linked, &st, p());
+                }
+            }
+            Ok(())
+        };
+        // Every 1 024 entries (and at the end) the count is added to the
+        // walk's: past the limit, the walk stops.
+        let limit_passed = |n: usize| self.seen.fetch_add(n, Ordering::Relaxed) + n > LINK_WALK_LIMIT;
+        let mut since = 0usize;
+        let mut over = false;
+        crate::path::dents::for_each_in(dir.as_fd(), buf, |name, kind| {
+            if let Err(e) = look(name, kind) {
+                failed = Some(e);
+                return false;
+            }
+            since += 1;
+            if since == 1024 {
+                over = limit_passed(std::mem::take(&mut since));
+            }
+            !over
+        })
+        .map_err(|e| walk_error(&path, Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if over || limit_passed(since) {
+            return Err(SandboxError::limit(
+                "entries in the writable areas",
+                LINK_WALK_LIMIT,
+                format!(
+                    "the writable areas hold more than {LINK_WALK_LIMIT} entries (under {}); the hard-link \
+                 check stops there and fails closed: grant narrower paths with --write",
+                    path.display()
+                ),
+            ));
         }
         Ok(())
     }
@@ -627,7 +839,7 @@ impl Walk<'_> {
     /// Open a pending directory without following a link; `None` when it is
     /// gone, or cannot be listed (and is then masked when the command can
     /// search it, passed over when it cannot: see [`Who::reach`]).
-    fn open_dir(&mut self, p: &Pending) -> Result<Option<OwnedFd>, SandboxError> {
+    fn open_dir(&self, p: &Pending, found: &mut Found) -> Result<Option<OwnedFd>, SandboxError> {
         match nix::fcntl::openat(
             p.parent.as_fd(),
             p.name.as_c_str(),
@@ -636,7 +848,7 @@ impl Walk<'_> {
         ) {
             Ok(d) => {
                 let st = nix::sys::stat::fstat(d.as_fd()).map_err(|e| walk_error(&p.path, e))?;
-                visit(self.dirs, &st, &p.path)?;
+                self.visit(&st, &p.path)?;
                 Ok(Some(d))
             }
             Err(Errno::ENOENT) => Ok(None),
@@ -645,7 +857,7 @@ impl Walk<'_> {
                 match self.who.reach(&st, &p.path) {
                     Reach::None => Ok(None),
                     Reach::Search => {
-                        self.unlistable.push(p.path.clone());
+                        found.unlistable.push(p.path.clone());
                         Ok(None)
                     }
                     Reach::Refuse(why) => Err(SandboxError::unsafe_path(
@@ -769,11 +981,11 @@ static NO_GETXATTRAT: AtomicBool = AtomicBool::new(false);
 
 /// [`has_xattr`] of `name` in `dir` (at `path`): by the one name where the
 /// kernel has `getxattrat`, else by the path.
-fn has_xattr_at(dir: &OwnedFd, name: &CString, path: impl FnOnce() -> PathBuf, xattr: &std::ffi::CStr) -> bool {
+fn has_xattr_at(dir: &OwnedFd, name: &CStr, path: impl FnOnce() -> PathBuf, xattr: &CStr) -> bool {
     #[cfg(test)]
     CAP_LOOKUPS.with(|n| n.set(n.get() + 1));
     if !NO_GETXATTRAT.load(Ordering::Relaxed) {
-        match crate::sys::xattr_size_at(dir.as_fd(), name.as_c_str(), xattr) {
+        match crate::sys::xattr_size_at(dir.as_fd(), name, xattr) {
             Ok(_) => return true,
             Err(e) => match e.raw_os_error() {
                 Some(libc::ENODATA | libc::EOPNOTSUPP) => return false,
@@ -787,8 +999,8 @@ fn has_xattr_at(dir: &OwnedFd, name: &CString, path: impl FnOnce() -> PathBuf, x
 
 /// `lstat` of `name` in `dir`; `None` when it is gone. `path` (made only
 /// for an error's message) is where it lies.
-fn stat_at(dir: &OwnedFd, name: &CString, path: impl FnOnce() -> PathBuf) -> Result<Option<FileStat>, SandboxError> {
-    match nix::sys::stat::fstatat(dir.as_fd(), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+fn stat_at(dir: &OwnedFd, name: &CStr, path: impl FnOnce() -> PathBuf) -> Result<Option<FileStat>, SandboxError> {
+    match nix::sys::stat::fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => Ok(Some(st)),
         Err(Errno::ENOENT) => Ok(None),
         Err(e) => Err(walk_error(&path(), e)),
@@ -851,7 +1063,8 @@ mod tests {
 
     fn walk_caps(d: &Path, caps: &Caps) -> (Vec<PathBuf>, usize) {
         let before = CAP_LOOKUPS.with(std::cell::Cell::get);
-        let k = read_only_names_with(&[d.join("target")], &[], false, caps).unwrap_or_else(|e| panic!("{e}"));
+        let k = read_only_names_with(&[d.join("target")], &[], false, caps, Walkers::by_cpus())
+            .unwrap_or_else(|e| panic!("{e}"));
         (k.privileged, CAP_LOOKUPS.with(std::cell::Cell::get) - before)
     }
 
@@ -865,7 +1078,7 @@ mod tests {
         let p = d.path();
         let prog = p.join("target/x");
         // As if the walk began well after every file was last changed.
-        let caps = Caps { before: (i64::MAX, 0), local: std::cell::RefCell::new(HashMap::new()) };
+        let caps = Caps { before: (i64::MAX, 0), local: Mutex::new(HashMap::new()) };
         let (found, looked) = walk_caps(p, &caps);
         assert_eq!((found, looked), (vec![], 2), "the first walk looks up both regular files");
         let (found, looked) = walk_caps(p, &caps);
@@ -892,7 +1105,7 @@ mod tests {
         let name = CString::new("x").unwrap_or_else(|e| panic!("{e}"));
         let st = nix::sys::stat::fstatat(dir.as_fd(), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
             .unwrap_or_else(|e| panic!("{e}"));
-        let caps = Caps { before: (i64::MAX, 0), local: std::cell::RefCell::new(HashMap::new()) };
+        let caps = Caps { before: (i64::MAX, 0), local: Mutex::new(HashMap::new()) };
         // A mount id no real mount has (unique ids start far above 0).
         let (a, b) = (Here { mount: 7, dev: st.st_dev }, Here { mount: 8, dev: st.st_dev });
         let lookups = |here: Option<Here>| {
@@ -1005,5 +1218,90 @@ mod tests {
         fs::hard_link(p.join("target/x"), p.join("src/x")).unwrap_or_else(|e| panic!("{e}"));
         let k = read_only_names(&[p.join("target")], &[], false).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((k.hard_linked, k.privileged), (vec![p.join("target/x")], vec![]));
+    }
+
+    /// A big tree: `n` directories of 20 files in `area`, some files
+    /// hard-linked within the area across directories, some out of it (to
+    /// `out/`), some setuid, and one skipped directory holding a link out.
+    fn big_tree(n: usize) -> tempfile::TempDir {
+        use std::os::unix::fs::PermissionsExt;
+        let d =
+            tempfile::Builder::new().prefix("pc-links-big-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
+        let p = d.path();
+        fs::create_dir_all(p.join("out")).unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..n {
+            let dir = p.join(format!("area/g{}/d{i}", i % 7));
+            fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+            for f in 0..20 {
+                fs::write(dir.join(format!("f{f}")), "x").unwrap_or_else(|e| panic!("{e}"));
+            }
+            if i % 5 == 0 {
+                fs::hard_link(dir.join("f0"), p.join(format!("out/o{i}"))).unwrap_or_else(|e| panic!("{e}"));
+            }
+            if i % 3 == 0 && i > 0 {
+                let other = p.join(format!("area/g{}/d{}/f1", (i - 1) % 7, i - 1));
+                fs::hard_link(&other, dir.join("link-in")).unwrap_or_else(|e| panic!("{e}"));
+            }
+            if i % 11 == 0 {
+                fs::set_permissions(dir.join("f2"), fs::Permissions::from_mode(0o4755))
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        let skipped = p.join("area/g0/skipped");
+        fs::create_dir_all(&skipped).unwrap_or_else(|e| panic!("{e}"));
+        fs::hard_link(p.join("out/o0"), skipped.join("also-out")).unwrap_or_else(|e| panic!("{e}"));
+        d
+    }
+
+    fn walk_with(p: &Path, walkers: Walkers) -> Result<Kept, SandboxError> {
+        read_only_names_with(&[p.join("area")], &[p.join("area/g0/skipped")], false, &Caps::new(), walkers)
+    }
+
+    /// A walk shared among threads finds exactly what one thread finds:
+    /// names linked across directories listed by different threads are
+    /// counted together (not kept), names linked out are kept, the setuid
+    /// files are collected, and the skipped directory is not entered. The
+    /// control is the walk of one thread, whose answer is also checked
+    /// against the tree as made.
+    #[test]
+    fn a_walk_shared_among_threads_finds_what_one_thread_finds() {
+        let d = big_tree(120);
+        let p = d.path();
+        let alone = walk_with(p, Walkers { most: Some(1), from: usize::MAX }).unwrap_or_else(|e| panic!("{e}"));
+        let expected: Vec<PathBuf> =
+            (0..120).filter(|i| i % 5 == 0).map(|i| p.join(format!("area/g{}/d{i}/f0", i % 7))).collect::<Vec<_>>();
+        let mut expected = expected;
+        expected.sort();
+        assert_eq!(alone.hard_linked, expected, "the names linked out of the area");
+        assert_eq!(alone.privileged.len(), (0..120).filter(|i| i % 11 == 0).count());
+        let started = WALKERS_STARTED.load(Ordering::Relaxed);
+        for (most, from) in [(2, 0), (4, 0), (3, 100), (8, 1000)] {
+            let shared =
+                walk_with(p, Walkers { most: Some(most), from }).unwrap_or_else(|e| panic!("{most}, {from}: {e}"));
+            assert_eq!(shared, alone, "{most} threads from {from} entries");
+        }
+        assert!(WALKERS_STARTED.load(Ordering::Relaxed) > started, "the walk was shared among threads");
+    }
+
+    /// An error met by any thread of a shared walk ends the walk with that
+    /// error: a directory too deep, found below the point where the walk
+    /// was shared. The control is the same tree without the deep chain.
+    #[test]
+    fn an_error_in_a_shared_walk_is_the_walks() {
+        let d = big_tree(40);
+        let p = d.path();
+        assert!(walk_with(p, Walkers { most: Some(4), from: 0 }).is_ok());
+        let mut deep = p.join("area/g3/d3");
+        for i in 0..=LINK_WALK_DEPTH {
+            deep.push(format!("{}", i % 10));
+        }
+        fs::create_dir_all(&deep).unwrap_or_else(|e| panic!("{e}"));
+        for walkers in [Walkers { most: Some(1), from: usize::MAX }, Walkers { most: Some(4), from: 0 }] {
+            let e = walk_with(p, walkers);
+            assert!(
+                matches!(&e, Err(SandboxError::LimitExceeded { message: m, .. }) if m.contains("directories deep")),
+                "{e:?}"
+            );
+        }
     }
 }

@@ -215,3 +215,46 @@ fn r0055_cargo_links_within_target_keep_working() {
     let plan = sandbox().plan(&req).unwrap_or_else(|e| panic!("plan: {e}"));
     assert!(plan.hard_linked.is_empty(), "{:?}", plan.hard_linked);
 }
+
+/// A tree big enough that the walk is shared among threads (over a
+/// thousand entries; this machine has two CPUs): a link from a store
+/// outside the workspace, in a directory listed late, and a setuid program
+/// in another, are still found and kept read-only for the writable run,
+/// checked from outside; the control is a file of the same tree with one
+/// link, written as usual.
+#[test]
+fn r0889_a_link_deep_in_a_big_tree_is_kept_read_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Ws::new();
+    let store = Ws::new();
+    store.write("store/pkg/index.js", "module.exports = 1;\n");
+    let stored = store.join("store/pkg/index.js");
+    let before = sha(&stored);
+    for d in 0..150 {
+        let dir = ws.join(&format!("node_modules/p{}/d{d}", d % 9));
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
+        for f in 0..20 {
+            fs::write(dir.join(format!("f{f}.js")), "x\n").unwrap_or_else(|e| panic!("write: {e}"));
+        }
+    }
+    let linked = ws.join("node_modules/p8/d143/index.js");
+    fs::hard_link(&stored, &linked).unwrap_or_else(|e| panic!("ln: {e}"));
+    let setuid = ws.join("node_modules/p1/d100/f3.js");
+    fs::set_permissions(&setuid, fs::Permissions::from_mode(0o4755)).unwrap_or_else(|e| panic!("chmod: {e}"));
+    let own = ws.join("node_modules/p4/d13/f7.js");
+
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    let plan = sandbox().plan(&req).unwrap_or_else(|e| panic!("plan: {e}"));
+    assert_eq!(plan.hard_linked, vec![real(&linked)]);
+    assert_eq!(plan.privileged, vec![real(&setuid)]);
+    let p = |f: &Path| f.display().to_string();
+    let ops = [format!("write:{}", p(&own)), format!("write:{}", p(&linked)), format!("write:{}", p(&setuid))];
+    let res = probe_in(&ws, &ops, |r| r.writable = true);
+    assert_eq!(res[&ops[0]], "OK", "control: a file with one link is writable: {res:?}");
+    assert_eq!(fs::read_to_string(&own).unwrap_or_default(), "pwned\n");
+    assert_eq!(res[&ops[1]], "EROFS", "{res:?}");
+    assert_eq!(res[&ops[2]], "EROFS", "{res:?}");
+    assert_eq!(sha(&stored), before, "the store's file is unchanged, checked from outside");
+    assert_eq!(fs::metadata(&setuid).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0), 0o4755);
+}
