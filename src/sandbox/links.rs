@@ -117,8 +117,20 @@ struct Pending {
 /// The same walk collects the privileged programs (see [`is_privileged`]);
 /// they are refused in the same cases (landlock-only, a file grant, more
 /// than [`HARD_LINK_LIMIT`] mounts in all).
-pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], no_mounts: bool) -> Result<Kept, SandboxError> {
-    read_only_names_with(areas, skip, no_mounts, &Caps::new(), Walkers::by_cpus())
+pub fn read_only_names(areas: &[PathBuf], skip: &[PathBuf], walk: Walk) -> Result<Kept, SandboxError> {
+    read_only_names_with(areas, skip, walk.no_mounts, &Caps::new(walk.remember), Walkers::by_cpus())
+}
+
+/// How [`read_only_names`] walks.
+#[derive(Debug, Clone, Copy)]
+pub struct Walk {
+    /// The landlock-only mode: nothing can be bound read-only, so any name
+    /// to keep refuses the run.
+    pub no_mounts: bool,
+    /// Files found without file capabilities are remembered for later walks
+    /// of this process (see [`Caps`]); a process that walks once
+    /// (`portcullis exec`) would only pay for the memory.
+    pub remember: bool,
 }
 
 fn read_only_names_with(
@@ -400,6 +412,8 @@ struct Caps {
     /// Whether answers are remembered on a device (`st_dev`), by its
     /// filesystem's type (`fstatfs`), learnt at its first directory.
     local: Mutex<HashMap<u64, bool>>,
+    /// Whether this walk uses the memory at all.
+    remember: bool,
 }
 
 /// Where a directory of the walk lies: its mount's unique id and its device,
@@ -411,19 +425,24 @@ struct Here {
 }
 
 impl Caps {
-    fn new() -> Caps {
-        if let Ok(mut m) = NO_CAPS.lock() {
-            m.clock(crate::sys::realtime_offset_ns());
+    fn new(remember: bool) -> Caps {
+        if remember {
+            if let Ok(mut m) = NO_CAPS.lock() {
+                m.clock(crate::sys::realtime_offset_ns());
+            }
         }
         let before = std::time::SystemTime::now()
             .checked_sub(CTIME_MARGIN)
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or((i64::MIN, 0), |d| (i64::try_from(d.as_secs()).unwrap_or(i64::MIN), i64::from(d.subsec_nanos())));
-        Caps { before, local: Mutex::new(HashMap::new()) }
+        Caps { before, local: Mutex::new(HashMap::new()), remember }
     }
 
     /// Where `dir` lies, if remembered answers may be used for its files.
     fn here(&self, dir: &OwnedFd) -> Option<Here> {
+        if !self.remember {
+            return None;
+        }
         let (mount, dev) = crate::sys::unique_mount_of(dir.as_fd())?;
         self.trusted(dev, dir).then_some(Here { mount, dev })
     }
@@ -1038,7 +1057,7 @@ mod tests {
     fn names(d: &Path, areas: &[&str], skip: &[&str]) -> Result<Vec<PathBuf>, SandboxError> {
         let a: Vec<PathBuf> = areas.iter().map(|a| d.join(a)).collect();
         let s: Vec<PathBuf> = skip.iter().map(|a| d.join(a)).collect();
-        read_only_names(&a, &s, false).map(|k| k.hard_linked)
+        read_only_names(&a, &s, Walk { no_mounts: false, remember: true }).map(|k| k.hard_linked)
     }
 
     /// A capability xattr (revision 2: `cap_net_raw` permitted), set by
@@ -1078,7 +1097,7 @@ mod tests {
         let p = d.path();
         let prog = p.join("target/x");
         // As if the walk began well after every file was last changed.
-        let caps = Caps { before: (i64::MAX, 0), local: Mutex::new(HashMap::new()) };
+        let caps = Caps { before: (i64::MAX, 0), local: Mutex::new(HashMap::new()), remember: true };
         let (found, looked) = walk_caps(p, &caps);
         assert_eq!((found, looked), (vec![], 2), "the first walk looks up both regular files");
         let (found, looked) = walk_caps(p, &caps);
@@ -1105,7 +1124,7 @@ mod tests {
         let name = CString::new("x").unwrap_or_else(|e| panic!("{e}"));
         let st = nix::sys::stat::fstatat(dir.as_fd(), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
             .unwrap_or_else(|e| panic!("{e}"));
-        let caps = Caps { before: (i64::MAX, 0), local: Mutex::new(HashMap::new()) };
+        let caps = Caps { before: (i64::MAX, 0), local: Mutex::new(HashMap::new()), remember: true };
         // A mount id no real mount has (unique ids start far above 0).
         let (a, b) = (Here { mount: 7, dev: st.st_dev }, Here { mount: 8, dev: st.st_dev });
         let lookups = |here: Option<Here>| {
@@ -1147,12 +1166,27 @@ mod tests {
         assert!(m.files.is_empty());
     }
 
+    /// A walk that does not remember (a one-shot sandbox's) looks every
+    /// file up, and leaves nothing for a later walk that remembers: the
+    /// control is the remembering walk after it, which looks both up.
+    #[test]
+    fn a_walk_that_does_not_remember_looks_up_every_file() {
+        let d = tree();
+        let p = d.path();
+        let once = Caps { before: (i64::MAX, 0), local: Mutex::new(HashMap::new()), remember: false };
+        assert_eq!(walk_caps(p, &once), (vec![], 2));
+        assert_eq!(walk_caps(p, &once), (vec![], 2));
+        let caps = Caps { before: (i64::MAX, 0), local: Mutex::new(HashMap::new()), remember: true };
+        assert_eq!(walk_caps(p, &caps), (vec![], 2), "nothing was remembered by the walks before");
+        assert_eq!(walk_caps(p, &caps), (vec![], 0));
+    }
+
     /// A file changed within the margin before the walk is not remembered:
     /// a change in the same timestamp tick could keep its ctime.
     #[test]
     fn files_changed_just_before_a_walk_are_looked_up_every_time() {
         let d = tree();
-        let caps = Caps::new();
+        let caps = Caps::new(true);
         assert_eq!(walk_caps(d.path(), &caps), (vec![], 2));
         assert_eq!(walk_caps(d.path(), &caps), (vec![], 2));
     }
@@ -1184,7 +1218,8 @@ mod tests {
         for i in 1..=HARD_LINK_LIMIT {
             fs::remove_file(p.join(format!("target/l{i}"))).unwrap_or_else(|e| panic!("{e}"));
         }
-        let e = read_only_names(&[p.join("target")], &[], true).map(|v| v.hard_linked.len());
+        let e = read_only_names(&[p.join("target")], &[], Walk { no_mounts: true, remember: true })
+            .map(|v| v.hard_linked.len());
         assert!(
             matches!(&e, Err(SandboxError::Unsupported { message: m, .. }) if m.contains("landlock-only")),
             "{e:?}"
@@ -1200,23 +1235,25 @@ mod tests {
         set("target/x", 0o4755).unwrap_or_else(|e| panic!("{e}"));
         set("target/debug/deps/foo-1", 0o2644).unwrap_or_else(|e| panic!("{e}"));
         set("src/main.rs", 0o2755).unwrap_or_else(|e| panic!("{e}"));
-        let k = read_only_names(&[p.to_path_buf()], &[], false).unwrap_or_else(|e| panic!("{e}"));
+        let k = read_only_names(&[p.to_path_buf()], &[], Walk { no_mounts: false, remember: true })
+            .unwrap_or_else(|e| panic!("{e}"));
         // The setgid bit counts without group execute too: write(2) keeps it
         // there, and an access ACL can then add the execute bits.
         assert_eq!(k.privileged, vec![p.join("src/main.rs"), p.join("target/debug/deps/foo-1"), p.join("target/x")]);
-        let e = read_only_names(&[p.join("target/debug/deps/foo-1")], &[], false);
+        let e = read_only_names(&[p.join("target/debug/deps/foo-1")], &[], Walk { no_mounts: false, remember: true });
         assert!(
             matches!(&e, Err(SandboxError::GrantRefused { message: m, .. }) if m.contains("setgid to gid")),
             "{e:?}"
         );
         set("target/debug/deps/foo-1", 0o644).unwrap_or_else(|e| panic!("{e}"));
-        let e = read_only_names(&[p.to_path_buf()], &[], true);
+        let e = read_only_names(&[p.to_path_buf()], &[], Walk { no_mounts: true, remember: true });
         assert!(matches!(&e, Err(SandboxError::Unsupported { message: m, .. }) if m.contains("target/x")), "{e:?}");
-        let e = read_only_names(&[p.join("target/x")], &[], false);
+        let e = read_only_names(&[p.join("target/x")], &[], Walk { no_mounts: false, remember: true });
         assert!(matches!(&e, Err(SandboxError::GrantRefused { message: m, .. }) if m.contains("setuid")), "{e:?}");
         // A privileged file that is also hard-linked out is listed once.
         fs::hard_link(p.join("target/x"), p.join("src/x")).unwrap_or_else(|e| panic!("{e}"));
-        let k = read_only_names(&[p.join("target")], &[], false).unwrap_or_else(|e| panic!("{e}"));
+        let k = read_only_names(&[p.join("target")], &[], Walk { no_mounts: false, remember: true })
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((k.hard_linked, k.privileged), (vec![p.join("target/x")], vec![]));
     }
 
@@ -1254,7 +1291,7 @@ mod tests {
     }
 
     fn walk_with(p: &Path, walkers: Walkers) -> Result<Kept, SandboxError> {
-        read_only_names_with(&[p.join("area")], &[p.join("area/g0/skipped")], false, &Caps::new(), walkers)
+        read_only_names_with(&[p.join("area")], &[p.join("area/g0/skipped")], false, &Caps::new(true), walkers)
     }
 
     /// A walk shared among threads finds exactly what one thread finds:

@@ -790,6 +790,10 @@ pub struct Sandbox {
     network: Option<std::sync::Arc<network::SharedNetwork>>,
     /// The teardowns runs left behind their results ([`Sandbox::settle`]).
     behind: behind::Behind,
+    /// Whether walks of writable areas remember files found without file
+    /// capabilities, for later walks (`links::read_only_names`): not in a
+    /// one-shot sandbox, which makes one walk.
+    remembers: bool,
 }
 
 /// Where the helper is looked for, in order.
@@ -835,6 +839,7 @@ impl Sandbox {
             network: None,
             pool: None,
             behind: behind::Behind::default(),
+            remembers: true,
         }
     }
 
@@ -847,6 +852,7 @@ impl Sandbox {
     /// without settling after each would keep their teardowns until then.
     pub fn one_shot(mut self) -> Sandbox {
         self.behind = behind::Behind::kept();
+        self.remembers = false;
         // One helper: spawned, not forked by a zygote started for it.
         self.launcher = launch::Launcher::direct(self.launcher.helper().to_path_buf());
         self
@@ -976,7 +982,7 @@ impl Sandbox {
         not_full_as_degraded(req)?;
         let shared = network::joins(self.network.is_some(), req.network, req.degraded.unwrap_or(Mode::Full));
         let contained = containment::decide_with(&self.cgroup, req, self.uid, shared)?;
-        let (mut plan, aliases) = plan::build(req, self.uid, self.gid, contained, profile)?;
+        let (mut plan, aliases) = plan::build(req, self.uid, self.gid, contained, profile, self.remembers)?;
         network::choose(&mut plan.spec, self.network.is_some(), self.uid);
         Ok((plan, aliases))
     }
@@ -1544,7 +1550,8 @@ mod tests {
         let d = tempfile::Builder::new().prefix("pc-steps-").tempdir_in("/var/tmp").unwrap_or_else(|e| panic!("{e}"));
         let req = ExecRequest::new(d.path(), ["true"]);
         let contained = containment::decide(&Err(NoCgroup::NotMounted), &req, 1000).unwrap_or_else(|e| panic!("{e}"));
-        let plan = plan::build(&req, 1000, 1000, contained, None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
+        let plan =
+            plan::build(&req, 1000, 1000, contained, None, true).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         for s in Step::ALL {
             let e = setup_error(&plan, Ok(*s), libc::EIO, NO_DETAIL);
             match (&e, s) {

@@ -132,13 +132,16 @@ fn is_within(p: &Path, root: &Path) -> bool {
 /// `profile`, when given, supplies what it compiled (see
 /// `sandbox::profile`); the plan is the same either way. The host-mount
 /// alias check, made while planning, comes back for the run to make again
-/// at its start (`None`: the plan has nothing to check).
+/// at its start (`None`: the plan has nothing to check). `remember`: the
+/// walk of the writable areas remembers files without file capabilities
+/// for later plans of this process (`links::read_only_names`).
 pub(crate) fn build(
     req: &ExecRequest,
     uid: u32,
     gid: u32,
     contained: (Containment, Vec<Rlimit>),
     profile: Option<&Profile>,
+    remember: bool,
 ) -> Result<(Plan, Option<AliasCheck>), SandboxError> {
     check_request(req)?;
     // The plan's lookups are remembered until it is made (`path::memo`).
@@ -156,7 +159,8 @@ pub(crate) fn build(
     let lock_dir = super::lock::dir(uid);
     let masked = deny_masks_for(req, uid, &at.ws, &base, &lock_dir, &read_roots, &access, &areas, profile)?;
     let pinned = pins(&at.ws, &access, &read_roots, &git.protected, &masked, &areas);
-    let (kept, aliases) = read_only_names(req, &at.ws, &access, &read_roots, &git.protected, &masked, &areas)?;
+    let walk = super::links::Walk { no_mounts: req.degraded == Some(Mode::LandlockOnly), remember };
+    let (kept, aliases) = read_only_names(walk, &at.ws, &access, &read_roots, &git.protected, &masked, &areas)?;
     let mounts = mount_plan(base, &git.protected, &kept, &pinned, &masked);
     let cwd = working_directory(req, &at, &read_roots, &access)?;
     let ll = landlock_rules(req, uid, &at.ws, &access, &read_roots, &git.protected, &kept, &lock_dir)?;
@@ -753,7 +757,7 @@ fn pins(
 /// privileged programs) or masked (unlistable directories), after the alias
 /// check (which comes back for the run's start).
 fn read_only_names(
-    req: &ExecRequest,
+    walk: super::links::Walk,
     ws: &Path,
     access: &Access,
     read_roots: &[PathBuf],
@@ -782,7 +786,7 @@ fn read_only_names(
     }
     // A grant still to be created (only `--explain` plans one) holds nothing.
     let walked: Vec<PathBuf> = protect_areas.iter().filter(|a| !create_grants.contains(a)).cloned().collect();
-    let names = super::links::read_only_names(&walked, &not_writable, req.degraded == Some(Mode::LandlockOnly))?;
+    let names = super::links::read_only_names(&walked, &not_writable, walk)?;
     Ok((names, aliases))
 }
 
@@ -1383,7 +1387,8 @@ mod tests {
         let d = tree();
         let mut r = req(&d);
         r.write.push("target".into());
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
+        let p =
+            build(&r, 1000, 1000, uncontained(&r, 1000), None, true).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         let depths: Vec<usize> = p
             .spec
             .mounts
@@ -1406,14 +1411,16 @@ mod tests {
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
         let mut r = req(&d);
         r.deny = vec![".env*".into(), "secrets".into()];
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
+        let p =
+            build(&r, 1000, 1000, uncontained(&r, 1000), None, true).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         let mut got: Vec<PathBuf> = p.masked.clone();
         got.sort();
         let mut want = vec![ws.join(".env"), ws.join("a/b/.env.local"), ws.join("secrets")];
         want.sort();
         assert_eq!(got, want, "a bare name matches at any depth; docs/secrets.md is not 'secrets'");
         r.deny = vec!["a/**/.env*".into()];
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
+        let p =
+            build(&r, 1000, 1000, uncontained(&r, 1000), None, true).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.masked, vec![ws.join("a/b/.env.local")]);
     }
 
@@ -1423,20 +1430,23 @@ mod tests {
         fs::create_dir_all(d.path().join(".git/hooks")).unwrap_or_else(|e| panic!("{e}"));
         fs::write(d.path().join(".git/config"), "").unwrap_or_else(|e| panic!("{e}"));
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
-        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000), None)
+        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000), None, true)
             .map(|(p, _)| p)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(p.protected.is_empty(), "nothing to protect in a read-only workspace");
         let mut r = req(&d);
         r.writable = true;
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
+        let p =
+            build(&r, 1000, 1000, uncontained(&r, 1000), None, true).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.protected, vec![ws.join(".git/config"), ws.join(".git/hooks")]);
     }
 
     #[test]
     fn root_callers_run_as_nobody_with_idmapped_workspace() {
         let d = tree();
-        let p = build(&req(&d), 0, 0, uncontained(&req(&d), 0), None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
+        let p = build(&req(&d), 0, 0, uncontained(&req(&d), 0), None, true)
+            .map(|(p, _)| p)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.spec.identity.inside_uid, p.spec.identity.outside_uid), (0, ROOT_RUNS_AS));
         let ws = fs::canonicalize(d.path()).unwrap_or_default();
         assert!(p
@@ -1444,7 +1454,7 @@ mod tests {
             .mounts
             .iter()
             .any(|m| matches!(m, MountOp::Bind { dst, idmap: true, .. } if *dst == bytes(&ws))));
-        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000), None)
+        let p = build(&req(&d), 1000, 1000, uncontained(&req(&d), 1000), None, true)
             .map(|(p, _)| p)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.spec.identity.inside_uid, p.spec.identity.outside_uid), (1000, 1000));
@@ -1457,7 +1467,8 @@ mod tests {
         let mut r = req(&d);
         r.env.push(("A".into(), "1".into()));
         r.env.push(("A".into(), "2".into()));
-        let p = build(&r, 1000, 1000, uncontained(&r, 1000), None).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
+        let p =
+            build(&r, 1000, 1000, uncontained(&r, 1000), None, true).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.spec.env, vec![b"A=2".to_vec(), b"PATH=/usr/local/bin:/usr/bin:/bin".to_vec()]);
     }
 }
