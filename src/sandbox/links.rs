@@ -647,7 +647,9 @@ impl Shared<'_> {
                 p.to_path_buf(),
                 PathRefusal::Alias,
                 format!(
-                    "{} and {} in the writable areas are one directory (a bind mount or another alias on the                  host): the hard-link check would count the names below it twice, and a write through one would                  land in the other; unmount the alias (umount PATH) or grant one of the two paths only",
+                    "{} and {} in the writable areas are one directory (a bind mount or another alias on the \
+                 host): the hard-link check would count the names below it twice, and a write through one would \
+                 land in the other; unmount the alias (umount PATH) or grant one of the two paths only",
                     o.get().display(),
                     p.display()
                 ),
@@ -661,15 +663,15 @@ impl Shared<'_> {
     fn walk(&self, root: &Path, fd: OwnedFd, found: &mut Found) -> Result<(), SandboxError> {
         let mut buf = dents_buffer();
         let mut pending: Vec<Pending> = Vec::new();
-        self.list(&mut buf, fd, root.to_path_buf(), 0, &mut pending, found)?;
+        self.list(root, &mut buf, fd, root.to_path_buf(), 0, &mut pending, found)?;
         while let Some(next) = pending.pop() {
             if !pending.is_empty() && self.seen.load(Ordering::Relaxed) >= self.walkers.from && self.walkers.most() > 1
             {
                 pending.push(next);
-                return self.share(pending, found);
+                return self.share(root, pending, found);
             }
             if let Some(dir) = self.open_dir(&next, found)? {
-                self.list(&mut buf, dir, next.path, next.depth, &mut pending, found)?;
+                self.list(root, &mut buf, dir, next.path, next.depth, &mut pending, found)?;
             }
         }
         Ok(())
@@ -678,7 +680,7 @@ impl Shared<'_> {
     /// Walk what is `pending` with up to [`Walkers::most`] threads, this
     /// one included. A thread that cannot be started leaves its share to
     /// the others.
-    fn share(&self, pending: Vec<Pending>, found: &mut Found) -> Result<(), SandboxError> {
+    fn share(&self, root: &Path, pending: Vec<Pending>, found: &mut Found) -> Result<(), SandboxError> {
         *self.lock() = Queue { pending, busy: 0, failed: None };
         let others: Vec<Option<Found>> = std::thread::scope(|s| {
             let threads: Vec<_> = (1..self.walkers.most())
@@ -689,13 +691,13 @@ impl Shared<'_> {
                             #[cfg(test)]
                             WALKERS_STARTED.fetch_add(1, Ordering::Relaxed);
                             let mut mine = Found::default();
-                            self.work(&mut mine);
+                            self.work(root, &mut mine);
                             mine
                         })
                         .ok()
                 })
                 .collect();
-            self.work(found);
+            self.work(root, found);
             threads.into_iter().map(|t| t.join().ok()).collect::<Vec<Option<Found>>>()
         });
         let failed = self.lock().failed.take();
@@ -721,7 +723,7 @@ impl Shared<'_> {
 
     /// One thread of a shared walk: list queued directories until none is
     /// left and none is being listed, or the walk failed.
-    fn work(&self, found: &mut Found) {
+    fn work(&self, root: &Path, found: &mut Found) {
         let mut buf = dents_buffer();
         let mut children: Vec<Pending> = Vec::new();
         loop {
@@ -747,7 +749,7 @@ impl Shared<'_> {
             // listed, and the other threads waiting for it: it fails the
             // walk instead.
             let listed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self.open_dir(&next, found) {
-                Ok(Some(dir)) => self.list(&mut buf, dir, next.path, next.depth, &mut children, found),
+                Ok(Some(dir)) => self.list(root, &mut buf, dir, next.path, next.depth, &mut children, found),
                 Ok(None) => Ok(()),
                 Err(e) => Err(e),
             }))
@@ -772,8 +774,10 @@ impl Shared<'_> {
 
     /// List the directory `dir` at `path`: its files are looked at, its
     /// directories added to `pending`.
+    #[allow(clippy::too_many_arguments)] // the walk's state is in `self`; these are one directory's
     fn list(
         &self,
+        root: &Path,
         buf: &mut [u8],
         dir: OwnedFd,
         path: PathBuf,
@@ -848,7 +852,7 @@ impl Shared<'_> {
                 format!(
                     "the writable areas hold more than {LINK_WALK_LIMIT} entries (under {}); the hard-link \
                  check stops there and fails closed: grant narrower paths with --write",
-                    path.display()
+                    root.display()
                 ),
             ));
         }
