@@ -107,7 +107,7 @@ pub fn report(fd: &OwnedFd, r: Record) {
 pub struct Prepared {
     argv: Vec<CString>,
     envp: Vec<CString>,
-    /// Absolute candidates for argv[0] (a PATH search done up front).
+    /// Absolute candidates for `argv[0]` (a PATH search done up front).
     candidates: Vec<CString>,
     filter: seccompiler::BpfProgram,
     /// The refused-write observer's program alone, when the spec asks for

@@ -511,7 +511,7 @@ fn arg_area() -> Option<(usize, usize)> {
     (end > start).then_some((start, end))
 }
 
-/// Make `/proc/self/cmdline` what a spawned helper's is: argv[0] (the
+/// Make `/proc/self/cmdline` what a spawned helper's is: `argv[0]` (the
 /// zygote's own, the helper's path) and `args`, the rest of the area
 /// zeroed (its last byte NUL, so the kernel shows the area as arguments).
 /// Left as it is when they do not fit.

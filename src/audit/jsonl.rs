@@ -4,7 +4,7 @@
 //!
 //! One append, under an exclusive `flock` on the log:
 //! 1. read the last line back from the end of the file (at most
-//!    [`MAX_LINE`](super::chain::MAX_LINE) + 1 bytes): its `seq` and hash
+//!    [`super::chain::MAX_LINE`] + 1 bytes): its `seq` and hash
 //!    give the new record's `seq` and `prev`; an empty file gets a genesis
 //!    record. A last line without its newline (an append torn by a crash) is
 //!    an error naming the line: the log is never chained over damage;

@@ -12,8 +12,9 @@
 //! - [`check_shell_command`] / [`ShellChecker`]: the verdict on a command
 //!   line (argv mode, or `sh` mode which parses the line and checks every
 //!   command in it) before anything runs;
-//! - [`WorkspacePolicy::exec_request`]: the sandbox request for an accepted
-//!   command (readable roots, deny globs, write grants, environment, limits).
+//! - the sandbox request for an accepted command (readable roots, deny
+//!   globs, write grants, environment, limits), which the runner builds
+//!   from it ([`crate::runner`]).
 
 pub mod gate;
 mod jail;

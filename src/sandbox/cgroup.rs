@@ -259,7 +259,7 @@ pub fn sweep_orphans(parent: &Path) {
 /// The per-command leaf a plan counts on: made under `parent` when the run
 /// starts, with `pids.max` and `memory.max` set where the plan says the
 /// cgroup enforces them. Decided at plan time ([`CgroupHost::plan`]); a
-/// run that cannot make it fails ([`CgroupFailed`]) rather than run
+/// run that cannot make it fails (`CgroupFailed`) rather than run
 /// differently from its plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CgroupPlan {

@@ -398,7 +398,7 @@ pub enum SandboxError {
     /// The command could not be executed.
     #[error("cannot execute {program}{hint}")]
     Exec {
-        /// The program (argv[0]).
+        /// The program (`argv[0]`).
         program: String,
         /// What to do about it, in parentheses (or empty): for a program
         /// not found, the `PATH` searched inside the sandbox and where the

@@ -179,7 +179,7 @@ fn same_net(a: Option<&Arc<Namespaces>>, b: Option<&Arc<Namespaces>>) -> bool {
     }
 }
 
-/// The state of a pool, as [`Pool::status`] reports it.
+/// The state of a pool, as [`Sandbox::pool_status`](super::Sandbox::pool_status) reports it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PoolStatus {
     /// How many slots it keeps.
