@@ -108,9 +108,11 @@ pub struct ListDirInput {
 /// it, stdin is empty, and the policy checks every command of the line first (a refused command runs nothing and
 /// the result says why). Whether the command may write to the workspace is decided by the host, not by you: the
 /// result's `writable` and `write_grants` say what access it had, and `refused_writes` lists writes the kernel
-/// refused. `timeout_ms` can only shorten the workspace's timeout. With `background: true` the command starts as
-/// a background job and the result carries its `job_id`: read its output with `shell_output` and stop it with
-/// `shell_kill`.
+/// refused. Paths the policy denies are hidden from commands: each shows as an empty file or directory
+/// nobody can read (so `git status` lists a tracked one as modified): that is the policy, not a change, and there
+/// is nothing to fix. `timeout_ms`
+/// can only shorten the workspace's timeout. With `background: true` the command starts as a background job and
+/// the result carries its `job_id`: read its output with `shell_output` and stop it with `shell_kill`.
 #[derive(Clone, Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunShellInput {
