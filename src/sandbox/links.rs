@@ -29,6 +29,11 @@
 //! anew needs what the command lacks (`CAP_FSETID`, `CAP_SETFCAP`, the
 //! filter's refusal of `chmod` with `S_ISUID`/`S_ISGID`).
 //!
+//! The walk stats every file of the writable areas, so past a thousand
+//! entries it is shared among the CPUs ([`Walkers`]): each thread lists
+//! directories from one stack and keeps what it finds, and the results are
+//! merged before anything is judged.
+//!
 //! The walk runs as the caller. A directory it cannot list hides what it
 //! holds from both checks; when the command could still open names in it
 //! by search (another user's `0711` in a granted host `/tmp`), it is
@@ -626,6 +631,14 @@ fn count(linked: &mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>, st: &FileStat, p
     slot.1.push(p);
 }
 
+/// A thread of the walk panicked: what it found is lost, so the walk fails.
+fn walk_panicked() -> SandboxError {
+    SandboxError::Io {
+        stage: "checking the writable areas for hard links",
+        source: std::io::Error::other("a thread of the walk panicked"),
+    }
+}
+
 /// A getdents64 buffer for one thread of a walk.
 fn dents_buffer() -> Vec<u8> {
     vec![0u8; 32 * 1024]
@@ -706,12 +719,7 @@ impl Shared<'_> {
         }
         for other in others {
             // What a thread that died found is lost: fail closed.
-            let Some(other) = other else {
-                return Err(SandboxError::Io {
-                    stage: "checking the writable areas for hard links",
-                    source: std::io::Error::other("a thread of the walk panicked"),
-                });
-            };
+            let Some(other) = other else { return Err(walk_panicked()) };
             found.merge(other);
         }
         Ok(())
@@ -753,12 +761,7 @@ impl Shared<'_> {
                 Ok(None) => Ok(()),
                 Err(e) => Err(e),
             }))
-            .unwrap_or_else(|_| {
-                Err(SandboxError::Io {
-                    stage: "checking the writable areas for hard links",
-                    source: std::io::Error::other("a thread of the walk panicked"),
-                })
-            });
+            .unwrap_or_else(|_| Err(walk_panicked()));
             let mut q = self.lock();
             q.busy -= 1;
             match listed {
