@@ -44,18 +44,12 @@ pub fn list(fd: BorrowedFd<'_>, max: usize) -> io::Result<Vec<Entry>> {
     let mut buf = vec![0u8; 32 * 1024];
     let mut out = Vec::new();
     if max > 0 {
-        scan(fd, &mut buf, |name, kind| {
+        for_each_in(fd, &mut buf, |name, kind| {
             out.push((name.to_owned(), kind));
             out.len() < max
         })?;
     }
     Ok(out)
-}
-
-/// [`for_each`], reading through `buf` (a walk of many directories reuses
-/// one large buffer instead of a small one, or a new one, for each).
-pub fn for_each_in(fd: BorrowedFd<'_>, buf: &mut [u8], each: impl FnMut(&CStr, EntryType) -> bool) -> io::Result<()> {
-    scan(fd, buf, each)
 }
 
 /// Call `each` with the name and type of every entry of the directory open
@@ -64,10 +58,16 @@ pub fn for_each_in(fd: BorrowedFd<'_>, buf: &mut [u8], each: impl FnMut(&CStr, E
 /// that keeps no name (a count) allocates nothing.
 pub fn for_each(fd: BorrowedFd<'_>, each: impl FnMut(&CStr, EntryType) -> bool) -> io::Result<()> {
     let mut buf = [0u8; 4096];
-    scan(fd, &mut buf, each)
+    for_each_in(fd, &mut buf, each)
 }
 
-fn scan(fd: BorrowedFd<'_>, buf: &mut [u8], mut each: impl FnMut(&CStr, EntryType) -> bool) -> io::Result<()> {
+/// [`for_each`], reading through `buf` (a walk of many directories reuses
+/// one large buffer instead of a small one, or a new one, for each).
+pub fn for_each_in(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    mut each: impl FnMut(&CStr, EntryType) -> bool,
+) -> io::Result<()> {
     // d_ino (8), d_off (8), d_reclen (2), d_type (1), then the name and
     // its NUL (`<linux/dirent.h>`, linux_dirent64).
     const NAME_AT: usize = 19;

@@ -590,9 +590,7 @@ impl Found {
     /// Take in what another thread of the walk found.
     fn merge(&mut self, other: Found) {
         for (key, (nlink, names)) in other.linked {
-            let slot = self.linked.entry(key).or_insert((0, Vec::new()));
-            slot.0 = slot.0.max(nlink);
-            slot.1.extend(names);
+            add_names(&mut self.linked, key, nlink, names);
         }
         self.privileged.extend(other.privileged);
         self.unlistable.extend(other.unlistable);
@@ -626,9 +624,19 @@ struct Shared<'a> {
 
 /// Count one name of a file with more than one link.
 fn count(linked: &mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>, st: &FileStat, p: PathBuf) {
-    let slot = linked.entry((st.st_dev, st.st_ino)).or_insert((0, Vec::new()));
-    slot.0 = slot.0.max(st.st_nlink);
-    slot.1.push(p);
+    add_names(linked, (st.st_dev, st.st_ino), st.st_nlink, [p]);
+}
+
+/// Add names found of the file `key`, which has `nlink` links.
+fn add_names(
+    linked: &mut HashMap<(u64, u64), (u64, Vec<PathBuf>)>,
+    key: (u64, u64),
+    nlink: u64,
+    names: impl IntoIterator<Item = PathBuf>,
+) {
+    let slot = linked.entry(key).or_insert((0, Vec::new()));
+    slot.0 = slot.0.max(nlink);
+    slot.1.extend(names);
 }
 
 /// A thread of the walk panicked: what it found is lost, so the walk fails.
@@ -683,11 +691,24 @@ impl Shared<'_> {
                 pending.push(next);
                 return self.share(root, pending, found);
             }
-            if let Some(dir) = self.open_dir(&next, found)? {
-                self.list(root, &mut buf, dir, next.path, next.depth, &mut pending, found)?;
-            }
+            self.enter(root, &mut buf, next, &mut pending, found)?;
         }
         Ok(())
+    }
+
+    /// Open the pending directory `next` and list it, if it can be.
+    fn enter(
+        &self,
+        root: &Path,
+        buf: &mut [u8],
+        next: Pending,
+        pending: &mut Vec<Pending>,
+        found: &mut Found,
+    ) -> Result<(), SandboxError> {
+        match self.open_dir(&next, found)? {
+            Some(dir) => self.list(root, buf, dir, next.path, next.depth, pending, found),
+            None => Ok(()),
+        }
     }
 
     /// Walk what is `pending` with up to [`Walkers::most`] threads, this
@@ -756,10 +777,8 @@ impl Shared<'_> {
             // A panic here would leave the directory counted as being
             // listed, and the other threads waiting for it: it fails the
             // walk instead.
-            let listed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self.open_dir(&next, found) {
-                Ok(Some(dir)) => self.list(root, &mut buf, dir, next.path, next.depth, &mut children, found),
-                Ok(None) => Ok(()),
-                Err(e) => Err(e),
+            let listed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.enter(root, &mut buf, next, &mut children, found)
             }))
             .unwrap_or_else(|_| Err(walk_panicked()));
             let mut q = self.lock();

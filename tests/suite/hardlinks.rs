@@ -27,6 +27,16 @@ fn nlink(p: &Path) -> u64 {
     fs::symlink_metadata(p).map(|m| m.nlink()).unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
 }
 
+/// A package store outside the workspace (pnpm's, say): the store, its
+/// `index.js` and that file's hash.
+fn package_store() -> (Ws, PathBuf, String) {
+    let store = Ws::new();
+    store.write("store/pkg/index.js", "module.exports = 1;\n");
+    let stored = store.join("store/pkg/index.js");
+    let before = sha(&stored);
+    (store, stored, before)
+}
+
 fn real(p: &Path) -> PathBuf {
     fs::canonicalize(p).unwrap_or_else(|e| panic!("canonicalize {}: {e}", p.display()))
 }
@@ -123,10 +133,7 @@ fn r0054_a_link_from_outside_the_workspace_is_kept_read_only() {
     // A package store outside the workspace, hard-linked into it as pnpm
     // (or cp -al) does.
     let ws = Ws::new();
-    let store = Ws::new();
-    store.write("store/pkg/index.js", "module.exports = 1;\n");
-    let stored = store.join("store/pkg/index.js");
-    let before = sha(&stored);
+    let (_store, stored, before) = package_store();
     fs::create_dir_all(ws.join("node_modules/pkg")).unwrap_or_else(|e| panic!("mkdir: {e}"));
     let linked = ws.join("node_modules/pkg/index.js");
     fs::hard_link(&stored, &linked).unwrap_or_else(|e| panic!("ln: {e}"));
@@ -226,10 +233,7 @@ fn r0055_cargo_links_within_target_keep_working() {
 fn r0889_a_link_deep_in_a_big_tree_is_kept_read_only() {
     use std::os::unix::fs::PermissionsExt;
     let ws = Ws::new();
-    let store = Ws::new();
-    store.write("store/pkg/index.js", "module.exports = 1;\n");
-    let stored = store.join("store/pkg/index.js");
-    let before = sha(&stored);
+    let (_store, stored, before) = package_store();
     for d in 0..150 {
         let dir = ws.join(&format!("node_modules/p{}/d{d}", d % 9));
         fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
