@@ -15,7 +15,13 @@
 //! removes them; if not, another writable run is still going (or is doing
 //! the cleanup), and the last one to end does it. A run starting while a
 //! cleanup holds the lock waits for it (bounded by its timeout and
-//! cancellation, as any wait for the lock).
+//! cancellation, as any wait for the lock). Before it lets go, a run whose
+//! command is gone renames its record by what the record's cleanup does
+//! (`run-ended-<sha256>.json`), so the runs that end with the same guard
+//! share one record: under runs that always overlap (a writable background
+//! job, commands that keep coming) the records of the ended ones do not
+//! pile up to [`MAX_RECORDS`], which would refuse every writable run until
+//! the overlap ends.
 //!
 //! A run whose request is a scope of another workspace
 //! (`ExecRequest::scope_of`) uses that workspace's lock and records
@@ -46,6 +52,7 @@ use nix::fcntl::{openat, Flock, FlockArg, OFlag};
 use nix::sys::stat::{fstat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 use serde::{Deserialize, Serialize};
+use sha2::Digest;
 
 use super::git::GitIndex;
 use super::run::Failure;
@@ -63,6 +70,11 @@ const VERSION: u32 = 1;
 const PREFIX: &str = "run-";
 const SUFFIX: &str = ".json";
 const TMP_PREFIX: &str = ".tmp-run-";
+/// The name of an ended run's record, after [`PREFIX`]: the rest is the
+/// SHA-256 of what its guard does ([`OnDisk::ended_name`]), so that runs
+/// ending with the same guard share one record (a `run-` name still, so
+/// that a build before session 29 cleans it like any other).
+const ENDED: &str = "ended-";
 
 /// A record's name (not one being written).
 fn is_record(name: &str) -> bool {
@@ -207,6 +219,38 @@ impl OnDisk {
             _git_trees: Vec::new(),
             fail_git_guard: g.fail_git_guard,
         }
+    }
+
+    /// The name this record takes once its run has ended with its cgroup
+    /// emptied: [`PREFIX`], [`ENDED`], then the SHA-256 of everything its
+    /// cleanup uses but the cgroup (which then holds nothing of the
+    /// command) and the pid (for people only). Two runs that end with the
+    /// same guard, roots, indexes and known gitlinks have records that
+    /// clean the same paths the same way, so one is kept: under writable
+    /// runs that always overlap (a writable background job, or commands
+    /// that keep coming) the records of the ended ones no longer pile up
+    /// to [`MAX_RECORDS`] and stop the workspace's writable runs.
+    fn ended_name(&self) -> Result<String, serde_json::Error> {
+        #[derive(Serialize)]
+        struct Cleans<'a> {
+            version: u32,
+            workspace: &'a str,
+            lock_root: &'a Option<String>,
+            roots: &'a [String],
+            git_guard: &'a [String],
+            git_indexes: &'a [IndexOnDisk],
+            fail_git_guard: bool,
+        }
+        let bytes = serde_json::to_vec(&Cleans {
+            version: self.version,
+            workspace: &self.workspace,
+            lock_root: &self.lock_root,
+            roots: &self.roots,
+            git_guard: &self.git_guard,
+            git_indexes: &self.git_indexes,
+            fail_git_guard: self.fail_git_guard,
+        })?;
+        Ok(format!("{PREFIX}{ENDED}{}{SUFFIX}", super::plan::hex(&sha2::Sha256::digest(bytes))))
     }
 
     /// The workspace, the directory whose lock the run shared, the guard,
@@ -473,6 +517,23 @@ impl Records {
         serde_json::from_slice(&data).map_err(|e| format!("it is not a git-guard record: {e}"))
     }
 
+    /// An ended run's record `name` (its cgroup holds nothing of its
+    /// command), renamed to [`OnDisk::ended_name`], replacing the record of
+    /// an earlier run that ended with the same guard. Called holding the
+    /// lock shared, so no cleanup is listing or reading the records. Where
+    /// the rename fails the record stays as it is (a record like any
+    /// other): the name it has then is returned.
+    fn fold(&self, name: String, record: &OnDisk) -> String {
+        let Ok(ended) = record.ended_name() else { return name };
+        if ended == name {
+            return name;
+        }
+        match nix::fcntl::renameat(&self.dir, name.as_str(), &self.dir, ended.as_str()) {
+            Ok(()) => ended,
+            Err(_) => name,
+        }
+    }
+
     fn remove(&self, name: &str) -> io::Result<()> {
         nix::unistd::unlinkat(&self.dir, name, UnlinkatFlags::NoRemoveDir).map_err(io::Error::from)
     }
@@ -618,8 +679,9 @@ impl Hold {
         Ok(())
     }
 
-    /// The run has ended: let go of the shared hold and try the lock
-    /// exclusive without waiting. Got: no writable run of the workspace is
+    /// The run has ended: its record takes the name of an ended run's
+    /// ([`Records::fold`]), then it lets go of the shared hold and tries
+    /// the lock exclusive without waiting. Got: no writable run of the workspace is
     /// left, and this run does the git guard of every record there. Not
     /// got: another writable run is going (or cleaning up), and the last
     /// one to end does it; the result says so. A run whose cgroup could not
@@ -636,6 +698,8 @@ impl Hold {
         if not_emptied {
             return;
         }
+        // Still holding the lock shared: no cleanup is reading the records.
+        let own = own.map(|(name, record)| (records.fold(name, &record), record));
         let file = match lock.unlock() {
             Ok(f) => f,
             Err((_, e)) => {
@@ -804,6 +868,50 @@ mod tests {
         assert_eq!(anchor, PathBuf::from("/ws"));
         assert_eq!(g2, g);
         assert_eq!(cg, Some(PathBuf::from("/cg/portcullis-7-1")));
+    }
+
+    /// An ended run's record is named by what its cleanup does: the same
+    /// for two runs that differ only in their pid and cgroup, different
+    /// for any field the cleanup reads; still a record (`run-…`, so a
+    /// build before the fold cleans it too).
+    #[test]
+    fn an_ended_record_is_named_by_what_it_cleans() {
+        let g = Guard {
+            roots: vec!["/ws".into()],
+            git_guard: vec!["/ws/.git/hooks".into()],
+            git_indexes: vec![GitIndex {
+                index: "/ws/.git/index".into(),
+                worktree: "/ws".into(),
+                sha256: false,
+                links: vec!["sub".into()],
+            }],
+            fail_git_guard: false,
+        };
+        let name = |g: &Guard, ws: &str, anchor: Option<&str>, cg: Option<&str>, pid: u32| {
+            let mut d = OnDisk::of(Path::new(ws), anchor.map(Path::new), g, cg.map(Path::new));
+            d.pid = pid;
+            d.ended_name().unwrap_or_else(|e| panic!("{e}"))
+        };
+        let base = name(&g, "/ws", None, Some("/cg/portcullis-1-1"), 1);
+        assert!(is_record(&base) && base.starts_with("run-ended-"), "{base}");
+        assert_eq!(base, name(&g, "/ws", None, Some("/cg/portcullis-2-9"), 2));
+        assert_eq!(base, name(&g, "/ws", None, None, 3));
+        let mut differ = vec![name(&g, "/ws2", None, None, 1), name(&g, "/ws/sub", Some("/ws"), None, 1)];
+        let mut each = |f: &dyn Fn(&mut Guard)| {
+            let mut h = g.clone();
+            f(&mut h);
+            differ.push(name(&h, "/ws", None, None, 1));
+        };
+        each(&|h| h.roots.push("/ws/target".into()));
+        each(&|h| h.git_guard.push("/ws/.git/config.worktree".into()));
+        each(&|h| h.git_indexes[0].links.clear());
+        each(&|h| h.git_indexes[0].sha256 = true);
+        each(&|h| h.git_indexes[0].index = "/ws/.git/index2".into());
+        each(&|h| h.git_indexes.clear());
+        each(&|h| h.fail_git_guard = true);
+        for (i, d) in differ.iter().enumerate() {
+            assert_ne!(*d, base, "change {i}");
+        }
     }
 
     /// On tmpfs the directory's size bounds its entries, exactly; the count

@@ -1145,7 +1145,7 @@ fn lock_view(base: &[MountOp], host: &Path) -> Result<Option<PathBuf>, SandboxEr
     Ok(view)
 }
 
-fn hex(b: &[u8]) -> String {
+pub(super) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 

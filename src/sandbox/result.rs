@@ -310,7 +310,7 @@ pub enum Warning {
     GitGuardDeferred {
         /// Records of other writable runs pending when this one ended (runs
         /// still going or about to start, or ended while another ran, or
-        /// killed).
+        /// killed; runs that ended with the same guard share one record).
         others: usize,
     },
     /// The git guard done at the end of this run covered other writable
@@ -318,7 +318,8 @@ pub enum Warning {
     /// whose host process was killed. What it removed for them is among
     /// these warnings.
     GitGuardCoveredOthers {
-        /// How many other runs.
+        /// How many records of other runs: runs that ended with the same
+        /// guard share one record, so this counts each such group once.
         runs: usize,
     },
     /// A git-guard record of a run of a workspace that is no longer at its
@@ -428,8 +429,8 @@ impl fmt::Display for Warning {
             ),
             Warning::GitGuardCoveredOthers { runs } => write!(
                 f,
-                "the git guard at the end of this run covered {runs} other writable run(s) of this workspace too \
-                 (ended while it ran, or killed)"
+                "the git guard at the end of this run covered other writable runs of this workspace too ({runs} \
+                 record(s): ended while it ran, or killed)"
             ),
             Warning::GitGuardRecordStale { record, workspace } => write!(
                 f,

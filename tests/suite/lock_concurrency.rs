@@ -350,3 +350,61 @@ fn r0407_a_record_of_a_workspace_no_longer_there_is_dropped_with_a_warning() {
     assert!(exists(&ws.join(".git/commondir")));
     assert!(!rec.exists() && records(&ws).is_empty());
 }
+
+/// Writable runs that always overlap (a writable background job, or
+/// commands that keep coming) never let the lock be had exclusive, so the
+/// records of the runs that ended beside them were kept, one each, until
+/// the last run ended: the 1 025th run was refused (`LimitExceeded`,
+/// "already holds 1024 records") for as long as the long run went on.
+/// Runs that end with the same guard now share one record. Here more
+/// than that bound end beside a long writable run: every one runs, the
+/// records stay few, and the long run's end still removes what one of them
+/// planted (the promise holds through the shared records).
+#[test]
+fn r0408_writable_runs_beside_a_long_one_share_their_records() {
+    /// `pending::MAX_RECORDS`.
+    const BOUND: usize = 1024;
+    let ws = repo_without_hooks();
+    // Waits for `go` up to 10 minutes (the short runs take a while in a
+    // debug build under uid 65534).
+    let long = "touch a-started; i=0; while [ ! -e go ] && [ $i -lt 12000 ]; do sleep 0.05; i=$((i+1)); done; \
+                test -e go && echo came || echo gave-up";
+    let t = spawn_run(writable(&ws, long));
+    wait_for(&ws.join("a-started"), "the long run");
+    let plant = run_ok(&writable(&ws, "echo '[core]' > .git/config.worktree"));
+    assert_eq!(plant.outcome.code(), Some(0), "{}", stderr(&plant));
+    assert!(deferred(&plant), "{:?}", plant.warnings);
+    let per_thread = (BOUND + 40).div_ceil(4);
+    let threads: Vec<_> = (0..4)
+        .map(|k| {
+            let req = writable(&ws, "true");
+            std::thread::spawn(move || {
+                for i in 0..per_thread {
+                    match run(&req) {
+                        Ok(r) if r.outcome.code() == Some(0) && deferred(&r) => {}
+                        Ok(r) => return Err(format!("thread {k}, run {i}: {:?} {:?}", r.outcome, r.warnings)),
+                        Err(e) => return Err(format!("thread {k}, run {i}: {}", portcullis::error_chain(&e))),
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for t in threads {
+        if let Err(e) = t.join().unwrap_or_else(|_| Err("a thread panicked".into())) {
+            panic!("{e}");
+        }
+    }
+    // The long run's record, the planting run's, and one for every run
+    // planned after the plant (they all have the same guard).
+    let left = records(&ws);
+    assert!(left.len() <= 3, "{} records for {} ended runs: {left:?}", left.len(), 4 * per_thread + 1);
+    // CONTROL: what the first short run planted is there, its guard pending.
+    assert!(exists(&ws.join(".git/config.worktree")));
+    touch(&ws.join("go"));
+    let a = join(t, "the long run");
+    assert_eq!(stdout(&a), "came\n", "{}", stderr(&a));
+    assert!(!exists(&ws.join(".git/config.worktree")), "the plant survived; warnings: {:?}", a.warnings);
+    assert!(covered(&a) >= 1, "{:?}", a.warnings);
+    assert_eq!(records(&ws), Vec::<PathBuf>::new());
+}
