@@ -402,9 +402,18 @@ impl Cgroup {
         text.split_whitespace().map(|p| p.parse().map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))).collect()
     }
 
-    /// Whether any process is left.
+    /// Whether any process is left. A leaf whose `cgroup.events` cannot be
+    /// read (out of descriptors or memory) counts as populated: its
+    /// callers kill what is there, or fail the run's cleanup, rather than
+    /// take a leaf nobody looked into for an empty one (found in review:
+    /// a writable run then let go of its git-guard record's only mention
+    /// of the leaf). Only a leaf that is gone (`ENOENT`, `ENODEV`) is
+    /// empty without being read.
     pub fn populated(&self) -> bool {
-        self.read_own("cgroup.events").map(|s| s.lines().any(|l| l == "populated 1")).unwrap_or(false)
+        match self.read_own("cgroup.events") {
+            Ok(s) => s.lines().any(|l| l == "populated 1"),
+            Err(e) => !(e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENODEV)),
+        }
     }
 
     /// One of the leaf's own files, by the leaf's descriptor.
@@ -536,6 +545,33 @@ mod tests {
     const HYBRID: &str = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
         39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n\
         41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+
+    /// `populated` fails closed: a leaf is empty only when its
+    /// `cgroup.events` says so or the leaf is gone; one that cannot be read
+    /// (here: `EISDIR`; in the field, no descriptor or memory left) is
+    /// taken for populated, so the run's cleanup kills it or fails.
+    #[test]
+    fn a_leaf_that_cannot_be_read_counts_as_populated() {
+        let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let leaf = || Cgroup {
+            path: d.path().to_path_buf(),
+            dir: nix::fcntl::open(d.path(), nix::fcntl::OFlag::O_DIRECTORY, nix::sys::stat::Mode::empty())
+                .unwrap_or_else(|e| panic!("{e}")),
+            pids: false,
+            memory: false,
+            procs_file: None,
+            removed: true,
+        };
+        let events = d.path().join("cgroup.events");
+        assert!(!leaf().populated(), "gone (no cgroup.events): empty");
+        fs::write(&events, "populated 0\nfrozen 0\n").unwrap_or_else(|e| panic!("{e}"));
+        assert!(!leaf().populated());
+        fs::write(&events, "populated 1\nfrozen 0\n").unwrap_or_else(|e| panic!("{e}"));
+        assert!(leaf().populated());
+        fs::remove_file(&events).unwrap_or_else(|e| panic!("{e}"));
+        fs::create_dir(&events).unwrap_or_else(|e| panic!("{e}"));
+        assert!(leaf().populated(), "unreadable: populated");
+    }
 
     #[test]
     fn finds_cgroup2_on_a_hybrid_host() {
