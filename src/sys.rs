@@ -428,26 +428,34 @@ pub fn random(buf: &mut [u8]) {
 }
 
 /// The mount `fd` lies on, by its unique id (`statx` `STATX_MNT_ID_UNIQUE`,
-/// Linux 6.8: never reused while the system runs), and the device of the
-/// file `fd` names; `None` where the kernel does not give the unique id.
-pub fn unique_mount_of(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
-    unique_mount_at(Some(fd), c"", libc::AT_EMPTY_PATH)
+/// Linux 6.8: never reused while the system runs), and the device and
+/// inode number of the file `fd` names; `None` where the kernel does not
+/// give the unique id.
+pub fn unique_mount_of(fd: BorrowedFd<'_>) -> Option<(u64, u64, u64)> {
+    let st = statx_mount(Some(fd), c"", libc::AT_EMPTY_PATH, libc::STATX_INO)?;
+    (st.stx_mask & libc::STATX_INO != 0)
+        .then(|| (st.stx_mnt_id, libc::makedev(st.stx_dev_major, st.stx_dev_minor), st.stx_ino))
 }
 
-/// [`unique_mount_of`] for `path` (relative to `dirfd`, or the working
-/// directory for `None`), looked up with `flags` (`AT_SYMLINK_NOFOLLOW`,
-/// `AT_EMPTY_PATH`, ...).
+/// The mount `path` (relative to `dirfd`, or the working directory for
+/// `None`), looked up with `flags` (`AT_SYMLINK_NOFOLLOW`, `AT_EMPTY_PATH`,
+/// ...), lies on, by its unique id, and the device of the file it names;
+/// `None` where the kernel does not give the unique id.
 pub fn unique_mount_at(dirfd: Option<BorrowedFd<'_>>, path: &std::ffi::CStr, flags: i32) -> Option<(u64, u64)> {
+    let st = statx_mount(dirfd, path, flags, 0)?;
+    Some((st.stx_mnt_id, libc::makedev(st.stx_dev_major, st.stx_dev_minor)))
+}
+
+/// `statx` asking for the unique mount id and `more`; `None` when the call
+/// fails or the kernel gives no unique id.
+fn statx_mount(dirfd: Option<BorrowedFd<'_>>, path: &std::ffi::CStr, flags: i32, more: u32) -> Option<libc::statx> {
     let dirfd = dirfd.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
     // SAFETY: statx is plain data, zeroed before the kernel fills it.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: `path` is NUL-terminated (an empty one with AT_EMPTY_PATH
     // names `dirfd`), `dirfd` is open or AT_FDCWD; `st` outlives the call.
-    let r = unsafe { libc::statx(dirfd, path.as_ptr(), flags, libc::STATX_MNT_ID_UNIQUE, &mut st) };
-    if r < 0 || st.stx_mask & libc::STATX_MNT_ID_UNIQUE == 0 {
-        return None;
-    }
-    Some((st.stx_mnt_id, libc::makedev(st.stx_dev_major, st.stx_dev_minor)))
+    let r = unsafe { libc::statx(dirfd, path.as_ptr(), flags, libc::STATX_MNT_ID_UNIQUE | more, &mut st) };
+    (r >= 0 && st.stx_mask & libc::STATX_MNT_ID_UNIQUE != 0).then_some(st)
 }
 
 /// `CLOCK_REALTIME` less `CLOCK_MONOTONIC`, in nanoseconds: it falls when

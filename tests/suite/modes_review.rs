@@ -631,6 +631,47 @@ fn r0113_a_file_with_capabilities_and_no_execute_bit_cannot_be_rewritten() {
     assert_eq!(mode_of(&ctl), 0o755);
 }
 
+/// A long-lived sandbox remembers the files it found without capabilities
+/// (so that its next walks need not look them up; since session 29 by the
+/// directory they are in): a capability set on one of them between two
+/// plans changes its ctime, and the next plan keeps it read-only. Checked
+/// from outside in a run: the program is not rewritten; control in the
+/// same run: its neighbour without capabilities is.
+#[test]
+fn r0115_capabilities_set_between_two_plans_of_one_sandbox_are_seen() {
+    if !in_root_pass("r0115", "setting file capabilities needs root") {
+        return;
+    }
+    let ws = Ws::new();
+    ws.write("dist/tool", ORIGINAL);
+    ws.write("dist/other", ORIGINAL);
+    let (tool, other) = (ws.join("dist/tool"), ws.join("dist/other"));
+    chmod(&tool, 0o755);
+    // Files changed within two seconds before a walk are never
+    // remembered (`links::CTIME_MARGIN`): these must be older.
+    std::thread::sleep(std::time::Duration::from_millis(2200));
+    let sb = sandbox();
+    let mut req = ws.req(&["true"]);
+    req.writable = true;
+    for i in 0..2 {
+        let plan = sb.plan(&req).unwrap_or_else(|e| panic!("plan {i}: {e}"));
+        assert!(plan.privileged.is_empty(), "plan {i}: {:?}", plan.privileged);
+    }
+    set_caps(&tool);
+    let plan = sb.plan(&req).unwrap_or_else(|e| panic!("plan: {e}"));
+    assert_eq!(plan.privileged, vec![real(&tool)], "the capability set since is not seen");
+    let mut req = ws.req(&["sh", "-c", "echo PWNED >> dist/tool; echo PWNED >> dist/other"]);
+    req.writable = true;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+    let r = rt
+        .block_on(sb.run(&req, portcullis::sandbox::RunOptions::default()))
+        .unwrap_or_else(|e| panic!("run: {}", portcullis::error_chain(&e)));
+    assert!(stderr(&r).contains("Read-only file system"), "{}", stderr(&r));
+    assert_eq!(fs::read_to_string(&tool).unwrap_or_default(), ORIGINAL);
+    assert!(has_caps(&tool));
+    assert!(fs::read_to_string(&other).unwrap_or_default().contains("PWNED"), "control: other was not written");
+}
+
 /// A bind mount of `src` at `dst` for the test's life.
 struct Bind(PathBuf);
 
