@@ -15,6 +15,30 @@ use portcullis::runner::{check_line, explain, gate_preview, Exec, ExecOptions, L
 use portcullis::sandbox::{Mode, RunOptions, Stdin, Stream};
 use portcullis::{error_chain, Network};
 
+/// `eprintln!` that cannot abort: a closed stderr or a broken pipe there
+/// (`2> >(exec true)`, a parent that closed its end) made `eprintln!` panic,
+/// and the release build aborts on a panic, before the server answered
+/// anything. The text is lost; the work goes on.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
+/// `println!` that cannot abort (a reader that went away: `| head -1`).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `print!` that cannot abort.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 #[derive(Parser)]
 #[command(
     name = "portcullis",
@@ -268,7 +292,7 @@ fn main() -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("portcullis: cannot start the runtime: {e}");
+            say!("portcullis: cannot start the runtime: {e}");
             return ExitCode::from(FAILED);
         }
     };
@@ -281,9 +305,9 @@ fn main() -> ExitCode {
             Cmd::Doctor { json } => {
                 let r = portcullis::doctor::run().await;
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+                    outln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
                 } else {
-                    print!("{}", r.render());
+                    out!("{}", r.render());
                 }
                 // Like check, a report: 0 the full sandbox works, 1 it does not.
                 if r.usable() {
@@ -300,7 +324,7 @@ fn main() -> ExitCode {
 /// (SIGTERM, SIGINT, SIGHUP) comes; 0 then, 125 when it cannot start.
 fn serve(a: ServeArgs) -> ExitCode {
     let fail = |m: String| {
-        eprintln!("portcullis serve: {m}");
+        say!("portcullis serve: {m}");
         ExitCode::from(FAILED)
     };
     // Calls run side by side: a long command does not hold up a read.
@@ -329,7 +353,7 @@ fn serve(a: ServeArgs) -> ExitCode {
         if max_message < 1024 {
             return Err(format!("--max-message {max_message}: at least 1 KiB"));
         }
-        eprintln!(
+        say!(
             "portcullis serve: workspace {}, tools: {}; speaking MCP on stdin/stdout",
             tools.workspace().root().display(),
             tools.names().join(", ")
@@ -383,7 +407,7 @@ fn spawn_signal_stop(stop: tokio_util::sync::CancellationToken) -> std::io::Resu
 /// bad input, 125.
 fn check(a: CheckArgs) -> ExitCode {
     let fail = |m: String| {
-        eprintln!("portcullis: {m}");
+        say!("portcullis: {m}");
         ExitCode::from(FAILED)
     };
     let mut policy = match &a.policy {
@@ -424,11 +448,11 @@ fn check(a: CheckArgs) -> ExitCode {
         if let (Some(g), Some(map)) = (&gate, v.as_object_mut()) {
             map.insert("gate".into(), serde_json::to_value(g).unwrap_or_default());
         }
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        print!("{}", explain::render_verdict(&verdict));
+        out!("{}", explain::render_verdict(&verdict));
         if let Some(g) = &gate {
-            print!("{}", explain::render_gate(g));
+            out!("{}", explain::render_gate(g));
         }
     }
     match (verdict, gate) {
@@ -499,13 +523,13 @@ fn fault(e: &RunError, json: bool) -> ExitCode {
         if let (Some(r), Some(map)) = (e.result(), obj.as_object_mut()) {
             map.insert("result".into(), serde_json::to_value(r).unwrap_or_default());
         }
-        println!("{obj}");
+        outln!("{obj}");
     } else if let Some(r) = e.result() {
         for w in &r.warnings {
-            eprintln!("portcullis: warning: {w}");
+            say!("portcullis: warning: {w}");
         }
     }
-    eprintln!("portcullis: {}", error_chain(e));
+    say!("portcullis: {}", error_chain(e));
     ExitCode::from(code)
 }
 
@@ -513,7 +537,7 @@ async fn exec(a: ExecArgs) -> ExitCode {
     let opts = match options(&a) {
         Ok(o) => o,
         Err(m) => {
-            eprintln!("portcullis: {m}");
+            say!("portcullis: {m}");
             return ExitCode::from(FAILED);
         }
     };
@@ -530,11 +554,11 @@ async fn exec(a: ExecArgs) -> ExitCode {
             Prepared::Refused { refused, .. } => refusal(&Exec::Refused(refused.clone()), a.json),
             Prepared::Ready(ready) => match runner.plan(ready) {
                 Ok(plan) if a.json => {
-                    println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());
+                    outln!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());
                     ExitCode::SUCCESS
                 }
                 Ok(plan) => {
-                    print!("{}", explain::explain(&plan, ready));
+                    out!("{}", explain::explain(&plan, ready));
                     ExitCode::SUCCESS
                 }
                 Err(e) => fault(&e, a.json),
@@ -575,7 +599,7 @@ async fn exec(a: ExecArgs) -> ExitCode {
     // own processes and cgroup go just after. The CLI exits only then.
     if let Ok(sb) = runner.sandbox() {
         if !sb.settle(std::time::Duration::from_secs(10)).await {
-            eprintln!(
+            say!(
                 "portcullis: warning: the sandbox's own processes did not exit within 10 s of the command's end \
                  (nothing of the command is left); its cgroup leaf may stay until the next run sweeps it"
             );
@@ -585,36 +609,36 @@ async fn exec(a: ExecArgs) -> ExitCode {
         Ok(e @ Exec::Refused(_)) => refusal(&e, a.json),
         Ok(e @ Exec::Cancelled(_)) => {
             if a.json {
-                println!("{}", e.to_json());
+                outln!("{}", e.to_json());
             }
             if let Exec::Cancelled(n) = &e {
-                eprintln!("portcullis: {}", n.message);
+                say!("portcullis: {}", n.message);
             }
             ExitCode::from(e.exit_status())
         }
         Ok(Exec::Ran(r)) => {
             if a.json {
-                println!("{}", serde_json::to_string(&r).unwrap_or_default());
+                outln!("{}", serde_json::to_string(&r).unwrap_or_default());
             } else {
                 if let Some(note) = r.access_note() {
-                    eprintln!("portcullis: {note}");
+                    say!("portcullis: {note}");
                 }
                 if r.result.truncated {
-                    eprintln!("portcullis: output truncated at {cap} bytes (raise --max-output to keep more)");
+                    say!("portcullis: output truncated at {cap} bytes (raise --max-output to keep more)");
                 }
                 if r.result.outcome == portcullis::sandbox::Outcome::TimedOut {
-                    eprintln!(
+                    say!(
                         "portcullis: timed out after {:.1}s; the whole command tree was killed (raise --timeout if it needs longer)",
                         timeout.map_or(0.0, |t| t.as_secs_f64())
                     );
                 }
                 for w in &r.result.warnings {
-                    eprintln!("portcullis: warning: {w}");
+                    say!("portcullis: warning: {w}");
                 }
                 if r.result.refused_writes.count > 0 {
                     let w = &r.result.refused_writes;
                     let shown: Vec<String> = w.sample.iter().take(5).map(|p| p.display().to_string()).collect();
-                    eprintln!(
+                    say!(
                         "portcullis: {} write{} refused (no write access there): {}{}",
                         w.count,
                         if w.count == 1 { " was" } else { "s were" },
@@ -632,10 +656,10 @@ async fn exec(a: ExecArgs) -> ExitCode {
 /// A refusal: data for `--json`, a line on stderr; exit 125.
 fn refusal(e: &Exec, json: bool) -> ExitCode {
     if json {
-        println!("{}", e.to_json());
+        outln!("{}", e.to_json());
     }
     if let Exec::Refused(r) = e {
-        eprintln!("portcullis: {r}");
+        say!("portcullis: {r}");
     }
     ExitCode::from(e.exit_status())
 }

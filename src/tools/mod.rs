@@ -716,6 +716,7 @@ impl Tools {
                     opts.ignore_case = i.ignore_case;
                     opts.context = i.context.unwrap_or(0).min(MAX_CONTEXT);
                     opts.max_results = i.max_results.unwrap_or(DEFAULT_MAX_RESULTS).clamp(1, DEFAULT_MAX_RESULTS);
+                    opts.cancel = Some(ctx.cancel.clone());
                     ws.grep(opts).await.map(|r| ToolResult::ok(&r))
                 })
                 .await

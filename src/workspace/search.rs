@@ -90,6 +90,10 @@ pub struct GrepOptions {
     pub gitignore: bool,
     /// Walker threads (0: one per CPU).
     pub threads: usize,
+    /// Stop early when this is cancelled (the result then says
+    /// `truncated`): an MCP client's `notifications/cancelled` for the
+    /// call. Each file already being searched is finished.
+    pub cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl GrepOptions {
@@ -108,6 +112,7 @@ impl GrepOptions {
             default_ignores: true,
             gitignore: true,
             threads: 0,
+            cancel: None,
         }
     }
 }
@@ -726,7 +731,11 @@ pub fn grep(root: &Path, deny: &DenyGlobs, opts: &GrepOptions) -> Result<GrepRes
         let (root, root_fd, counts, filter) = (&root, &root_fd, &counts, &filter);
         let (found, stop, results) = (&found, &stop, &results);
         let (cap, max) = (opts.line_cap, opts.max_results);
+        let cancel = opts.cancel.clone();
         Box::new(move |entry| {
+            if cancel.as_ref().is_some_and(tokio_util::sync::CancellationToken::is_cancelled) {
+                stop.store(true, Ordering::Relaxed);
+            }
             if stop.load(Ordering::Relaxed) {
                 return WalkState::Quit;
             }
@@ -866,6 +875,28 @@ mod tests {
         let g = NameGlob::new("src/*.rs").unwrap_or_else(|e| panic!("{e}"));
         assert!(g.matches(Path::new("src/c.rs")) && !g.matches(Path::new("src/a/c.rs")));
         assert!(NameGlob::new("../x").is_err() && NameGlob::new("/etc/*").is_err());
+    }
+
+    /// A cancelled search stops before its next file (an MCP client's
+    /// `notifications/cancelled`: a call that ran on searched a whole tree,
+    /// a thread each, after its client had given up on it); control: the
+    /// same search without the cancel searches every file.
+    #[test]
+    fn a_cancelled_search_stops() {
+        let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..50 {
+            std::fs::write(d.path().join(format!("f{i}.txt")), "needle\n").unwrap_or_else(|e| panic!("{e}"));
+        }
+        let deny = crate::path::DenyGlobs::new(&[]).unwrap_or_else(|e| panic!("{e}"));
+        let mut opts = GrepOptions::new("needle");
+        opts.threads = 1;
+        let all = grep(d.path(), &deny, &opts).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((all.files_searched, all.matches.len(), all.truncated), (50, 50, false));
+        let cancel = tokio_util::sync::CancellationToken::new();
+        cancel.cancel();
+        opts.cancel = Some(cancel);
+        let none = grep(d.path(), &deny, &opts).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((none.files_searched, none.truncated), (0, true));
     }
 
     #[test]

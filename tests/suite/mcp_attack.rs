@@ -582,3 +582,39 @@ fn r0773_the_server_exits_at_eof_even_when_its_answers_are_not_read() {
     let _ = stdout.read_to_end(&mut buf);
     assert!(buf.len() >= 60 * 1024, "only {} bytes were written: the pipe never filled", buf.len());
 }
+
+#[test]
+fn r0890_a_closed_stderr_neither_aborts_the_server_nor_the_cli() {
+    // Found in session 29's review: the startup line was written with
+    // eprintln!, which panics on EPIPE, and the release build aborts on a
+    // panic: a client that closed its end of the server's stderr (or a
+    // `2> >(exec true)`) got no answer at all (status 134).
+    let ws = Ws::new();
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path());
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
+    drop(child.stderr.take());
+    let mut s = Serve::adopt(child);
+    s.request(json!(1), "ping", json!({"_meta": meta()}));
+    assert!(s.result(1).is_object(), "no answer with stderr closed");
+    s.close();
+    let st = s.exit_within(Duration::from_secs(10)).unwrap_or_else(|| panic!("no exit at EOF"));
+    assert!(st.success(), "{st}");
+    // CONTROL: the server does write to stderr at its start (the writes
+    // that met the closed pipe above).
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path());
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    let out = cmd.output().unwrap_or_else(|e| panic!("spawn: {e}"));
+    assert!(out.status.success() && !out.stderr.is_empty(), "{:?}", out);
+    // The CLI's own lines: `exec --json` into a pipe already closed ends
+    // with the command's status, not an abort.
+    let mut cmd = cli();
+    cmd.args(["exec", "--json", "--workspace"]).arg(ws.path()).args(["--", "true"]);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
+    drop(child.stdout.take());
+    let st = child.wait().unwrap_or_else(|e| panic!("wait: {e}"));
+    assert_eq!(st.code(), Some(0), "{st}");
+}
