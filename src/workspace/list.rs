@@ -82,18 +82,33 @@ pub enum EntryKind {
     Other,
 }
 
-/// One entry of a listing.
+/// One entry of a listing. Serialized (the MCP tool's result), a path that
+/// is not UTF-8 is written lossily (U+FFFD where its bytes do not decode,
+/// as `grep` and `glob` write theirs): one such name made a whole listing
+/// fail to encode. The Rust value keeps the bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ListEntry {
     /// Its path, relative to the workspace root.
+    #[serde(serialize_with = "lossy")]
     pub path: PathBuf,
     /// What it is.
     pub kind: EntryKind,
     /// Its size in bytes (`st_size`; a link's is its target's length).
     pub size: u64,
     /// A link's target as stored (never followed).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "lossy_some")]
     pub target: Option<PathBuf>,
+}
+
+fn lossy<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&p.to_string_lossy())
+}
+
+fn lossy_some<S: serde::Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+    match p {
+        Some(p) => s.serialize_some(&*p.to_string_lossy()),
+        None => s.serialize_none(),
+    }
 }
 
 /// A listing.

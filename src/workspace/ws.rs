@@ -55,6 +55,14 @@ pub enum WorkspaceError {
     /// A fault: the audit, the gate or the sandbox could not do its part.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A file was to be written at a path that names a directory by its
+    /// spelling: it ends in `/` (such a path was written as the file
+    /// without the slash before), `.` or `..`, or is empty.
+    #[error("{}: not a file's name (it ends in `/`, `.` or `..`, which name directories); give the file's path", path.display())]
+    NotAFileName {
+        /// The path as given.
+        path: PathBuf,
+    },
     /// A scope was asked for a path that is not a directory.
     #[error("{}: not a directory; a scope narrows the workspace to a directory inside it", path.display())]
     NotADirectory {
@@ -104,11 +112,7 @@ impl WorkspaceError {
                 FileError::Jail(PolicyError::PathEscape { .. }) => "path-escape",
                 // A name the kernel cannot take (a NUL byte in it): the
                 // argument's fault.
-                FileError::Jail(PolicyError::Resolve { source, .. })
-                    if source.kind() == std::io::ErrorKind::InvalidInput =>
-                {
-                    "bad-path"
-                }
+                FileError::Jail(PolicyError::Resolve { source, .. }) if names_badly(source) => "bad-path",
                 FileError::Jail(_) => "fault",
                 FileError::NotJudgedForWrite { .. } => "fault",
                 FileError::NotFound { .. } => "not-found",
@@ -120,8 +124,11 @@ impl WorkspaceError {
                 FileError::NotRegular { .. } => "not-regular",
                 FileError::Changed { .. } => "changed",
                 FileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => "no-such-file",
-                // A directory where a file was named, a file on the way.
-                FileError::Io { source, .. } if matches!(source.raw_os_error(), Some(libc::EISDIR | libc::ENOTDIR)) => {
+                // A directory where a file was named, a file on the way, a
+                // name the kernel cannot take. Not `EINVAL` here: a
+                // filesystem without `RENAME_NOREPLACE` (NFS) answers the
+                // write's rename so, which is the host's.
+                FileError::Io { source, .. } if source.raw_os_error() != Some(libc::EINVAL) && names_badly(source) => {
                     "bad-path"
                 }
                 FileError::Io { .. } => "io",
@@ -132,11 +139,7 @@ impl WorkspaceError {
                 ListError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound => "no-such-file",
                 // A link (not followed) or a file where a directory was
                 // asked for: the argument's fault, not the host's.
-                ListError::Open { source, .. }
-                    if matches!(source.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) =>
-                {
-                    "bad-path"
-                }
+                ListError::Open { source, .. } if names_badly(source) => "bad-path",
                 ListError::Open { .. } => "io",
             },
             WorkspaceError::Search(s) => match s {
@@ -158,8 +161,15 @@ impl WorkspaceError {
             WorkspaceError::Run(RunError::Sandbox(crate::sandbox::SandboxError::TimedOutBeforeStart { .. })) => {
                 "timed-out"
             }
+            // A write's path the jail could not resolve (it goes through
+            // the audit's permit, which passes the jail's error on).
+            WorkspaceError::Run(RunError::Policy(PolicyError::Resolve { source, .. })) if names_badly(source) => {
+                "bad-path"
+            }
             WorkspaceError::Run(_) => "fault",
-            WorkspaceError::NotADirectory { .. } | WorkspaceError::InGitDir { .. } => "bad-path",
+            WorkspaceError::NotADirectory { .. }
+            | WorkspaceError::InGitDir { .. }
+            | WorkspaceError::NotAFileName { .. } => "bad-path",
             WorkspaceError::Disposed => "disposed",
         }
     }
@@ -169,6 +179,22 @@ impl WorkspaceError {
     pub fn is_refusal(&self) -> bool {
         !matches!(self.kind(), "fault" | "io" | "disposed")
     }
+}
+
+/// Whether `e` is the kernel (or the standard library, before the call)
+/// refusing the name it was given, which is the argument's fault, not the
+/// host's: a NUL byte in it (`InvalidInput`), a name too long, `.` or `..`
+/// where a file is created (`EINVAL`), a directory where a file was named
+/// or a file on the way (`EISDIR`, `ENOTDIR`), a link not followed
+/// (`ELOOP`). They were answered `fault` or `io` ("not caused by the
+/// arguments; tell the user") by some tools and `bad-path` by others
+/// (session 29's review).
+fn names_badly(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::InvalidInput
+        || matches!(
+            e.raw_os_error(),
+            Some(libc::ENAMETOOLONG | libc::EINVAL | libc::EISDIR | libc::ENOTDIR | libc::ELOOP)
+        )
 }
 
 /// Builds a [`Workspace`]: plain settings, then one [`WorkspaceBuilder::build`].
@@ -428,6 +454,14 @@ impl Workspace {
         data: impl Into<Vec<u8>>,
     ) -> Result<Written, WorkspaceError> {
         let data = data.into();
+        let p = path.as_ref();
+        // By its bytes: `Path` drops a trailing `/` and `/.` from its
+        // components (`a/.` has the file name `a`).
+        let b = p.as_os_str().as_encoded_bytes();
+        let last = b.rsplit(|c| *c == b'/').next().unwrap_or_default();
+        if matches!(last, b"" | b"." | b"..") {
+            return Err(WorkspaceError::NotAFileName { path: p.to_path_buf() });
+        }
         self.mutate(Mutation::Write, path.as_ref(), |b, j| b.write_file(j, data)).await
     }
 

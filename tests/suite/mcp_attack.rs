@@ -618,3 +618,78 @@ fn r0890_a_closed_stderr_neither_aborts_the_server_nor_the_cli() {
     let st = child.wait().unwrap_or_else(|e| panic!("wait: {e}"));
     assert_eq!(st.code(), Some(0), "{st}");
 }
+
+#[test]
+fn r0891_a_name_that_is_not_utf8_does_not_fail_a_listing() {
+    // Found in session 29's review: one such name made `list_dir` of its
+    // directory a `fault` ("the result could not be encoded"), which tells
+    // the model to tell the user; grep and glob showed it with U+FFFD.
+    use std::os::unix::ffi::OsStrExt;
+    let ws = Ws::new();
+    ws.write("uni/plain.txt", "x\n");
+    let odd = ws.join("uni").join(std::ffi::OsStr::from_bytes(b"caf\xe9.txt"));
+    std::fs::write(&odd, "y\n").unwrap_or_else(|e| panic!("{e}"));
+    let mut s = Serve::start(&ws, &[]);
+    s.call(1, "list_dir", json!({"path": "uni"}));
+    let r = s.result(1);
+    assert_ne!(r["isError"], json!(true), "{r}");
+    let names: Vec<String> = r["structuredContent"]["entries"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no entries: {r}"))
+        .iter()
+        .filter_map(|e| e["path"].as_str().map(str::to_string))
+        .collect();
+    // CONTROL: the plain name beside it.
+    assert!(names.contains(&"uni/plain.txt".to_string()), "{names:?}");
+    assert!(names.contains(&"uni/caf\u{FFFD}.txt".to_string()), "{names:?}");
+    s.close();
+}
+
+#[test]
+fn r0892_a_path_the_kernel_cannot_take_is_the_arguments_fault() {
+    // Found in session 29's review: a NUL byte or a name too long was
+    // `bad-path` for read_file but `fault` ("not caused by the arguments;
+    // tell the user") for the writing tools, `io` for list_dir; and
+    // write_file of `target/x/` wrote a file `target/x`.
+    let ws = Ws::new();
+    ws.write("a.txt", "a\n");
+    let _ = std::fs::create_dir(ws.join("target"));
+    let long = "x".repeat(300);
+    let edit = |p: &str| json!({"path": p, "old_string": "a", "new_string": "b"});
+    let cases = [
+        ("read_file", json!({"path": "a\u{0}b"})),
+        ("edit_file", edit("a\u{0}b")),
+        ("multi_edit", json!({"path": "a\u{0}b", "edits": [{"old_string": "a", "new_string": "b"}]})),
+        ("write_file", json!({"path": "a\u{0}b", "content": "x"})),
+        ("list_dir", json!({"path": "a\u{0}b"})),
+        ("read_file", json!({"path": long})),
+        ("edit_file", edit(&long)),
+        ("write_file", json!({"path": long, "content": "x"})),
+        ("list_dir", json!({"path": long})),
+        ("write_file", json!({"path": ".", "content": "x"})),
+        ("write_file", json!({"path": "target/x/", "content": "x"})),
+        ("write_file", json!({"path": "newdir/.", "content": "x"})),
+        ("write_file", json!({"path": "target/..", "content": "x"})),
+        ("write_file", json!({"path": "target", "content": "x"})),
+    ];
+    let mut s = Serve::start(&ws, &[]);
+    for (i, (tool, args)) in cases.iter().enumerate() {
+        s.call(i as i64, tool, args.clone());
+        let r = s.structured(i as i64);
+        assert_eq!(r["error"]["kind"], "bad-path", "{tool} {args}: {r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("check the path") || m.contains("give the file's path")),
+            "{r}"
+        );
+    }
+    for gone in ["target/x", "newdir"] {
+        assert!(std::fs::symlink_metadata(ws.join(gone)).is_err(), "{gone} was created");
+    }
+    // CONTROL: a plain name is written.
+    s.call(100, "write_file", json!({"path": "target/y", "content": "x"}));
+    assert_eq!(s.structured(100)["error"], Value::Null);
+    assert_eq!(std::fs::read_to_string(ws.join("target/y")).unwrap_or_default(), "x");
+    s.close();
+}
