@@ -403,7 +403,7 @@ impl NoCaps {
     /// `files` as the list of the directory `key`, in place of what was.
     fn store(&mut self, key: (u64, u64, u64), files: Files) {
         let old = self.dirs.get(&key).map_or(0, |f| f.len());
-        let total = self.files - old + files.len();
+        let total = self.files.saturating_sub(old) + files.len();
         if total > NO_CAPS_MAX {
             self.forget();
             self.files = files.len();
