@@ -415,9 +415,12 @@ impl Root {
                         .map_err(errno)?;
                 nix::unistd::symlinkat(c_target.as_c_str(), dirfd.as_fd(), c_name.as_c_str()).map_err(errno)
             }
-            MountOp::ReadOnly { dst } => {
+            MountOp::ReadOnly { dst, if_there } => {
                 let target = match self.walk(dst, None) {
                     Ok(fd) => fd,
+                    // Removed since the plan's walk (a git `tmp_obj_*`, a
+                    // file being replaced): nothing left to keep.
+                    Err(e) if *if_there && e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
                     // A hard-linked symbolic link (see the library's
                     // `sandbox::links`): the read-only bind goes over the
                     // link itself, never where it points. The walk to its

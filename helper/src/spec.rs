@@ -370,6 +370,13 @@ pub enum MountOp {
     ReadOnly {
         #[serde(with = "bytes")]
         dst: Bytes,
+        /// A name kept read-only because of what the plan's walk found
+        /// there (a hard link out of the area, a privileged program): gone
+        /// by now, it needs no mount (nothing of it is left to write
+        /// through), and its absence is not an error. A protected
+        /// carve-out's absence is.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        if_there: bool,
     },
     /// Hide an existing path: an empty, unreadable file or directory is
     /// mounted over it.
@@ -402,7 +409,7 @@ impl MountOp {
             | MountOp::Proc { dst }
             | MountOp::Devpts { dst }
             | MountOp::Symlink { dst, .. }
-            | MountOp::ReadOnly { dst }
+            | MountOp::ReadOnly { dst, .. }
             | MountOp::Mask { dst }
             | MountOp::Pin { dst } => dst,
         }

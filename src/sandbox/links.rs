@@ -916,7 +916,7 @@ impl Shared<'_> {
         let limit_passed = |n: usize| self.seen.fetch_add(n, Ordering::Relaxed) + n > LINK_WALK_LIMIT;
         let mut since = 0usize;
         let mut over = false;
-        crate::path::dents::for_each_in(dir.as_fd(), buf, |name, kind| {
+        let listed = crate::path::dents::for_each_in(dir.as_fd(), buf, |name, kind| {
             if let Err(e) = look(name, kind) {
                 failed = Some(e);
                 return false;
@@ -926,8 +926,14 @@ impl Shared<'_> {
                 over = limit_passed(std::mem::take(&mut since));
             }
             !over
-        })
-        .map_err(|e| walk_error(&path, Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
+        });
+        match listed.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO)) {
+            Ok(_) => {}
+            // Removed while it was listed (`getdents64` answers a dead
+            // directory `ENOENT`): what it held is gone with it.
+            Err(libc::ENOENT) if failed.is_none() => return Ok(()),
+            Err(e) => return Err(walk_error(&path, Errno::from_raw(e))),
+        }
         if let Some(e) = failed {
             return Err(e);
         }
@@ -1083,7 +1089,7 @@ fn has_xattr(path: &Path, name: &std::ffi::CStr) -> bool {
     if r >= 0 {
         return true;
     }
-    !matches!(Errno::last(), Errno::ENODATA | Errno::EOPNOTSUPP)
+    !matches!(Errno::last(), Errno::ENODATA | Errno::EOPNOTSUPP | Errno::ENOENT)
 }
 
 /// Whether the kernel lacks `getxattrat` (learnt on the first `ENOSYS`).
@@ -1098,7 +1104,10 @@ fn has_xattr_at(dir: &OwnedFd, name: &CStr, path: impl FnOnce() -> PathBuf, xatt
         match crate::sys::xattr_size_at(dir.as_fd(), name, xattr) {
             Ok(_) => return true,
             Err(e) => match e.raw_os_error() {
-                Some(libc::ENODATA | libc::EOPNOTSUPP) => return false,
+                // ENOENT: removed since its `fstatat` (a git `tmp_obj_*`):
+                // nothing is left to keep read-only. Any other error counts
+                // as capabilities (fail closed).
+                Some(libc::ENODATA | libc::EOPNOTSUPP | libc::ENOENT) => return false,
                 Some(libc::ENOSYS) => NO_GETXATTRAT.store(true, Ordering::Relaxed),
                 _ => return true,
             },

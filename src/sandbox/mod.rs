@@ -1525,7 +1525,7 @@ pub fn describe_mount(op: &MountOp) -> String {
         }
         MountOp::Devpts { dst } => format!("devpts {} (private instance)", s(dst)),
         MountOp::Symlink { target, dst } => format!("symlink {} -> {}", s(dst), s(target)),
-        MountOp::ReadOnly { dst } => format!("read-only {}", s(dst)),
+        MountOp::ReadOnly { dst, .. } => format!("read-only {}", s(dst)),
         MountOp::Pin { dst } => format!("pin {} (bound onto itself: cannot be renamed or removed)", s(dst)),
         MountOp::Mask { dst } => format!("mask {}", s(dst)),
     }

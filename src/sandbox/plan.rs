@@ -801,11 +801,11 @@ fn mount_plan(
 ) -> Vec<MountOp> {
     let super::links::Kept { hard_linked, privileged, unlistable } = kept;
     let mut mounts = base;
+    let kept_for_what_it_is = |p: &PathBuf| MountOp::ReadOnly { dst: bytes(p), if_there: true };
     let mut carve: Vec<MountOp> = protected
         .iter()
-        .chain(hard_linked)
-        .chain(privileged)
-        .map(|p| MountOp::ReadOnly { dst: bytes(p) })
+        .map(|p| MountOp::ReadOnly { dst: bytes(p), if_there: false })
+        .chain(hard_linked.iter().chain(privileged).map(kept_for_what_it_is))
         .chain(pinned.iter().map(|p| MountOp::Pin { dst: bytes(p) }))
         .collect();
     carve.sort_by_key(|op| depth(op.dst()));
