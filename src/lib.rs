@@ -24,6 +24,7 @@
 pub mod audit;
 pub mod doctor;
 pub mod gate;
+mod hex;
 pub mod mcp;
 pub mod path;
 pub mod policy;

@@ -89,16 +89,7 @@ pub(crate) fn is_hash(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// Lowercase hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    s
-}
+pub(crate) use crate::hex::hex;
 
 /// 64 hex digits as 32 bytes.
 pub(crate) fn unhex32(s: &str) -> Option<[u8; 32]> {
@@ -117,10 +108,7 @@ pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-/// The SHA-256 of `bytes`, in hex.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&sha256(bytes))
-}
+pub(crate) use crate::hex::sha256_hex;
 
 /// `time` as RFC 3339 in UTC with milliseconds: `2025-01-31T08:05:09.042Z`.
 pub(crate) fn rfc3339_ms(time: std::time::SystemTime) -> String {

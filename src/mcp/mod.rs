@@ -630,7 +630,8 @@ impl Conn {
         let key = id_key(&id);
         let cancel = CancellationToken::new();
         let answer = Arc::new(Answer::default());
-        // Calls still running count, answered or not: a cancelled call
+        // Calls still running count, answered or not (every call in
+        // `in_flight` is one of them): a cancelled call
         // leaves `in_flight` at once (its id may be used again) but may run
         // on until it ends (a `grep` over a large tree); counting only
         // `in_flight` let cancelled calls pile up past the bound, a thread
@@ -641,7 +642,7 @@ impl Conn {
             let mut in_flight = self.in_flight_lock();
             let refusal = if in_flight.contains_key(&key) {
                 Some(format!("invalid request: request id {id} is already in use by a call in flight"))
-            } else if running.max(in_flight.len()) >= MAX_IN_FLIGHT {
+            } else if running >= MAX_IN_FLIGHT {
                 Some(format!(
                     "{MAX_IN_FLIGHT} calls are running (cancelled ones count until they have ended); wait for some \
                      to finish before sending more"

@@ -412,7 +412,7 @@ impl Cgroup {
     pub fn populated(&self) -> bool {
         match self.read_own("cgroup.events") {
             Ok(s) => s.lines().any(|l| l == "populated 1"),
-            Err(e) => !(e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENODEV)),
+            Err(e) => !is_gone(&e),
         }
     }
 
@@ -464,6 +464,12 @@ impl Cgroup {
             }
         }
     }
+}
+
+/// Whether a read of a leaf's file failed because the leaf is gone
+/// (removed, or being removed while it is read: `ENODEV`).
+pub(super) fn is_gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENODEV)
 }
 
 /// The pauses between tries: 200 µs, doubling up to 20 ms, until `budget`

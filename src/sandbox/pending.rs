@@ -52,7 +52,6 @@ use nix::fcntl::{openat, Flock, FlockArg, OFlag};
 use nix::sys::stat::{fstat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 use serde::{Deserialize, Serialize};
-use sha2::Digest;
 
 use super::git::GitIndex;
 use super::run::Failure;
@@ -250,7 +249,7 @@ impl OnDisk {
             git_indexes: &self.git_indexes,
             fail_git_guard: self.fail_git_guard,
         })?;
-        Ok(format!("{PREFIX}{ENDED}{}{SUFFIX}", super::plan::hex(&sha2::Sha256::digest(bytes))))
+        Ok(format!("{PREFIX}{ENDED}{}{SUFFIX}", crate::hex::sha256_hex(&bytes)))
     }
 
     /// The workspace, the directory whose lock the run shared, the guard,
@@ -760,8 +759,7 @@ fn empty_cgroup(cg: &Path, budget: Duration) -> io::Result<()> {
     let events = cg.join("cgroup.events");
     let populated = || match std::fs::read_to_string(&events) {
         Ok(s) => Ok(s.lines().any(|l| l == "populated 1")),
-        // Removed, or being removed while we look (ENODEV): empty.
-        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENODEV) => Ok(false),
+        Err(e) if super::cgroup::is_gone(&e) => Ok(false),
         Err(e) => Err(e),
     };
     if !populated()? {

@@ -13,7 +13,6 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use portcullis_helper::spec::{Identity, LandlockSpec, Mode, MountOp, Network, Rlimit, SpawnSpec, SPEC_VERSION};
 
@@ -1104,7 +1103,7 @@ mod digests {
 fn computed_seccomp_sha256(filter: portcullis_helper::filter::Profile) -> Result<String, SandboxError> {
     let program = portcullis_helper::filter::compile_for(filter)
         .map_err(|e| SandboxError::BadRequest(format!("seccomp filter: {e}")))?;
-    Ok(hex(&Sha256::digest(portcullis_helper::filter::program_bytes(&program))))
+    Ok(crate::hex::sha256_hex(&portcullis_helper::filter::program_bytes(&program)))
 }
 
 fn degraded_req(req: &ExecRequest) -> bool {
@@ -1143,10 +1142,6 @@ fn lock_view(base: &[MountOp], host: &Path) -> Result<Option<PathBuf>, SandboxEr
         }
     }
     Ok(view)
-}
-
-pub(super) fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// The command's environment: only what the request lists, plus a default

@@ -297,17 +297,7 @@ struct Inner {
 /// The SHA-256 of `bytes` as 64 lowercase hex digits (the `hash` of a
 /// read, the `expect_hash` of an edit).
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-fn hex(b: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(b.len() * 2);
-    for x in b {
-        s.push(char::from(DIGITS[usize::from(x >> 4)]));
-        s.push(char::from(DIGITS[usize::from(x & 0xf)]));
-    }
-    s
+    crate::hex::sha256_hex(bytes)
 }
 
 /// An error of `op` at `path`, named by what it means.
@@ -844,7 +834,7 @@ fn window_pass(f: impl Read, size: u64, opts: ReadOptions) -> Result<ReadWindow,
         truncated: w.truncated,
         bytes_capped: w.bytes_capped,
         lossy: w.lossy,
-        hash: hex(&hasher.finalize()),
+        hash: crate::hex::hex(&hasher.finalize()),
     })
 }
 

@@ -3,8 +3,9 @@
 //! outside (JSON lines on its stdin, the host's /proc, the files on disk,
 //! its stderr) and has a control.
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
-use std::process::Stdio;
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -44,6 +45,15 @@ fn call_line(id: i64, tool: &str, args: Value) -> Vec<u8> {
     .into_bytes();
     l.push(b'\n');
     l
+}
+
+/// `portcullis serve --workspace WS EXTRA…`, started with stdin and stdout
+/// piped and `stderr` as given.
+fn serve_child(ws: &Ws, extra: &[&OsStr], stderr: Stdio) -> Child {
+    let mut cmd = cli();
+    cmd.arg("serve").arg("--workspace").arg(ws.path()).args(extra);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr);
+    cmd.spawn().unwrap_or_else(|e| panic!("spawn: {e}"))
 }
 
 #[test]
@@ -99,10 +109,7 @@ fn r0761_a_client_that_never_reads_cannot_grow_the_server_without_bound() {
     // reads.
     const REQUESTS: usize = 1000;
     let ws = Ws::new();
-    let mut cmd = cli();
-    cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--max-queued").arg("1MiB");
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
+    let mut child = serve_child(&ws, &[OsStr::new("--max-queued"), OsStr::new("1MiB")], Stdio::null());
     let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
     let mut stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
     let list = |id: usize| {
@@ -201,10 +208,7 @@ fn r0763_a_client_cannot_forge_lines_in_the_server_s_log() {
     // so a newline in it started a line of its own ("portcullis serve:
     // ..." as if the server said it) and terminal escapes went through.
     let ws = Ws::new();
-    let mut cmd = cli();
-    cmd.arg("serve").arg("--workspace").arg(ws.path());
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
+    let mut child = serve_child(&ws, &[], Stdio::piped());
     let forged = "x\nportcullis serve: FORGED\u{1b}[2J";
     let lines = [
         json!({"jsonrpc": "2.0", "id": 1, "method": forged, "params": {}}),
@@ -405,10 +409,7 @@ fn r0769_a_client_that_never_reads_stderr_cannot_stall_the_server() {
     let ws = Ws::new();
     let policy = ws.path().with_extension("policy.toml");
     std::fs::write(&policy, POLICY).unwrap_or_else(|e| panic!("policy: {e}"));
-    let mut cmd = cli();
-    cmd.arg("serve").arg("--workspace").arg(ws.path()).arg("--policy").arg(&policy);
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
+    let mut child = serve_child(&ws, &[OsStr::new("--policy"), policy.as_os_str()], Stdio::piped());
     let mut stderr = child.stderr.take().unwrap_or_else(|| panic!("no stderr"));
     // Serve drives stdin and stdout; stderr stays unread until the end.
     let mut s = Serve::adopt(child);
@@ -545,10 +546,7 @@ fn r0773_the_server_exits_at_eof_even_when_its_answers_are_not_read() {
     // waited without bound for its writer to write the answers a client
     // that does not read stdout never takes: it never exited.
     let ws = Ws::new();
-    let mut cmd = cli();
-    cmd.arg("serve").arg("--workspace").arg(ws.path());
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
+    let mut child = serve_child(&ws, &[], Stdio::null());
     let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
     // Held open, never read.
     let mut stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
@@ -590,10 +588,7 @@ fn r0890_a_closed_stderr_neither_aborts_the_server_nor_the_cli() {
     // panic: a client that closed its end of the server's stderr (or a
     // `2> >(exec true)`) got no answer at all (status 134).
     let ws = Ws::new();
-    let mut cmd = cli();
-    cmd.arg("serve").arg("--workspace").arg(ws.path());
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn: {e}"));
+    let mut child = serve_child(&ws, &[], Stdio::piped());
     drop(child.stderr.take());
     let mut s = Serve::adopt(child);
     s.request(json!(1), "ping", json!({"_meta": meta()}));
