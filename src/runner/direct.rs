@@ -143,6 +143,7 @@ impl Runner {
             command: None,
             reason: None,
             rule: None,
+            while_busy: false,
         };
         let (resolved, refused) = match judged {
             Ok(real) => {
@@ -172,6 +173,7 @@ impl Runner {
                     command: None,
                     reason: None,
                     rule,
+                    while_busy: false,
                 }),
                 Ok((access, rule, _)) => {
                     self.record(&Event::Allowed { id: id.clone(), action: action.clone(), effective: access, rule })

@@ -288,6 +288,11 @@ pub struct Refused {
     /// The gate rule that refused it (gate refusals, when the gate has rules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
+    /// The refusal lasts only while the workspace is busy (every background
+    /// job the policy allows is running): the same action can succeed once
+    /// one has ended. Every other refusal stands until the action changes.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub while_busy: bool,
 }
 
 impl std::fmt::Display for Refused {
@@ -934,6 +939,7 @@ impl Runner {
                             command: Some(r.command.clone()),
                             reason: Some(r.reason),
                             rule: None,
+                            while_busy: false,
                         };
                         return Ok(Prepared::Refused { action: Box::new(action), refused });
                     }
@@ -1136,6 +1142,7 @@ impl Runner {
                 command: None,
                 reason: None,
                 rule: r.rule,
+                while_busy: false,
             }),
         })
     }

@@ -723,7 +723,9 @@ impl Tools {
             }
             ToolKind::Glob => {
                 with(&e.name, args, |i: GlobInput| async move {
-                    ws.glob(&i.pattern, MAX_GLOB_RESULTS).await.map(|r| ToolResult::ok(&r))
+                    ws.glob_cancellable(&i.pattern, MAX_GLOB_RESULTS, ctx.cancel.clone())
+                        .await
+                        .map(|r| ToolResult::ok(&r))
                 })
                 .await
             }

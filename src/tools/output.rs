@@ -45,9 +45,15 @@ impl ErrorInfo {
         };
         let reason =
             r.reason.as_ref().and_then(|x| serde_json::to_value(x).ok()).and_then(|v| v.as_str().map(str::to_string));
+        let next = if r.while_busy {
+            // The message says what frees a job; the same start then works.
+            "; nothing ran or changed"
+        } else {
+            "; nothing ran or changed. Do not retry the same action: change it, or ask the user"
+        };
         ErrorInfo {
             kind: kind.into(),
-            message: format!("{r}; nothing ran or changed. Do not retry the same action: change it, or ask the user"),
+            message: format!("{r}{next}"),
             reason,
             command: r.command.clone(),
             rule: r.rule.clone(),

@@ -26,6 +26,7 @@ use crate::sandbox::RunOptions;
 use super::files::{Edit, Edited, FileError, Files, Judged, ReadOptions, ReadWindow, Written};
 use super::list::{ListError, ListOptions, ListResult};
 use super::search::{GlobResult, GrepOptions, GrepResult, SearchError};
+use tokio_util::sync::CancellationToken;
 
 /// A boxed future, as the trait's methods return (the trait stays usable as
 /// `dyn Backend`).
@@ -101,7 +102,12 @@ pub trait Backend: Send + Sync + 'static {
     fn grep(&self, opts: GrepOptions) -> BoxFuture<'_, Result<GrepResult, SearchError>>;
 
     /// Find files by glob.
-    fn glob<'a>(&'a self, pattern: &'a str, max: usize) -> BoxFuture<'a, Result<GlobResult, SearchError>>;
+    fn glob<'a>(
+        &'a self,
+        pattern: &'a str,
+        max: usize,
+        cancel: Option<CancellationToken>,
+    ) -> BoxFuture<'a, Result<GlobResult, SearchError>>;
 
     /// Check, gate, record and run one line through `runner` (the policy,
     /// the gate and the audit are the runner's; the backend decides what
@@ -226,11 +232,16 @@ impl Backend for Local {
         ))
     }
 
-    fn glob<'a>(&'a self, pattern: &'a str, max: usize) -> BoxFuture<'a, Result<GlobResult, SearchError>> {
+    fn glob<'a>(
+        &'a self,
+        pattern: &'a str,
+        max: usize,
+        cancel: Option<CancellationToken>,
+    ) -> BoxFuture<'a, Result<GlobResult, SearchError>> {
         let (root, deny, pattern) = (self.root.clone(), self.files.jail().deny().clone(), pattern.to_string());
         let r = root.clone();
         Box::pin(blocking(
-            move || super::search::glob(&root, &deny, &pattern, max),
+            move || super::search::glob_cancellable(&root, &deny, &pattern, max, cancel.as_ref()),
             move |why| SearchError::Root { root: r, source: std::io::Error::other(why) },
         ))
     }

@@ -479,7 +479,7 @@ impl Drop for Slot<'_> {
 }
 
 fn refusal(message: String) -> Refused {
-    Refused { kind: RefusalKind::RefusedByPolicy, message, command: None, reason: None, rule: None }
+    Refused { kind: RefusalKind::RefusedByPolicy, message, command: None, reason: None, rule: None, while_busy: false }
 }
 
 fn millis(d: Duration) -> Option<u64> {
@@ -661,7 +661,7 @@ impl Jobs {
                 "{} background jobs are running, the most shell.background.max_jobs allows: wait for one to end (read its output), kill one, or raise the limit",
                 bg.max_jobs
             );
-            return self.refuse(&runner, words, &opts, refusal(why)).await;
+            return self.refuse(&runner, words, &opts, Refused { while_busy: true, ..refusal(why) }).await;
         };
         let prepared = match line {
             Some(l) => runner.prepare_line(l, &opts).await?,

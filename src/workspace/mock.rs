@@ -1023,7 +1023,13 @@ impl Backend for MockBackend {
         Box::pin(async move { self.grep_sync(&opts) })
     }
 
-    fn glob<'a>(&'a self, pattern: &'a str, max: usize) -> BoxFuture<'a, Result<GlobResult, SearchError>> {
+    fn glob<'a>(
+        &'a self,
+        pattern: &'a str,
+        max: usize,
+        // The mock's tree is in memory: its walk ends before a cancel could matter.
+        _cancel: Option<tokio_util::sync::CancellationToken>,
+    ) -> BoxFuture<'a, Result<GlobResult, SearchError>> {
         Box::pin(async move { self.glob_sync(pattern, max) })
     }
 

@@ -185,7 +185,7 @@ pub struct GlobResult {
     pub paths: Vec<String>,
     /// What was left out and why.
     pub skipped: Skipped,
-    /// Whether `max` stopped the walk.
+    /// Whether `max` (or a cancellation) stopped the walk.
     pub truncated: bool,
 }
 
@@ -795,6 +795,20 @@ pub fn grep(root: &Path, deny: &DenyGlobs, opts: &GrepOptions) -> Result<GrepRes
 /// first `max` are always the same). Directories are not listed; links
 /// are counted, not followed; denied and ignored paths are left out.
 pub fn glob(root: &Path, deny: &DenyGlobs, pattern: &str, max: usize) -> Result<GlobResult, SearchError> {
+    glob_cancellable(root, deny, pattern, max, None)
+}
+
+/// [`glob`] that stops at the next entry once `cancel` is cancelled (an
+/// MCP client's `notifications/cancelled`: a glob that matches little in
+/// a large tree walks all of it). What was found by then is returned, with
+/// `truncated`.
+pub fn glob_cancellable(
+    root: &Path,
+    deny: &DenyGlobs,
+    pattern: &str,
+    max: usize,
+    cancel: Option<&tokio_util::sync::CancellationToken>,
+) -> Result<GlobResult, SearchError> {
     let g = NameGlob::new(pattern)?;
     let (root, root_fd) = open_root(root)?;
     let counts = Arc::new(Counts::default());
@@ -803,6 +817,10 @@ pub fn glob(root: &Path, deny: &DenyGlobs, pattern: &str, max: usize) -> Result<
     let mut paths = Vec::new();
     let mut truncated = false;
     for e in wb.build() {
+        if cancel.is_some_and(tokio_util::sync::CancellationToken::is_cancelled) {
+            truncated = true;
+            break;
+        }
         let Ok(e) = e else {
             bump(&counts.unreadable);
             continue;
@@ -897,6 +915,13 @@ mod tests {
         opts.cancel = Some(cancel);
         let none = grep(d.path(), &deny, &opts).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((none.files_searched, none.truncated), (0, true));
+        // A glob too: one that matches nothing walks the whole tree unless
+        // it is cancelled (the control finds every file).
+        let all = glob_cancellable(d.path(), &deny, "*.txt", 100, None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((all.paths.len(), all.truncated), (50, false));
+        let none = glob_cancellable(d.path(), &deny, "*.txt", 100, opts.cancel.as_ref())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((none.paths.len(), none.truncated), (0, true));
     }
 
     #[test]

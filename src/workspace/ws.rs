@@ -19,6 +19,7 @@ use super::jobs::{JobError, JobOutput, Jobs, KillReport, Started};
 use super::list::{ListError, ListOptions, ListResult};
 use super::search::{GlobResult, GrepOptions, GrepResult, SearchError};
 use super::todos::{Todo, TodoCounts, TodoError, Todos};
+use tokio_util::sync::CancellationToken;
 
 /// Why a workspace call did not do what was asked. A refusal (the policy,
 /// the gate, a read-only view) and the edit refusals (`not-found`,
@@ -589,7 +590,19 @@ impl Workspace {
     /// Files matching `pattern`, at most `max`.
     pub async fn glob(&self, pattern: &str, max: usize) -> Result<GlobResult, WorkspaceError> {
         self.live()?;
-        Ok(self.view.backend.glob(pattern, max).await?)
+        Ok(self.view.backend.glob(pattern, max, None).await?)
+    }
+
+    /// [`Workspace::glob`] that stops walking once `cancel` is cancelled
+    /// (the result then says `truncated`).
+    pub async fn glob_cancellable(
+        &self,
+        pattern: &str,
+        max: usize,
+        cancel: CancellationToken,
+    ) -> Result<GlobResult, WorkspaceError> {
+        self.live()?;
+        Ok(self.view.backend.glob(pattern, max, Some(cancel)).await?)
     }
 
     // ----- commands -----

@@ -610,3 +610,26 @@ fn r0614_descriptions_follow_the_policy_and_a_cancel_ends_a_wait() {
     ok(&t, "shell_output", json!({"id": id, "since": 0, "wait_ms": 100}));
     ok(&t, "shell_kill", json!({"id": id}));
 }
+
+#[test]
+fn r0615_a_full_job_table_is_not_a_refusal_to_give_up_on() {
+    // Found in review: the max_jobs refusal said "wait for one to end, kill
+    // one" and then, like every refusal, "Do not retry the same action",
+    // so a model that obeyed never started its job again.
+    let (t, m, _) = tools();
+    m.on_command(CommandMatch::program("sleep"), MockRun::exit(0).delay(Duration::from_secs(30)));
+    let id = |r: &Value| r["job_id"].as_str().unwrap_or_else(|| panic!("a job id: {r}")).to_string();
+    let first = id(&ok(&t, "run_shell", json!({"command": "sleep 30", "background": true})));
+    ok(&t, "run_shell", json!({"command": "sleep 31", "background": true}));
+    let full = err(&t, "run_shell", json!({"command": "sleep 32", "background": true}), "refused-by-policy");
+    let said = full["error"]["message"].as_str().unwrap_or_default();
+    assert!(said.contains("wait for one to end") && said.contains("kill one"), "{full}");
+    assert!(!said.contains("Do not retry"), "a full job table is not final: {full}");
+    // CONTROL: a refusal of the command itself still says not to retry it.
+    let r = err(&t, "run_shell", json!({"command": "curl x"}), "refused-by-policy");
+    assert!(r["error"]["message"].as_str().unwrap_or_default().contains("Do not retry"), "{r}");
+    // And the same start works once a job has ended.
+    ok(&t, "shell_kill", json!({"id": first}));
+    let again = ok(&t, "run_shell", json!({"command": "sleep 32", "background": true}));
+    assert_eq!(again["outcome"], "started", "{again}");
+}
