@@ -14,10 +14,16 @@
 //! stall every writable run beside it.
 //!
 //! Different uids get different directories, so their runs do not wait for
-//! each other. The lock files are never removed: removing one while another
-//! run waits on it would let a third run lock a fresh file beside it. Nor
-//! are their records' directories (`sandbox::pending`): a run holding one
-//! open would write its record where no cleanup looks.
+//! each other. A workspace's lock file and its records' directory
+//! (`sandbox::pending`) are removed by the cleanup that leaves no record,
+//! holding the lock exclusive ([`remove_unused`]): a host that makes a
+//! workspace per task would otherwise gather two entries per workspace
+//! until reboot. A run that opened the lock file before it was removed
+//! would then lock a file no one else can find, so a lock is kept only once
+//! the name is seen to still lead to the locked file ([`acquire`],
+//! [`try_exclusive`]); otherwise the name is opened again. The records'
+//! directory is looked at again once the lock is held
+//! (`pending::Records::refresh`), and written only under the lock.
 
 use std::fs::File;
 use std::io;
@@ -147,21 +153,21 @@ pub(crate) enum Key<'a> {
     HostNetwork,
 }
 
-/// Open (creating it if needed) the lock file for `key`.
-fn open_file(key: Key<'_>, uid: u32) -> Result<File, SandboxError> {
-    open_file_in(open_dir(uid)?.as_fd(), key, uid)
-}
-
-/// [`open_file`] in the lock directory `dir_fd` ([`open_dir`]'s).
-fn open_file_in(dir_fd: BorrowedFd<'_>, key: Key<'_>, uid: u32) -> Result<File, SandboxError> {
-    let name = match key {
+/// The name of `key`'s lock file.
+fn key_name(key: Key<'_>) -> Result<String, SandboxError> {
+    Ok(match key {
         Key::Workspace(ws) => file_name(ws)?,
         Key::HostNetwork => "host-network.lock".to_string(),
-    };
-    let path = dir(uid).join(&name);
+    })
+}
+
+/// Open (creating it if needed) the lock file `name` in the lock directory
+/// `dir_fd` ([`open_dir`]'s).
+fn open_file_in(dir_fd: BorrowedFd<'_>, name: &str, uid: u32) -> Result<File, SandboxError> {
+    let path = dir(uid).join(name);
     let fd = nix::fcntl::openat(
         dir_fd,
-        std::ffi::OsStr::new(&name).as_bytes(),
+        std::ffi::OsStr::new(name).as_bytes(),
         OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
         Mode::from_bits_truncate(0o600),
     )
@@ -174,13 +180,71 @@ fn open_file_in(dir_fd: BorrowedFd<'_>, key: Key<'_>, uid: u32) -> Result<File, 
     Ok(file)
 }
 
+/// How many times a lock is taken again after finding its file removed
+/// (each time, another process has had the lock exclusive and removed the
+/// file in between: a bound that is never reached but by a broken host).
+const RETAKES: usize = 1000;
+
+/// Whether the name `name` in `dir_fd` still leads to the locked `file`
+/// (not removed by [`remove_unused`], nor made anew since).
+pub(crate) fn still_named(dir_fd: BorrowedFd<'_>, name: &str, file: &File) -> nix::Result<bool> {
+    let held = fstat(file.as_fd())?;
+    match nix::sys::stat::fstatat(dir_fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(st.st_dev == held.st_dev && st.st_ino == held.st_ino),
+        Err(nix::errno::Errno::ENOENT) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn check_named(dir_fd: BorrowedFd<'_>, name: &str, file: &File, uid: u32) -> Result<bool, SandboxError> {
+    still_named(dir_fd, name, file).map_err(|e| {
+        lock_err(&dir(uid).join(name), format!("cannot look the lock file up again: {}", io::Error::from(e)))
+    })
+}
+
+fn retaken_too_often(uid: u32, name: &str) -> SandboxError {
+    lock_err(
+        &dir(uid).join(name),
+        format!("the lock file was removed under this run {RETAKES} times; is another program removing it?"),
+    )
+}
+
 /// Take the lock for `key` exclusive if no one holds it, without waiting:
 /// `None` when someone does.
 pub(crate) fn try_exclusive(key: Key<'_>, uid: u32) -> Result<Option<Flock<File>>, SandboxError> {
-    match Flock::lock(open_file(key, uid)?, FlockArg::LockExclusiveNonblock) {
-        Ok(lock) => Ok(Some(lock)),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
-        Err((_, e)) => Err(lock_err(&dir(uid), format!("cannot lock the lock file: {}", io::Error::from(e)))),
+    let dir_fd = open_dir(uid)?;
+    let name = key_name(key)?;
+    for _ in 0..RETAKES {
+        match Flock::lock(open_file_in(dir_fd.as_fd(), &name, uid)?, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) if check_named(dir_fd.as_fd(), &name, &lock, uid)? => return Ok(Some(lock)),
+            // Removed since it was opened: open the name again.
+            Ok(_) => {}
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
+            Err((_, e)) => {
+                return Err(lock_err(&dir(uid), format!("cannot lock the lock file: {}", io::Error::from(e))))
+            }
+        }
+    }
+    Err(retaken_too_often(uid, &name))
+}
+
+/// Remove the lock file `lock_name` and its records' directory `runs_name`
+/// from the lock directory `dir_fd`, once no record is left: called holding
+/// the lock exclusive (no writable run of the workspace is going, and none
+/// can write a record). The directory goes first, and only when empty
+/// (`false`: records are left, and both stay); then the lock file. A run
+/// that opened either before sees, once it holds the lock, that the name is
+/// gone or leads elsewhere, and opens it again.
+pub(crate) fn remove_unused(dir_fd: BorrowedFd<'_>, lock_name: &str, runs_name: &str) -> io::Result<bool> {
+    use nix::unistd::{unlinkat, UnlinkatFlags};
+    match unlinkat(dir_fd, runs_name, UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
+        Err(nix::errno::Errno::ENOTEMPTY | nix::errno::Errno::EEXIST) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    }
+    match unlinkat(dir_fd, lock_name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(nix::errno::Errno::ENOENT) => Ok(true),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -199,14 +263,26 @@ pub(crate) async fn acquire(
     cancel: Option<&CancellationToken>,
 ) -> Result<Flock<File>, SandboxError> {
     let started = tokio::time::Instant::now();
-    let mut file = open_file_in(dir_fd, key, uid)?;
+    let name = key_name(key)?;
+    let mut file = open_file_in(dir_fd, &name, uid)?;
     let arg = match kind {
         Kind::Exclusive => FlockArg::LockExclusiveNonblock,
         Kind::Shared => FlockArg::LockSharedNonblock,
     };
+    let mut retakes = 0;
     loop {
         match Flock::lock(file, arg) {
-            Ok(lock) => return Ok(lock),
+            Ok(lock) if check_named(dir_fd, &name, &lock, uid)? => return Ok(lock),
+            Ok(_) => {
+                // Removed since it was opened (the cleanup that left no
+                // record): open the name again, at once.
+                retakes += 1;
+                if retakes >= RETAKES {
+                    return Err(retaken_too_often(uid, &name));
+                }
+                file = open_file_in(dir_fd, &name, uid)?;
+                continue;
+            }
             Err((f, nix::errno::Errno::EWOULDBLOCK)) => file = f,
             Err((_, e)) => {
                 return Err(lock_err(&dir(uid), format!("cannot lock the lock file: {}", io::Error::from(e))));
@@ -232,5 +308,86 @@ pub(crate) async fn acquire(
             }
             None => tokio::time::sleep(nap).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// The cleanup that leaves no record removes the lock file while others
+    /// wait on it (they opened it before): every lock taken is still one
+    /// lock. Four threads take it shared or exclusive, the exclusive holders
+    /// removing the file (and the records' directory) half the time; no
+    /// holder ever finds an exclusive holder beside it, or a shared one
+    /// beside an exclusive. CONTROL: the removals happened, and both kinds
+    /// were held (without the check of the name after locking, holders of
+    /// the removed file and of its successor overlap within a few rounds).
+    #[test]
+    fn a_removed_lock_file_is_never_locked_beside_its_successor() {
+        let uid = nix::unistd::getuid().as_raw();
+        let ws = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ws_path = ws.path().to_path_buf();
+        let name = file_name(&ws_path).unwrap_or_else(|e| panic!("{e}"));
+        let runs = format!("{}.runs", name.trim_end_matches(".lock"));
+        let (excl, shared, removed, shared_held, overlaps) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let threads: Vec<_> = (0..4usize)
+            .map(|t| {
+                let (excl, shared, removed, shared_held, overlaps) =
+                    (excl.clone(), shared.clone(), removed.clone(), shared_held.clone(), overlaps.clone());
+                let (ws_path, name, runs) = (ws_path.clone(), name.clone(), runs.clone());
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_time()
+                        .build()
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    let key = Key::Workspace(&ws_path);
+                    for i in 0..200usize {
+                        let dir_fd = open_dir(uid).unwrap_or_else(|e| panic!("{e}"));
+                        if (i + t) % 2 == 0 {
+                            let lock = rt
+                                .block_on(acquire(dir_fd.as_fd(), key, &ws_path, uid, Kind::Shared, None, None))
+                                .unwrap_or_else(|e| panic!("{e}"));
+                            shared.fetch_add(1, Ordering::SeqCst);
+                            shared_held.fetch_add(1, Ordering::SeqCst);
+                            if excl.load(Ordering::SeqCst) != 0 {
+                                overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
+                            std::thread::sleep(std::time::Duration::from_micros(200));
+                            shared.fetch_sub(1, Ordering::SeqCst);
+                            drop(lock);
+                        } else {
+                            let lock = rt
+                                .block_on(acquire(dir_fd.as_fd(), key, &ws_path, uid, Kind::Exclusive, None, None))
+                                .unwrap_or_else(|e| panic!("{e}"));
+                            if excl.fetch_add(1, Ordering::SeqCst) != 0 || shared.load(Ordering::SeqCst) != 0 {
+                                overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
+                            std::thread::sleep(std::time::Duration::from_micros(200));
+                            if i % 4 < 2 && remove_unused(dir_fd.as_fd(), &name, &runs).unwrap_or(false) {
+                                removed.fetch_add(1, Ordering::SeqCst);
+                            }
+                            excl.fetch_sub(1, Ordering::SeqCst);
+                            drop(lock);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap_or_else(|_| panic!("a thread panicked"));
+        }
+        let _ = remove_unused(open_dir(uid).unwrap_or_else(|e| panic!("{e}")).as_fd(), &name, &runs);
+        assert!(removed.load(Ordering::SeqCst) > 20, "the file was removed only {removed:?} times");
+        assert!(shared_held.load(Ordering::SeqCst) >= 400, "shared holds: {shared_held:?}");
+        assert_eq!(overlaps.load(Ordering::SeqCst), 0, "a lock was held beside an exclusive one");
     }
 }

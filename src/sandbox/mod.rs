@@ -1149,13 +1149,17 @@ impl Sandbox {
             let anchor = lock_anchor(ws, req.scope_of.as_deref())?;
             let key = lock::Key::Workspace(&anchor);
             let (dir, name) = lock::open_for_records(&anchor, self.uid)?;
-            let mut records = pending::Records::open(&dir, &lock::dir(self.uid), &name, self.uid)?;
+            let mut records = pending::Records::open(dir, &lock::dir(self.uid), &name, self.uid)?;
             records.anchor(&anchor);
             // Records left by killed runs are cleaned before this run is
             // planned when no writable run is going (its plan would take
             // what they planted for the user's).
             let early = records.clean_if_alone(key, self.uid)?;
-            let lock = lock::acquire(dir.as_fd(), key, ws, self.uid, lock::Kind::Shared, deadline, cancel).await?;
+            let lock =
+                lock::acquire(records.lock_dir(), key, ws, self.uid, lock::Kind::Shared, deadline, cancel).await?;
+            // A cleanup that left no record may have removed the records'
+            // directory since it was opened.
+            records.refresh()?;
             held.workspace = Some(pending::Hold::new(lock, records, early));
         }
         Ok(held)

@@ -299,6 +299,13 @@ impl OnDisk {
 /// The records' directory of one workspace, opened.
 pub(crate) struct Records {
     dir: OwnedFd,
+    /// The directory's device and inode, to see it removed and made anew
+    /// ([`Records::refresh`]).
+    dir_id: (u64, u64),
+    /// The caller's lock directory, which holds this one and the lock file.
+    lock_dir: OwnedFd,
+    /// This directory's name in it.
+    name: String,
     path: PathBuf,
     /// The directory is on tmpfs, whose directory sizes count entries
     /// ([`Records::entries_at_most`]).
@@ -308,6 +315,8 @@ pub(crate) struct Records {
     /// The directory the lock is of, when not the run's workspace (a
     /// scope's runs share the lock of the workspace it was made from).
     anchor: Option<PathBuf>,
+    /// The caller's uid (whose the directory must be).
+    uid: u32,
 }
 
 fn lock_err(path: &Path, problem: String) -> SandboxError {
@@ -320,23 +329,58 @@ impl Records {
     /// `lock_dir`, refusing a link, a non-directory, another uid's or one
     /// open to others.
     pub(crate) fn open(
-        lock_dir: &OwnedFd,
+        lock_dir: OwnedFd,
         lock_dir_path: &Path,
         lock_name: &str,
         uid: u32,
     ) -> Result<Records, SandboxError> {
         let name = format!("{}.runs", lock_name.trim_end_matches(".lock"));
         let path = lock_dir_path.join(&name);
-        let dir = super::lock::open_private_dir(lock_dir.as_fd(), Path::new(&name)).map_err(|step| match step {
-            super::lock::DirStep::Create(e) => lock_err(&path, format!("cannot create it: {}", io::Error::from(e))),
+        let (dir, dir_id, tmpfs) = Self::open_dir(&lock_dir, &name, &path, uid)?;
+        Ok(Records { dir, dir_id, lock_dir, name, path, tmpfs, lock_name: lock_name.to_string(), anchor: None, uid })
+    }
+
+    /// The caller's lock directory (where the workspace's lock file is).
+    pub(crate) fn lock_dir(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.lock_dir.as_fd()
+    }
+
+    /// Once the lock is held: open the directory again if it was removed
+    /// (and perhaps made anew) since it was opened, by a cleanup that left
+    /// no record ([`super::lock::remove_unused`]). Under the lock it stays.
+    pub(crate) fn refresh(&mut self) -> Result<(), SandboxError> {
+        let now = nix::sys::stat::fstatat(&self.lock_dir, self.name.as_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
+        if now.is_ok_and(|st| (st.st_dev, st.st_ino) == self.dir_id) {
+            return Ok(());
+        }
+        let (dir, dir_id, tmpfs) = Self::open_dir(&self.lock_dir, &self.name, &self.path, self.uid)?;
+        (self.dir, self.dir_id, self.tmpfs) = (dir, dir_id, tmpfs);
+        Ok(())
+    }
+
+    /// Remove the records' directory and the lock file when no record is
+    /// left (holding the lock exclusive): see [`super::lock::remove_unused`].
+    fn remove_unused(&self) -> io::Result<bool> {
+        super::lock::remove_unused(self.lock_dir.as_fd(), &self.lock_name, &self.name)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn open_dir(
+        lock_dir: &OwnedFd,
+        name: &str,
+        path: &Path,
+        uid: u32,
+    ) -> Result<(OwnedFd, (u64, u64), bool), SandboxError> {
+        let dir = super::lock::open_private_dir(lock_dir.as_fd(), Path::new(name)).map_err(|step| match step {
+            super::lock::DirStep::Create(e) => lock_err(path, format!("cannot create it: {}", io::Error::from(e))),
             super::lock::DirStep::Open(e) => {
-                lock_err(&path, format!("cannot open it ({}); it must be a directory", io::Error::from(e)))
+                lock_err(path, format!("cannot open it ({}); it must be a directory", io::Error::from(e)))
             }
         })?;
-        let st = fstat(&dir).map_err(|e| lock_err(&path, format!("cannot stat it: {}", io::Error::from(e))))?;
+        let st = fstat(&dir).map_err(|e| lock_err(path, format!("cannot stat it: {}", io::Error::from(e))))?;
         if st.st_uid != uid || st.st_mode & 0o077 != 0 {
             return Err(lock_err(
-                &path,
+                path,
                 format!(
                     "it belongs to uid {} with mode {:o}; it must be uid {uid}'s, mode 700: remove it",
                     st.st_uid,
@@ -346,7 +390,9 @@ impl Records {
         }
         let tmpfs =
             nix::sys::statfs::fstatfs(&dir).is_ok_and(|st| st.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
-        Ok(Records { dir, path, tmpfs, lock_name: lock_name.to_string(), anchor: None })
+        #[allow(clippy::useless_conversion)]
+        let id = (u64::from(st.st_dev), u64::from(st.st_ino));
+        Ok((dir, id, tmpfs))
     }
 
     /// The records are those of the lock of `anchor`, a directory holding
@@ -543,12 +589,13 @@ impl Records {
     /// (or kept because they could not be read): clean them now, so that
     /// the run's plan does not take what they planted for the user's.
     /// Otherwise the last writable run to end does it.
-    pub(super) fn clean_if_alone(&self, key: super::lock::Key<'_>, uid: u32) -> Result<Early, SandboxError> {
+    pub(super) fn clean_if_alone(&mut self, key: super::lock::Key<'_>, uid: u32) -> Result<Early, SandboxError> {
         let mut early: Early = (Vec::new(), Vec::new());
         if self.pending() == 0 {
             return Ok(early);
         }
         if let Some(alone) = super::lock::try_exclusive(key, uid)? {
+            self.refresh()?;
             let runs = self.clean(None, false, &mut early.0, &mut early.1);
             if runs > 0 {
                 early.0.push(Warning::GitGuardCoveredOthers { runs });
@@ -708,9 +755,34 @@ impl Hold {
         };
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(alone) => {
+                // Between the unlock and this lock another run's cleanup may
+                // have had it, cleaned every record (this run's too: it was
+                // folded before) and removed the files: then this lock is on
+                // a file no one else finds, and there is nothing left to do.
+                match super::lock::still_named(records.lock_dir(), &records.lock_name, &alone) {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) => {
+                        failures.push((
+                            Cleanup::GitGuard,
+                            "looking the workspace's lock file up again",
+                            records.path.clone(),
+                            e.into(),
+                        ));
+                        return;
+                    }
+                }
+                let before = failures.len();
                 let runs = records.clean(own.as_ref().map(|(n, r)| (n.as_str(), r)), emptied, warnings, failures);
                 if runs > 0 {
                     warnings.push(Warning::GitGuardCoveredOthers { runs });
+                }
+                // No record left (none failed, none kept): nothing needs the
+                // lock file and the records' directory until the next
+                // writable run, which makes them again. Best effort: what
+                // cannot be removed stays, as it always did.
+                if failures.len() == before {
+                    let _ = records.remove_unused();
                 }
                 drop(alone);
             }
@@ -783,7 +855,7 @@ fn empty_cgroup(cg: &Path, budget: Duration) -> io::Result<()> {
 pub fn leave_record_for_tests(ws: &Path, git_guard: &[PathBuf]) -> Result<PathBuf, SandboxError> {
     let uid = nix::unistd::getuid().as_raw();
     let (dir_fd, lock_name) = super::lock::open_for_records(ws, uid)?;
-    let records = Records::open(&dir_fd, &super::lock::dir(uid), &lock_name, uid)?;
+    let records = Records::open(dir_fd, &super::lock::dir(uid), &lock_name, uid)?;
     let ws = std::fs::canonicalize(ws).map_err(|source| SandboxError::Path {
         what: "workspace",
         path: ws.into(),
@@ -805,7 +877,7 @@ pub fn leave_record_for_tests(ws: &Path, git_guard: &[PathBuf]) -> Result<PathBu
 pub fn records_dir_for_tests(ws: &Path) -> Result<PathBuf, SandboxError> {
     let uid = nix::unistd::getuid().as_raw();
     let (dir_fd, lock_name) = super::lock::open_for_records(ws, uid)?;
-    Ok(Records::open(&dir_fd, &super::lock::dir(uid), &lock_name, uid)?.path)
+    Ok(Records::open(dir_fd, &super::lock::dir(uid), &lock_name, uid)?.path)
 }
 
 #[cfg(test)]
@@ -923,7 +995,7 @@ mod tests {
             let top = tempfile::Builder::new().prefix("records-").tempdir_in(base).unwrap_or_else(|e| panic!("{e}"));
             let fd = openat(nix::fcntl::AT_FDCWD, top.path(), OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty())
                 .unwrap_or_else(|e| panic!("{e}"));
-            let r = Records::open(&fd, top.path(), "ws-1-2.lock", uid).unwrap_or_else(|e| panic!("{e}"));
+            let r = Records::open(fd, top.path(), "ws-1-2.lock", uid).unwrap_or_else(|e| panic!("{e}"));
             std::fs::set_permissions(&r.path, std::fs::Permissions::from_mode(0o700)).unwrap_or_else(|e| panic!("{e}"));
             (top, r)
         };

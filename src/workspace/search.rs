@@ -919,8 +919,8 @@ mod tests {
         // it is cancelled (the control finds every file).
         let all = glob_cancellable(d.path(), &deny, "*.txt", 100, None).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((all.paths.len(), all.truncated), (50, false));
-        let none = glob_cancellable(d.path(), &deny, "*.txt", 100, opts.cancel.as_ref())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let none =
+            glob_cancellable(d.path(), &deny, "*.txt", 100, opts.cancel.as_ref()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((none.paths.len(), none.truncated), (0, true));
     }
 

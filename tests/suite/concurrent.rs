@@ -166,6 +166,23 @@ fn lock_file(ws: &Ws) -> PathBuf {
     lock_dir().join(format!("ws-{:x}-{:x}.lock", m.dev(), m.ino()))
 }
 
+/// The workspace's lock file as a run makes it (mode 600, in the caller's
+/// lock directory, which a writable run has made): a run's cleanup that
+/// leaves no record removes it, so a test that needs it makes it.
+fn make_lock_file(ws: &Ws) -> PathBuf {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = lock_file(ws);
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&file)
+        .unwrap_or_else(|e| panic!("make {}: {e}", file.display()));
+    file
+}
+
 const TRY_LOCK: &str = r#"
 import errno, fcntl, os, sys
 def err(e): return errno.errorcode.get(e.errno, str(e.errno))
@@ -198,13 +215,15 @@ time.sleep(3)
 #[test]
 fn r0067_no_command_can_hold_the_workspace_lock() {
     let ws = Ws::new();
-    // A writable run makes the lock file; from outside it exists, and the
-    // host can lock it (so the refusals below are about reach alone).
+    // A writable run makes the lock file, in a directory of the caller's
+    // (mode 700), and its cleanup removes it once no record is left
+    // (lock_concurrency::r0409); the host can lock it (so the refusals
+    // below are about reach alone). The file is made here as a run going
+    // beside the commands below would have it.
     let mut w = ws.req(&["true"]);
     w.writable = true;
     assert_eq!(run_ok(&w).outcome.code(), Some(0));
-    let (dir, file) = (lock_dir(), lock_file(&ws));
-    assert!(file.is_file(), "{} missing", file.display());
+    let (dir, file) = (lock_dir(), make_lock_file(&ws));
     let dm = fs::metadata(&dir).unwrap_or_else(|e| panic!("stat {}: {e}", dir.display()));
     assert_eq!((dm.uid(), dm.mode() & 0o777), (nix::unistd::getuid().as_raw(), 0o700));
     {
@@ -264,11 +283,11 @@ fn r0067_no_command_can_hold_the_workspace_lock() {
 /// cleanup does (writable runs hold it shared and no longer wait for each
 /// other), until the returned lock is dropped.
 fn hold_exclusive(ws: &Ws) -> nix::fcntl::Flock<fs::File> {
-    // A writable run makes the lock file.
+    // A writable run makes the lock directory; the lock file is made here.
     let mut req = ws.req(&["true"]);
     req.writable = true;
     run_ok(&req);
-    let f = fs::OpenOptions::new().read(true).open(lock_file(ws)).unwrap_or_else(|e| panic!("open lock: {e}"));
+    let f = fs::OpenOptions::new().read(true).open(make_lock_file(ws)).unwrap_or_else(|e| panic!("open lock: {e}"));
     nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
         .unwrap_or_else(|(_, e)| panic!("lock the workspace: {e}"))
 }

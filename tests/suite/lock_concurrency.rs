@@ -408,3 +408,65 @@ fn r0408_writable_runs_beside_a_long_one_share_their_records() {
     assert!(covered(&a) >= 1, "{:?}", a.warnings);
     assert_eq!(records(&ws), Vec::<PathBuf>::new());
 }
+
+/// The caller's lock file and records' directory for `ws`, by name (what
+/// `sandbox::lock` makes in `/dev/shm/portcullis-<uid>`).
+fn lock_entries(ws: &Ws) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::getuid().as_raw();
+    let base = if Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" };
+    let m = fs::metadata(ws.path()).unwrap_or_else(|e| panic!("stat: {e}"));
+    let stem = format!("{base}/portcullis-{uid}/ws-{:x}-{:x}", m.dev(), m.ino());
+    (PathBuf::from(format!("{stem}.lock")), PathBuf::from(format!("{stem}.runs")))
+}
+
+/// Found in review: the lock file and the records' directory of every
+/// workspace stayed in the caller's lock directory until reboot, so a host
+/// that makes a workspace per task gathered two entries per task. The
+/// cleanup that leaves no record now removes both (holding the lock
+/// exclusive); while a writable run goes, while another defers to it, and
+/// while a record cannot be cleaned they stay. CONTROL: each removal
+/// follows a state where both were there.
+#[test]
+fn r0409_a_workspace_leaves_nothing_in_the_lock_directory_once_its_runs_are_done() {
+    let ws = repo_without_hooks();
+    let (lock, runs) = lock_entries(&ws);
+    let both = || lock.is_file() && runs.is_dir();
+    let neither = || !exists(&lock) && !exists(&runs);
+    // While a writable run goes (and beside it another that ends first and
+    // defers its cleanup to it), both are there; its end removes them.
+    let t = spawn_run(writable(&ws, &format!("touch a-started; {}", wait_in_sandbox("go"))));
+    wait_for(&ws.join("a-started"), "the long run");
+    assert!(both(), "a writable run is going: {} {}", lock.display(), runs.display());
+    let b = run_ok(&writable(&ws, "true"));
+    assert!(deferred(&b), "{:?}", b.warnings);
+    assert!(both(), "the deferred run removed what the long run holds");
+    touch(&ws.join("go"));
+    let a = join(t, "the long run");
+    assert_eq!(stdout(&a), "came\n", "{}", stderr(&a));
+    assert!(neither(), "left behind: {} {}", lock.display(), runs.display());
+
+    // A killed run's record keeps the directory until a run cleans it.
+    ws.write(".git/commondir", "../elsewhere\n");
+    let rec = leave_record_for_tests(ws.path(), &[ws.join(".git/commondir")]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(rec.is_file() && runs.is_dir());
+    let r = run_ok(&writable(&ws, "true"));
+    assert!(!exists(&ws.join(".git/commondir")), "{:?}", r.warnings);
+    assert!(neither(), "left behind after the record was cleaned");
+
+    // A record that cannot be read fails the cleanup closed: both stay,
+    // run after run, until it is removed by hand.
+    let bad = records_dir_for_tests(ws.path()).unwrap_or_else(|e| panic!("{e}")).join("run-0-0-0.json");
+    fs::write(&bad, "{\"version\": 1, \"roots\": [").unwrap_or_else(|e| panic!("{e}"));
+    for _ in 0..2 {
+        assert!(matches!(run(&writable(&ws, "true")), Err(SandboxError::AfterRun { .. })));
+        assert!(both() && bad.exists(), "the failed cleanup removed them");
+    }
+    fs::remove_file(&bad).unwrap_or_else(|e| panic!("{e}"));
+    run_ok(&writable(&ws, "true"));
+    assert!(neither(), "left behind once the bad record was gone");
+    // And runs go on as before once they are gone.
+    let r = run_ok(&writable(&ws, "echo again"));
+    assert_eq!(stdout(&r), "again\n");
+    assert!(neither());
+}
