@@ -77,10 +77,12 @@ pub enum When {
     /// Unless argument `arg` is one of `values` (an allow list; empty: always).
     ArgNotIn { arg: u8, values: &'static [u64] },
     /// Unless argument `domain` is `AF_UNIX` and argument `kind` is
-    /// `SOCK_STREAM`, with at most `SOCK_CLOEXEC` and `SOCK_NONBLOCK` added
-    /// (`socketpair`: a connected stream socket cannot be pointed elsewhere,
-    /// a datagram one can `sendto` any path socket).
-    UnlessUnixStream { domain: u8, kind: u8 },
+    /// `SOCK_STREAM` or `SOCK_SEQPACKET`, with at most `SOCK_CLOEXEC` and
+    /// `SOCK_NONBLOCK` added (`socketpair`: a connected stream or seqpacket
+    /// end cannot be pointed elsewhere — `connect` gives `EISCONN`, and a
+    /// seqpacket `sendto` ignores its address and goes to the peer — while a
+    /// datagram one can `sendto` any path socket).
+    UnlessUnixConnected { domain: u8, kind: u8 },
 }
 
 /// `SOCK_CLOEXEC | SOCK_NONBLOCK` from `<linux/net.h>` (x86_64 and aarch64).
@@ -524,8 +526,8 @@ pub fn entries_for(profile: Profile) -> Vec<Entry> {
             sock.why = "landlock-only mode: only IPv4/IPv6 sockets, and only with --network host (host unix services such as a D-Bus bus or an ssh-agent stay out of reach)";
         }
         if let Some(pair) = table.iter_mut().find(|e| e.nr == libc::SYS_socketpair) {
-            pair.when = When::UnlessUnixStream { domain: 0, kind: 1 };
-            pair.why = "landlock-only mode: only unix stream pairs (a datagram or seqpacket end could sendto any host path socket: /dev/log, journald, systemd's notify socket)";
+            pair.when = When::UnlessUnixConnected { domain: 0, kind: 1 };
+            pair.why = "landlock-only mode: only unix stream and seqpacket pairs (a datagram end could sendto any host path socket: /dev/log, journald, systemd's notify socket)";
         }
         if let Some(fcntl) = table.iter_mut().find(|e| e.nr == libc::SYS_fcntl) {
             fcntl.when = When::ArgIs { arg: 1, values: FCNTL_DEGRADED };
@@ -1090,16 +1092,18 @@ fn emit_block(a: &mut Asm, e: &Entry, watch: Option<Watch>) {
             a.stmt(BPF_RET_K, ret_no);
             a.bind(ok);
         }
-        When::UnlessUnixStream { domain, kind } => {
+        When::UnlessUnixConnected { domain, kind } => {
             let (unix, ok) = (a.label(), a.label());
             a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(domain));
             a.jump_if(BPF_JEQ_K, libc::AF_UNIX as u32, unix);
             a.stmt(BPF_RET_K, ret_no);
             a.bind(unix);
-            // (kind & !SOCK_FLAGS) == SOCK_STREAM (1) without an ALU
-            // step: no bit outside the flags and bit 0, and bit 0 set.
+            // (kind & !SOCK_FLAGS) is SOCK_STREAM (1) or SOCK_SEQPACKET (5)
+            // without an ALU step: no bit outside the flags, bit 0 and bit
+            // 2, and bit 0 set (4, SOCK_RDM, has it clear).
+            const CONNECTED: u32 = libc::SOCK_STREAM as u32 | libc::SOCK_SEQPACKET as u32;
             a.stmt(BPF_LD_W_ABS, OFF_ARGS + 8 * u32::from(kind));
-            a.jump_if(BPF_JSET_K, !(SOCK_FLAGS | libc::SOCK_STREAM as u32), no);
+            a.jump_if(BPF_JSET_K, !(SOCK_FLAGS | CONNECTED), no);
             a.jump_if(BPF_JSET_K, libc::SOCK_STREAM as u32, ok);
             a.stmt(BPF_RET_K, ret_no);
             a.bind(ok);
@@ -1476,18 +1480,25 @@ pub(crate) mod tests {
                         assert_eq!(run(&p, AUDIT_ARCH, nr, args), no, "{} refuses family {v}", e.name);
                     }
                 }
-                When::UnlessUnixStream { domain, kind } => {
+                When::UnlessUnixConnected { domain, kind } => {
                     let stream = libc::SOCK_STREAM as u64;
+                    let seqpacket = libc::SOCK_SEQPACKET as u64;
                     let flags = u64::from(SOCK_FLAGS);
                     for (d, k, want) in [
                         (libc::AF_UNIX as u64, stream, RET_ALLOW),
                         (libc::AF_UNIX as u64, stream | flags, RET_ALLOW),
                         (libc::AF_UNIX as u64, stream | libc::SOCK_CLOEXEC as u64, RET_ALLOW),
                         (libc::AF_UNIX as u64 | 1 << 32, stream | 1 << 32, RET_ALLOW),
+                        (libc::AF_UNIX as u64, seqpacket, RET_ALLOW),
+                        (libc::AF_UNIX as u64, seqpacket | libc::SOCK_CLOEXEC as u64, RET_ALLOW),
+                        (libc::AF_UNIX as u64, seqpacket | flags, RET_ALLOW),
                         (libc::AF_UNIX as u64, libc::SOCK_DGRAM as u64, no),
                         (libc::AF_UNIX as u64, libc::SOCK_DGRAM as u64 | flags, no),
-                        (libc::AF_UNIX as u64, libc::SOCK_SEQPACKET as u64, no),
+                        (libc::AF_UNIX as u64, libc::SOCK_RDM as u64, no),
                         (libc::AF_UNIX as u64, libc::SOCK_RAW as u64, no),
+                        (libc::AF_UNIX as u64, 7, no),
+                        (AF_VSOCK, seqpacket, no),
+                        (libc::AF_INET as u64, seqpacket, no),
                         (libc::AF_UNIX as u64, stream | 0x100, no),
                         (AF_VSOCK, stream, no),
                         (libc::AF_INET as u64, stream, no),
