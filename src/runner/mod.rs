@@ -896,6 +896,21 @@ impl Runner {
         self.prepare_input(Input::Line(line), opts).await
     }
 
+    /// Whether the policy refuses `line` (or `words`) outright: its checker
+    /// alone, no gate asked, nothing recorded. A background start asks this
+    /// before it waits for room among the jobs (`workspace::jobs`): a
+    /// command that can never run is refused as such, not as "busy".
+    pub fn policy_refuses(&self, line: Option<&str>, words: &[OsString], opts: &ExecOptions) -> Result<bool, RunError> {
+        if self.policy.is_none() {
+            return Ok(false);
+        }
+        let input = match line {
+            Some(l) => Input::Line(l),
+            None => Input::Words(words),
+        };
+        Ok(self.check(input, opts)?.is_err())
+    }
+
     /// Judge, gate, record and run one line of text (see
     /// [`Runner::prepare_line`]).
     pub async fn exec_line(&self, line: &str, opts: &ExecOptions, mut run: RunOptions) -> Result<Exec, RunError> {

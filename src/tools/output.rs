@@ -14,7 +14,7 @@ use crate::workspace::todos::{Todo, TodoCounts};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct ErrorInfo {
     /// A stable name to branch on: `bad-input`, `unknown-tool`, `path-escape`, `refused-by-policy`,
-    /// `refused-by-gate`, `not-found`, `not-unique`, `stale-hash`, `invalid-edit`, `too-many-edits`, `binary`,
+    /// `refused-by-gate`, `busy`, `not-found`, `not-unique`, `stale-hash`, `invalid-edit`, `too-many-edits`, `binary`,
     /// `not-regular`, `changed`, `no-such-file`, `unsafe-pattern`, `bad-glob`, `bad-path`, `todo`,
     /// `job-not-found`, `bad-cursor`, `timed-out`, `cancelled`, `io`, `fault`, `disposed`.
     pub kind: String,
@@ -40,6 +40,8 @@ impl ErrorInfo {
     /// A refusal of the policy or the gate.
     pub fn refused(r: &Refused) -> ErrorInfo {
         let kind = match r.kind {
+            // Not a verdict on the action: the same start works once a job has ended.
+            _ if r.while_busy => "busy",
             crate::audit::RefusalKind::RefusedByPolicy => "refused-by-policy",
             crate::audit::RefusalKind::RefusedByGate => "refused-by-gate",
         };

@@ -642,6 +642,18 @@ impl Jobs {
         // caller's `opts.timeout` can only lower.
         let cap = opts.max_output.map_or(max_output, |m| m.min(max_output));
         let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+        // A command the policy refuses is refused as such, whatever the
+        // job table holds: "busy" would have a model end a job for a start
+        // that can never run. (The policy's checker alone: no gate asked.)
+        if runner.policy_refuses(line, words, &opts)? {
+            let prepared = match line {
+                Some(l) => runner.prepare_line(l, &opts).await?,
+                None => runner.prepare(words, &opts).await?,
+            };
+            if let Prepared::Refused { action, refused } = prepared {
+                return recorded(&runner, action, refused).await;
+            }
+        }
         // Take a slot before the gate is asked: two starts cannot both get
         // the last one.
         let slot = {
@@ -658,7 +670,8 @@ impl Jobs {
         };
         let Some(mut slot) = slot else {
             let why = format!(
-                "{} background jobs are running, the most shell.background.max_jobs allows: wait for one to end (read its output), kill one, or raise the limit",
+                "{} background jobs are running, the most shell.background.max_jobs allows: wait for one to end \
+                 (read its output) or stop one (kill it), then start this again; or ask the user to raise the limit",
                 bg.max_jobs
             );
             return self.refuse(&runner, words, &opts, Refused { while_busy: true, ..refusal(why) }).await;

@@ -99,13 +99,14 @@ impl From<PolicyError> for WorkspaceError {
 impl WorkspaceError {
     /// A short name of what happened, stable for a model or a tool to
     /// branch on: `path-escape`, `refused-by-policy`, `refused-by-gate`,
-    /// `not-found`, `not-unique`, `stale-hash`, `invalid-edit`,
+    /// `busy`, `not-found`, `not-unique`, `stale-hash`, `invalid-edit`,
     /// `too-many-edits`, `binary`, `not-regular`, `changed`,
     /// `unsafe-pattern`, `bad-glob`, `bad-path`, `todo`, `io`, `fault`,
     /// `disposed`.
     pub fn kind(&self) -> &'static str {
         match self {
             WorkspaceError::Refused(r) => match r.kind {
+                _ if r.while_busy => "busy",
                 RefusalKind::RefusedByPolicy => "refused-by-policy",
                 RefusalKind::RefusedByGate => "refused-by-gate",
             },

@@ -621,10 +621,15 @@ fn r0615_a_full_job_table_is_not_a_refusal_to_give_up_on() {
     let id = |r: &Value| r["job_id"].as_str().unwrap_or_else(|| panic!("a job id: {r}")).to_string();
     let first = id(&ok(&t, "run_shell", json!({"command": "sleep 30", "background": true})));
     ok(&t, "run_shell", json!({"command": "sleep 31", "background": true}));
-    let full = err(&t, "run_shell", json!({"command": "sleep 32", "background": true}), "refused-by-policy");
+    let full = err(&t, "run_shell", json!({"command": "sleep 32", "background": true}), "busy");
     let said = full["error"]["message"].as_str().unwrap_or_default();
-    assert!(said.contains("wait for one to end") && said.contains("kill one"), "{full}");
+    assert!(said.contains("wait for one to end") && said.contains("start this again"), "{full}");
     assert!(!said.contains("Do not retry"), "a full job table is not final: {full}");
+    // A command the policy refuses is refused as such, full table or not
+    // (found in review: it was answered "busy", inviting the model to end
+    // a job for a start that can never run).
+    let never = err(&t, "run_shell", json!({"command": "curl x", "background": true}), "refused-by-policy");
+    assert!(never["error"]["message"].as_str().unwrap_or_default().contains("Do not retry"), "{never}");
     // CONTROL: a refusal of the command itself still says not to retry it.
     let r = err(&t, "run_shell", json!({"command": "curl x"}), "refused-by-policy");
     assert!(r["error"]["message"].as_str().unwrap_or_default().contains("Do not retry"), "{r}");
