@@ -388,6 +388,17 @@ pub enum Warning {
     },
 }
 
+impl Warning {
+    /// A note for whoever runs git on the host in the workspace, not for
+    /// the command's author: which run's end does the git guard of the
+    /// others. A model cannot act on it, and with a background job running
+    /// it would be on every result; the tools leave it out (the library's
+    /// result and the audit keep it).
+    pub fn concerns_the_host_only(&self) -> bool {
+        matches!(self, Warning::GitGuardDeferred { .. } | Warning::GitGuardCoveredOthers { .. })
+    }
+}
+
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

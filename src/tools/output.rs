@@ -108,9 +108,10 @@ pub struct RunOutput {
     pub stderr: String,
     /// Output was cut at the workspace's cap.
     pub truncated: bool,
-    /// Whether it had write access to the workspace (decided by the host and the gate, not by the call).
+    /// Whether the whole workspace was writable to it (decided by the host and the gate, not by the call).
     pub writable: bool,
-    /// The paths it could write, absolute (empty without write access).
+    /// The paths it could write besides, absolute: the policy's write grants when the workspace was not
+    /// writable as a whole (empty when it was, or without any write access).
     pub write_grants: Vec<String>,
     /// The writes the kernel refused: act on these ("no write access there"), do not retry them blindly.
     pub refused_writes: RefusedWritesOut,
@@ -210,7 +211,8 @@ impl RunOutput {
                     ReportState::Off => "off",
                     ReportState::Unavailable => "unavailable",
                 };
-                let mut warnings: Vec<String> = r.warnings.iter().map(ToString::to_string).collect();
+                let mut warnings: Vec<String> =
+                    r.warnings.iter().filter(|w| !w.concerns_the_host_only()).map(ToString::to_string).collect();
                 if let Some(note) = ran.access_note() {
                     warnings.push(note);
                 }

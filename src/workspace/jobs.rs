@@ -504,7 +504,7 @@ fn of_result(r: &ExecResult) -> (JobStatus, End) {
         signal,
         refused_writes: (r.refused_writes.state == ReportState::Observed).then_some(r.refused_writes.count),
         duration_ms: millis(r.duration),
-        warnings: r.warnings.iter().map(ToString::to_string).collect(),
+        warnings: r.warnings.iter().filter(|w| !w.concerns_the_host_only()).map(ToString::to_string).collect(),
         error: None,
     };
     (status, end)

@@ -638,3 +638,39 @@ fn r0615_a_full_job_table_is_not_a_refusal_to_give_up_on() {
     let again = ok(&t, "run_shell", json!({"command": "sleep 32", "background": true}));
     assert_eq!(again["outcome"], "started", "{again}");
 }
+
+#[test]
+fn r0616_notes_for_the_host_stay_out_of_the_model_s_results() {
+    // Found in review: with a writable background job running (a dev
+    // server), every command's result said "git guard left to the last
+    // writable run of this workspace to end ... run git on the host here
+    // only when no writable command of this workspace is running": a note
+    // for whoever runs git on the host, which a model cannot act on.
+    let ws = Ws::new();
+    let text = format!(
+        "workspace = {:?}\n[shell]\ninterpreter = \"sh\"\nallow = [\"echo\", \"sleep\"]\ntimeout = \"30s\"\n\
+         [shell.background]\nmax_jobs = 2\ntimeout = \"1m\"\n",
+        ws.path()
+    );
+    let p = WorkspacePolicy::from_toml(&text).unwrap_or_else(|e| panic!("{e}"));
+    let w = Workspace::builder()
+        .policy(p)
+        .sandbox(sandbox())
+        .build()
+        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
+    let t = Tools::all(w.clone());
+    let r = call(&t, "run_shell", json!({"command": "sleep 20", "background": true}));
+    if !available("r0616", !r.content.contains("\"fault\""), &r.content) {
+        return;
+    }
+    let job = r.structured["job_id"].as_str().unwrap_or_else(|| panic!("a job: {}", r.content)).to_string();
+    let r = call(&t, "run_shell", json!({"command": "echo ok"}));
+    assert_eq!((r.structured["exit_code"].as_i64(), r.structured["writable"].as_bool()), (Some(0), Some(true)));
+    assert!(!r.content.contains("git guard"), "a host note reached the model: {}", r.content);
+    // CONTROL: the library's result of the same run beside the job has it.
+    let lib = block_on(w.exec("echo ok", portcullis::runner::ExecOptions { writable: true, ..Default::default() }))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let notes = format!("{lib:?}");
+    assert!(notes.contains("GitGuardDeferred"), "the control run was not deferred: {notes}");
+    call(&t, "shell_kill", json!({"id": job}));
+}
