@@ -68,7 +68,9 @@ pub(crate) fn decide_with(
             // the uid on the host, not this sandbox's.
             return Err(SandboxError::unsupported(
                 "--pids without the cgroup pids controller",
-                "--pids in landlock-only mode needs the cgroup pids controller (RLIMIT_NPROC would count the whole uid)",
+                "--pids in landlock-only mode needs the cgroup pids controller (RLIMIT_NPROC would count the whole uid): \
+                 drop --pids (or the policy's pids limit), or use the full sandbox where this host allows it \
+                 (portcullis doctor says)",
             ));
         } else {
             // Counted per uid of the sandbox's user namespace: pid 1 runs as

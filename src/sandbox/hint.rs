@@ -15,6 +15,12 @@ pub(super) fn not_found(plan: &Plan, program: &str) -> String {
         return String::new();
     }
     if program.contains('/') {
+        // The workspace and every other root are bound at their own paths,
+        // so the working directory names the same place on the host.
+        let on_host = host_path(plan, program);
+        if std::fs::symlink_metadata(&on_host).is_err() {
+            return format!(" (there is no {} on the host either: check the path)", on_host.display());
+        }
         return format!(
             " ({program}, or the interpreter its #! line names, or its loader, is not in the sandbox: only the \
              system directories, the workspace, the write grants and the --read roots are; add its directory \
@@ -53,6 +59,29 @@ pub(super) fn not_found(plan: &Plan, program: &str) -> String {
         return format!(" ({searched}; {program} is {} on the host)", host.display());
     }
     format!(" ({searched}; on the host it is {}: {})", host.display(), todo.join(", and "))
+}
+
+/// The hint for a command refused at exec with `EACCES`: a file that is not
+/// executable, or a directory. Empty when neither is seen on the host.
+pub(super) fn not_executable(plan: &Plan, program: &str) -> String {
+    if !program.contains('/') {
+        return String::new();
+    }
+    let on_host = host_path(plan, program);
+    match std::fs::metadata(&on_host) {
+        Ok(m) if m.is_dir() => format!(" ({program} is a directory)"),
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 == 0 => format!(
+            " ({program} is not executable: make it so (chmod +x), or run it through its interpreter, such as \
+             sh {program} or python3 {program})"
+        ),
+        _ => String::new(),
+    }
+}
+
+/// Where `program` (a path with a `/`) is on the host: the sandbox binds
+/// every root at its own path, so the working directory is the same there.
+fn host_path(plan: &Plan, program: &str) -> PathBuf {
+    Path::new(std::ffi::OsStr::from_bytes(&plan.spec.cwd)).join(program.strip_prefix("./").unwrap_or(program))
 }
 
 /// The first executable `program` in this process's own `PATH`.

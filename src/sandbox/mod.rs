@@ -1455,7 +1455,11 @@ fn setup_error(plan: &Plan, step: Result<Step, u16>, errno: i32, detail: u32) ->
         }
         (Some(Step::Exec), _) => {
             let program = plan.spec.argv.first().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default();
-            let hint = if errno == libc::ENOENT { hint::not_found(plan, &program) } else { String::new() };
+            let hint = match errno {
+                libc::ENOENT => hint::not_found(plan, &program),
+                libc::EACCES => hint::not_executable(plan, &program),
+                _ => String::new(),
+            };
             SandboxError::Exec { program, hint, source }
         }
         // A spec the helper cannot decode, or of another version: the

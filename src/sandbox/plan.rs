@@ -934,7 +934,8 @@ fn landlock_rules(
         if !req.deny.is_empty() {
             return Err(SandboxError::unsupported(
                 "deny globs",
-                "deny globs need the mount namespace, which landlock-only mode does not have",
+                "deny globs need the mount namespace, which landlock-only mode does not have: drop --deny (or the \
+                 policy's deny globs), or use the full sandbox where this host allows it (portcullis doctor says)",
             ));
         }
         if !protected.is_empty() {
@@ -1003,7 +1004,8 @@ fn landlock_rules(
         return Err(SandboxError::unsupported(
             "read-only areas beneath a writable path",
             format!(
-                "landlock-only mode cannot keep {} read-only beneath a writable path (Landlock can only allow)",
+                "landlock-only mode cannot keep {} read-only beneath a writable path (Landlock can only allow): \
+                 grant narrower paths with --write, or use the full sandbox",
                 landlock_gaps.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
             ),
         ));

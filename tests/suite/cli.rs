@@ -270,6 +270,22 @@ fn r0078_errors_say_what_happened_and_what_to_do() {
     // A program found nowhere says so.
     let o = run(&["exec", "--workspace", &w, "--", "pc-r0078-nowhere"]);
     assert!(err(&o).contains("nor in the caller's PATH"), "{}", err(&o));
+    // A path that names nothing on the host either says so, not that the
+    // sandbox hides it; a file that is not executable, or a directory,
+    // says what it is (found in review: "Permission denied" alone).
+    let o = run(&["exec", "--workspace", &w, "--", "./pc-r0078-absent"]);
+    assert_eq!(code(&o), 127, "{}", err(&o));
+    assert!(err(&o).contains("there is no") && !err(&o).contains("--read DIR"), "{}", err(&o));
+    fs::write(ws.join("plain.sh"), "echo plain ran\n").unwrap_or_else(|e| panic!("{e}"));
+    let o = run(&["exec", "--workspace", &w, "--", "./plain.sh"]);
+    assert_eq!(code(&o), 126, "{}", err(&o));
+    assert!(err(&o).contains("is not executable") && err(&o).contains("sh ./plain.sh"), "{}", err(&o));
+    fs::create_dir(ws.join("adir")).unwrap_or_else(|e| panic!("{e}"));
+    let o = run(&["exec", "--workspace", &w, "--", "./adir"]);
+    assert!(err(&o).contains("./adir is a directory"), "{}", err(&o));
+    // Control: doing what it says runs it.
+    let o = run(&["exec", "--workspace", &w, "--", "sh", "./plain.sh"]);
+    assert_eq!((code(&o), out(&o).as_str()), (0, "plain ran\n"), "{}", err(&o));
 }
 
 #[test]

@@ -268,7 +268,7 @@ impl ShellChecker {
             return Verdict::Refused(Refusal {
                 reason: RefusalReason::NotAllowed,
                 command: line,
-                message: "this workspace's policy has no [shell] section, so no command may run".into(),
+                message: "this workspace's policy has no [shell] section, so no command may run (the host may add one: [shell] allow = [\"git\", ...])".into(),
             });
         };
         if argv.is_empty() {
@@ -311,7 +311,7 @@ impl ShellChecker {
             return Err(Refusal {
                 reason: RefusalReason::NotAllowed,
                 command: line.to_string(),
-                message: "this workspace's policy has no [shell] section, so no command may run".into(),
+                message: "this workspace's policy has no [shell] section, so no command may run (the host may add one: [shell] allow = [\"git\", ...])".into(),
             });
         };
         let ctx = rules::LineCtx { line, workspace: self.jail.root(), sh: self.interpreter == Interpreter::Sh };
