@@ -149,8 +149,18 @@ pub enum ListError {
     /// An ignore glob does not compile.
     #[error("list ignore glob: {0}")]
     BadIgnore(String),
+    /// The start path (or a directory on the way) is a symbolic link, which
+    /// a listing does not follow.
+    #[error("{}", link_message(path, *outside))]
+    Link {
+        /// The link, relative to the workspace.
+        path: PathBuf,
+        /// It leads outside the workspace (or nowhere that can be resolved
+        /// inside it).
+        outside: bool,
+    },
     /// The start path could not be opened as a directory without following
-    /// a link (missing, a file, a link, no permission).
+    /// a link (missing, a file, no permission).
     #[error("list {}: {source}{}", path.display(), hint(source))]
     Open {
         /// The path, relative to the workspace.
@@ -158,6 +168,17 @@ pub enum ListError {
         /// The error (`ENOENT`, `ENOTDIR`, `ELOOP` for a link, `EACCES`).
         source: std::io::Error,
     },
+}
+
+fn link_message(path: &Path, outside: bool) -> String {
+    if outside {
+        format!("{}: a symbolic link that leads outside the workspace; list a path below it", path.display())
+    } else {
+        format!(
+            "list {}: a symbolic link, which a listing does not follow; list the directory it leads to by its own path",
+            path.display()
+        )
+    }
 }
 
 fn hint(e: &std::io::Error) -> &'static str {
@@ -201,7 +222,12 @@ pub fn list_dir(root: &Path, deny: &DenyGlobs, rel: &Path, opts: &ListOptions) -
                     Ok(next) => next,
                     // `O_DIRECTORY | O_NOFOLLOW` on a link answers ENOTDIR:
                     // say ELOOP (a link, not followed) where it is one.
-                    Err(Errno::ENOTDIR) if is_link(&fd, name) => return Err(open_err(&start, Errno::ELOOP)),
+                    Err(Errno::ENOTDIR) if is_link(&fd, name) => {
+                        // Where it leads decides the answer: outside is a
+                        // path escape, as for every other tool.
+                        let inside = std::fs::canonicalize(root.join(&start)).is_ok_and(|real| real.starts_with(root));
+                        return Err(ListError::Link { path: start, outside: !inside });
+                    }
                     Err(e) => return Err(open_err(&start, e)),
                 };
             }

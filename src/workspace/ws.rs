@@ -136,7 +136,10 @@ impl WorkspaceError {
                 FileError::Io { .. } => "io",
             },
             WorkspaceError::List(l) => match l {
-                ListError::Outside { .. } | ListError::Denied { .. } => "path-escape",
+                ListError::Outside { .. } | ListError::Denied { .. } | ListError::Link { outside: true, .. } => {
+                    "path-escape"
+                }
+                ListError::Link { outside: false, .. } => "bad-path",
                 ListError::BadIgnore(_) => "bad-glob",
                 ListError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound => "no-such-file",
                 // A link (not followed) or a file where a directory was
