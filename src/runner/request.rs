@@ -30,6 +30,9 @@ pub(crate) fn from_policy(
         },
     };
     let mut req = ExecRequest::new(ws, argv);
+    if plan.interpreter == Interpreter::Sh {
+        req.programs = programs(&plan.commands);
+    }
     req.read = policy.allow_paths.clone();
     req.deny = policy.deny_paths.clone();
     req.protect = policy.protect.clone();
@@ -59,6 +62,22 @@ pub(crate) fn from_policy(
         req.max_output_bytes = usize::try_from(sh.max_output_bytes).unwrap_or(usize::MAX);
     }
     Ok(req)
+}
+
+/// The programs a shell line names (and the commands they start in turn),
+/// each once, for the hint when the shell cannot find one.
+fn programs(commands: &[crate::policy::PlannedCommand]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut todo: Vec<&crate::policy::PlannedCommand> = commands.iter().collect();
+    while let Some(c) = todo.pop() {
+        if let Some(p) = c.argv.first().filter(|_| !c.dynamic.contains(&0)) {
+            if !out.contains(p) {
+                out.push(p.clone());
+            }
+        }
+        todo.extend(c.runs.iter());
+    }
+    out
 }
 
 /// Lay the caller's options over a request: they extend the lists and

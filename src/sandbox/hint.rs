@@ -5,7 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::Plan;
+use super::{ExecResult, Plan, Warning};
 use crate::path::SYSTEM_ROOTS;
 
 /// The hint for a command that was not found (`ENOENT` at exec), worded
@@ -82,6 +82,30 @@ pub(super) fn not_executable(plan: &Plan, program: &str) -> String {
 /// every root at its own path, so the working directory is the same there.
 fn host_path(plan: &Plan, program: &str) -> PathBuf {
     Path::new(std::ffi::OsStr::from_bytes(&plan.spec.cwd)).join(program.strip_prefix("./").unwrap_or(program))
+}
+
+/// After a shell line: for each of its `programs` that the shell said it
+/// could not find (`NAME: not found`, dash's and busybox's words, or
+/// `NAME: command not found`, bash's, in either output stream: the line
+/// may have sent its errors down a pipe), a warning with what
+/// [`not_found`] says of it. The shell's own message names the program
+/// but not why (the `PATH` inside, a toolchain the sandbox does not show).
+pub(super) fn programs_not_found(plan: &Plan, programs: &[String], result: &mut ExecResult) {
+    for p in programs.iter().filter(|p| !p.is_empty() && !p.contains('/')) {
+        let said = |out: &[u8]| {
+            [format!("{p}: not found"), format!("{p}: command not found")]
+                .iter()
+                .any(|m| out.windows(m.len()).any(|w| w == m.as_bytes()))
+        };
+        if !(said(&result.stderr) || said(&result.stdout)) {
+            continue;
+        }
+        let hint = not_found(plan, p);
+        if !hint.is_empty() {
+            let hint = hint.strip_prefix(" (").and_then(|h| h.strip_suffix(')')).unwrap_or(&hint).to_string();
+            result.warnings.push(Warning::ProgramNotFound { program: p.clone(), hint });
+        }
+    }
 }
 
 /// The first executable `program` in this process's own `PATH`.

@@ -677,6 +677,11 @@ pub struct ExecRequest {
     /// parent's cleanup could remove, under a run of the scope, what that
     /// run's plan took for the user's). `None`: the workspace stands alone.
     pub scope_of: Option<PathBuf>,
+    /// The programs a shell line names (set by the runner from the policy
+    /// checker's plan), for a hint when the shell says one is not found:
+    /// the shell's message names it but not why (`PATH` inside, a toolchain
+    /// the sandbox does not show). Empty: no hint.
+    pub programs: Vec<String>,
 }
 
 /// Refuse `degraded: Some(Mode::Full)` (or any mode that is not a degraded
@@ -718,6 +723,7 @@ impl ExecRequest {
             degraded: None,
             report_refused_writes: true,
             scope_of: None,
+            programs: Vec::new(),
         }
     }
 }
@@ -1302,7 +1308,9 @@ impl Sandbox {
             p.refill();
         }
         run::settle_stdin(relay, &mut warnings);
-        run::assemble(plan, run::Ended { waited, refused_writes, warnings, failures, start })
+        let mut result = run::assemble(plan, run::Ended { waited, refused_writes, warnings, failures, start })?;
+        hint::programs_not_found(plan, &req.programs, &mut result);
+        Ok(result)
     }
 }
 

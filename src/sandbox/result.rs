@@ -302,6 +302,14 @@ pub enum Warning {
         /// The kernel's answer.
         error: String,
     },
+    /// The shell said it could not find a program the line names: where it
+    /// was looked for inside the sandbox, and where it is on the host.
+    ProgramNotFound {
+        /// The program.
+        program: String,
+        /// What was searched and what to do.
+        hint: String,
+    },
     /// This writable run's git guard is left to the last writable run of
     /// the workspace to end (writable runs of one workspace run side by
     /// side): until then what the command created where git reads config
@@ -432,6 +440,7 @@ impl fmt::Display for Warning {
                 target.display(),
                 entry.display()
             ),
+            Warning::ProgramNotFound { program, hint } => write!(f, "{program}: {hint}"),
             Warning::GitGuardDeferred { others } => write!(
                 f,
                 "git guard left to the last writable run of this workspace to end ({others} other run(s) pending): \

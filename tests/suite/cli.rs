@@ -267,6 +267,36 @@ fn r0078_errors_say_what_happened_and_what_to_do() {
         "pc-r0078-tool",
     ]));
     assert_eq!((code(&o), out(&o).as_str()), (0, "tool ran\n"), "{}", err(&o));
+    // In sh mode the shell's own "not found" names the program but not
+    // why: the result says where it was looked for and what to pass, even
+    // when the line sends its errors down a pipe (found in review: nothing
+    // was said, and the pipeline exited 0).
+    let pol = tools.path().join("sh.toml");
+    fs::write(&pol, "[shell]\ninterpreter = \"sh\"\nallow = [\"pc-r0078-tool\", \"tail\"]\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pol = pol.display().to_string();
+    let line = "pc-r0078-tool 2>&1 | tail -1";
+    let o = run_with(cli().env("PATH", &path).args(["exec", "--policy", &pol, "--workspace", &w, "--", line]));
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    let e = err(&o);
+    assert!(e.contains("pc-r0078-tool: not found in PATH=/usr/local/bin:/usr/bin:/bin inside the sandbox"), "{e}");
+    assert!(e.contains("--inherit-env PATH") && e.contains(&format!("--read {dir}")), "{e}");
+    // Control: doing what it says runs it, and nothing is said.
+    let o = run_with(cli().env("PATH", &path).args([
+        "exec",
+        "--policy",
+        &pol,
+        "--workspace",
+        &w,
+        "--inherit-env",
+        "PATH",
+        "--read",
+        &dir,
+        "--",
+        line,
+    ]));
+    assert_eq!((code(&o), out(&o).as_str()), (0, "tool ran\n"), "{}", err(&o));
+    assert!(!err(&o).contains("not found"), "{}", err(&o));
     // A program found nowhere says so.
     let o = run(&["exec", "--workspace", &w, "--", "pc-r0078-nowhere"]);
     assert!(err(&o).contains("nor in the caller's PATH"), "{}", err(&o));
