@@ -47,8 +47,9 @@ impl ErrorInfo {
         };
         let reason =
             r.reason.as_ref().and_then(|x| serde_json::to_value(x).ok()).and_then(|v| v.as_str().map(str::to_string));
-        let next = if r.while_busy {
-            // The message says what frees a job; the same start then works.
+        let next = if r.while_busy || r.message.to_ascii_lowercase().contains("do not retry") {
+            // The message says what frees a job (the same start then
+            // works), or already says not to retry: once is enough.
             "; nothing ran or changed"
         } else {
             "; nothing ran or changed. Do not retry the same action: change it, or ask the user"

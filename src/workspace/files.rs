@@ -69,7 +69,7 @@ pub enum FileError {
         path: PathBuf,
     },
     /// The old text of an edit does not occur in the file.
-    #[error("{}{}: the old text was not found; re-read the file and copy the text exactly (whitespace included)", path.display(), at(*edit_index))]
+    #[error("{}{}: the old text was not found (whitespace and line ends count)", path.display(), at(*edit_index))]
     NotFound {
         /// The file.
         path: PathBuf,

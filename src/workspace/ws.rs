@@ -59,7 +59,7 @@ pub enum WorkspaceError {
     /// A file was to be written at a path that names a directory by its
     /// spelling: it ends in `/` (such a path was written as the file
     /// without the slash before), `.` or `..`, or is empty.
-    #[error("{}: not a file's name (it ends in `/`, `.` or `..`, which name directories); give the file's path", path.display())]
+    #[error("{}", not_a_file_name(path))]
     NotAFileName {
         /// The path as given.
         path: PathBuf,
@@ -93,6 +93,17 @@ pub enum WorkspaceError {
 impl From<PolicyError> for WorkspaceError {
     fn from(e: PolicyError) -> Self {
         WorkspaceError::File(FileError::Jail(e))
+    }
+}
+
+fn not_a_file_name(path: &Path) -> String {
+    if path.as_os_str().is_empty() {
+        "the path is empty; give the file's path, relative to the workspace".into()
+    } else {
+        format!(
+            "{}: not a file's name (it ends in `/`, `.` or `..`, which name directories); give the file's path",
+            path.display()
+        )
     }
 }
 
@@ -431,6 +442,9 @@ impl Workspace {
     /// only lower it). The hash is of the whole file.
     pub async fn read_file(&self, path: impl AsRef<Path>, mut opts: ReadOptions) -> Result<ReadWindow, WorkspaceError> {
         self.live()?;
+        if path.as_ref().as_os_str().is_empty() {
+            return Err(WorkspaceError::NotAFileName { path: PathBuf::new() });
+        }
         let j = self.view.backend.judge(path.as_ref(), PathAccess::Read)?;
         if opts.limit.is_none() {
             opts.limit = usize::try_from(self.view.read.default_lines).ok();
@@ -492,6 +506,15 @@ impl Workspace {
     ) -> Result<Edited, WorkspaceError> {
         if edits.len() > super::files::MAX_EDITS {
             return Err(FileError::TooManyEdits { path: path.as_ref().to_path_buf(), count: edits.len() }.into());
+        }
+        if edits.is_empty() {
+            // As `edit_file` refuses an edit that changes nothing.
+            return Err(FileError::InvalidEdit {
+                path: path.as_ref().to_path_buf(),
+                edit_index: None,
+                why: "no edits: give at least one".into(),
+            }
+            .into());
         }
         self.mutate(Mutation::MultiEdit, path.as_ref(), |b, j| b.edit(j, edits, expect_hash, true)).await
     }

@@ -273,6 +273,12 @@ fn r0603_file_errors_are_data() {
     err(&t, "read_file", json!({"path": "/etc/passwd"}), "path-escape");
     err(&t, "read_file", json!({"path": ".env"}), "path-escape");
     err(&t, "read_file", json!({"path": "missing.txt"}), "no-such-file");
+    // An empty path is a bad path, not an escape; no edits at all is an
+    // invalid edit, as an edit that changes nothing is (found in review).
+    let e = err(&t, "read_file", json!({"path": ""}), "bad-path");
+    assert!(e["error"]["message"].as_str().unwrap_or_default().contains("the path is empty"), "{e}");
+    err(&t, "multi_edit", json!({"path": "src/lib.rs", "edits": []}), "invalid-edit");
+    err(&t, "edit_file", json!({"path": "src/lib.rs", "old_string": "fn z", "new_string": "fn z"}), "invalid-edit");
     // A write outside the jail is a path escape, as a read is (and audited
     // as denied), before anything is touched.
     err(&t, "write_file", json!({"path": "../x", "content": "y"}), "path-escape");
@@ -624,15 +630,16 @@ fn r0615_a_full_job_table_is_not_a_refusal_to_give_up_on() {
     let full = err(&t, "run_shell", json!({"command": "sleep 32", "background": true}), "busy");
     let said = full["error"]["message"].as_str().unwrap_or_default();
     assert!(said.contains("wait for one to end") && said.contains("start this again"), "{full}");
-    assert!(!said.contains("Do not retry"), "a full job table is not final: {full}");
+    assert!(!said.to_lowercase().contains("do not retry"), "a full job table is not final: {full}");
     // A command the policy refuses is refused as such, full table or not
     // (found in review: it was answered "busy", inviting the model to end
     // a job for a start that can never run).
     let never = err(&t, "run_shell", json!({"command": "curl x", "background": true}), "refused-by-policy");
-    assert!(never["error"]["message"].as_str().unwrap_or_default().contains("Do not retry"), "{never}");
+    assert!(never["error"]["message"].as_str().unwrap_or_default().to_lowercase().contains("do not retry"), "{never}");
     // CONTROL: a refusal of the command itself still says not to retry it.
     let r = err(&t, "run_shell", json!({"command": "curl x"}), "refused-by-policy");
-    assert!(r["error"]["message"].as_str().unwrap_or_default().contains("Do not retry"), "{r}");
+    let said = r["error"]["message"].as_str().unwrap_or_default().to_lowercase();
+    assert_eq!(said.matches("do not retry").count(), 1, "said once: {r}");
     // And the same start works once a job has ended.
     ok(&t, "shell_kill", json!({"id": first}));
     let again = ok(&t, "run_shell", json!({"command": "sleep 32", "background": true}));
