@@ -182,9 +182,11 @@ pub struct GrepInput {
     pub ignore_case: bool,
     /// Lines of context before and after each match (at most 100).
     #[serde(default)]
+    #[schemars(range(max = 100))]
     pub context: Option<usize>,
     /// The most matching lines returned (default and maximum 1000); more sets `truncated`.
     #[serde(default)]
+    #[schemars(range(min = 1, max = 1000))]
     pub max_results: Option<usize>,
 }
 

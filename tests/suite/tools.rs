@@ -188,6 +188,13 @@ fn r0601_schemas_are_valid_json_schema_2020_12() {
     let shell = t.list().into_iter().find(|x| x.name == "run_shell").map(|x| x.input_schema).unwrap_or_default();
     let props = shell["properties"].as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
     assert_eq!(props, ["background", "command", "timeout_ms"]);
+    // The bounds the descriptions give are in the schema too (found in
+    // review: grep's "at most" was in words only).
+    let grep = t.list().into_iter().find(|x| x.name == "grep").map(|x| x.input_schema).unwrap_or_default();
+    let v = jsonschema::draft202012::new(&grep).unwrap_or_else(|e| panic!("{e}"));
+    assert!(v.is_valid(&json!({"pattern": "x", "context": 100, "max_results": 1000})), "control: the bounds");
+    assert!(!v.is_valid(&json!({"pattern": "x", "context": 101})), "{grep}");
+    assert!(!v.is_valid(&json!({"pattern": "x", "max_results": 1001})), "{grep}");
 }
 
 #[test]
