@@ -116,7 +116,7 @@ pub enum FileError {
         count: usize,
     },
     /// The file holds a NUL byte in its first [`BINARY_SNIFF`] bytes.
-    #[error("{}: a binary file ({total_bytes} bytes, a NUL byte in the first {BINARY_SNIFF}): not shown as text", path.display())]
+    #[error("{}: a binary file ({total_bytes} bytes, a NUL byte in the first {BINARY_SNIFF}): not shown or edited as text", path.display())]
     Binary {
         /// The file.
         path: PathBuf,
@@ -568,6 +568,11 @@ pub(crate) fn apply_edits(
     multi: bool,
     path: &Path,
 ) -> Result<(Vec<u8>, Edited), FileError> {
+    // A file a read refuses as binary is not edited as text either: the
+    // caller could not have seen what it replaces.
+    if content[..content.len().min(BINARY_SNIFF)].contains(&0) {
+        return Err(FileError::Binary { path: path.to_path_buf(), total_bytes: content.len() as u64 });
+    }
     if let Some(expected) = expect {
         let actual = sha256_hex(&content);
         if !actual.eq_ignore_ascii_case(expected.trim()) {

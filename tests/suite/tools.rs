@@ -285,6 +285,12 @@ fn r0603_file_errors_are_data() {
     let e = err(&t, "read_file", json!({"path": ""}), "bad-path");
     assert!(e["error"]["message"].as_str().unwrap_or_default().contains("the path is empty"), "{e}");
     err(&t, "multi_edit", json!({"path": "src/lib.rs", "edits": []}), "invalid-edit");
+    // A file a read refuses as binary is not edited blind either; control:
+    // its text part was there to replace.
+    ok(&t, "write_file", json!({"path": "blob.bin", "content": "head\u{0}tail"}));
+    err(&t, "read_file", json!({"path": "blob.bin"}), "binary");
+    err(&t, "edit_file", json!({"path": "blob.bin", "old_string": "head", "new_string": "HEAD"}), "binary");
+    assert_eq!(m.contents("blob.bin").as_deref(), Some(&b"head\0tail"[..]));
     err(&t, "edit_file", json!({"path": "src/lib.rs", "old_string": "fn z", "new_string": "fn z"}), "invalid-edit");
     // A write outside the jail is a path escape, as a read is (and audited
     // as denied), before anything is touched.
