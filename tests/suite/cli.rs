@@ -249,23 +249,24 @@ fn r0078_errors_say_what_happened_and_what_to_do() {
     fs::set_permissions(&tool, fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
     let path = format!("{}:/usr/bin:/bin", tools.path().display());
     let dir = tools.path().display().to_string();
-    let o = run_with(cli().env("PATH", &path).args(["exec", "--workspace", &w, "--", "pc-r0078-tool"]));
+    // Run with the tools on the caller's PATH, the given arguments between
+    // the workspace and the command.
+    let exec = |pol: Option<&str>, extra: &[&str], line: &str| {
+        let mut c = cli();
+        c.env("PATH", &path).arg("exec");
+        if let Some(p) = pol {
+            c.args(["--policy", p]);
+        }
+        run_with(c.args(["--workspace", &w]).args(extra).args(["--", line]))
+    };
+    let fixes = ["--inherit-env", "PATH", "--read", &dir];
+    let o = exec(None, &[], "pc-r0078-tool");
     assert_eq!(code(&o), 127, "{}", err(&o));
     let e = err(&o);
     assert!(e.contains("not found in PATH=/usr/local/bin:/usr/bin:/bin inside the sandbox"), "{e}");
     assert!(e.contains("--inherit-env PATH") && e.contains(&format!("--read {dir}")), "{e}");
     // Control: doing what it says runs it.
-    let o = run_with(cli().env("PATH", &path).args([
-        "exec",
-        "--workspace",
-        &w,
-        "--inherit-env",
-        "PATH",
-        "--read",
-        &dir,
-        "--",
-        "pc-r0078-tool",
-    ]));
+    let o = exec(None, &fixes, "pc-r0078-tool");
     assert_eq!((code(&o), out(&o).as_str()), (0, "tool ran\n"), "{}", err(&o));
     // In sh mode the shell's own "not found" names the program but not
     // why: the result says where it was looked for and what to pass, even
@@ -276,25 +277,13 @@ fn r0078_errors_say_what_happened_and_what_to_do() {
         .unwrap_or_else(|e| panic!("{e}"));
     let pol = pol.display().to_string();
     let line = "pc-r0078-tool 2>&1 | tail -1";
-    let o = run_with(cli().env("PATH", &path).args(["exec", "--policy", &pol, "--workspace", &w, "--", line]));
+    let o = exec(Some(&pol), &[], line);
     assert_eq!(code(&o), 0, "{}", err(&o));
     let e = err(&o);
     assert!(e.contains("pc-r0078-tool: not found in PATH=/usr/local/bin:/usr/bin:/bin inside the sandbox"), "{e}");
     assert!(e.contains("--inherit-env PATH") && e.contains(&format!("--read {dir}")), "{e}");
     // Control: doing what it says runs it, and nothing is said.
-    let o = run_with(cli().env("PATH", &path).args([
-        "exec",
-        "--policy",
-        &pol,
-        "--workspace",
-        &w,
-        "--inherit-env",
-        "PATH",
-        "--read",
-        &dir,
-        "--",
-        line,
-    ]));
+    let o = exec(Some(&pol), &fixes, line);
     assert_eq!((code(&o), out(&o).as_str()), (0, "tool ran\n"), "{}", err(&o));
     assert!(!err(&o).contains("not found"), "{}", err(&o));
     // A program found nowhere says so.

@@ -516,6 +516,16 @@ fn r0611_readonly_set_on_the_mock() {
     assert_eq!(m.contents("out/app").as_deref(), Some(&b"bin"[..]));
 }
 
+/// A workspace of the policy `text` in the real sandbox.
+fn sandboxed(text: &str) -> Workspace {
+    let p = WorkspacePolicy::from_toml(text).unwrap_or_else(|e| panic!("{e}"));
+    Workspace::builder()
+        .policy(p)
+        .sandbox(sandbox())
+        .build()
+        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)))
+}
+
 #[test]
 fn r0612_readonly_run_shell_in_the_real_sandbox() {
     let ws = Ws::new();
@@ -523,13 +533,7 @@ fn r0612_readonly_run_shell_in_the_real_sandbox() {
         "workspace = {:?}\n[shell]\ninterpreter = \"sh\"\nallow = [\"touch\", \"sh\"]\ntimeout = \"30s\"\n",
         ws.path()
     );
-    let p = WorkspacePolicy::from_toml(&text).unwrap_or_else(|e| panic!("{e}"));
-    let w = Workspace::builder()
-        .policy(p)
-        .sandbox(sandbox())
-        .build()
-        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
-    let t = Tools::all(w);
+    let t = Tools::all(sandboxed(&text));
     let ro = t.readonly();
     let r = call(&ro, "run_shell", json!({"command": "touch ro-marker"}));
     if !available("r0612", !r.content.contains("\"fault\""), &r.content) {
@@ -672,12 +676,7 @@ fn r0616_notes_for_the_host_stay_out_of_the_model_s_results() {
          [shell.background]\nmax_jobs = 2\ntimeout = \"1m\"\n",
         ws.path()
     );
-    let p = WorkspacePolicy::from_toml(&text).unwrap_or_else(|e| panic!("{e}"));
-    let w = Workspace::builder()
-        .policy(p)
-        .sandbox(sandbox())
-        .build()
-        .unwrap_or_else(|e| panic!("workspace: {}", portcullis::error_chain(&e)));
+    let w = sandboxed(&text);
     let t = Tools::all(w.clone());
     let r = call(&t, "run_shell", json!({"command": "sleep 20", "background": true}));
     if !available("r0616", !r.content.contains("\"fault\""), &r.content) {
