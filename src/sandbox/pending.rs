@@ -737,7 +737,7 @@ impl Hold {
     /// awaits that cgroup first. `emptied`: the run found its cgroup holding
     /// nothing of its command (see [`Records::clean`]).
     pub(super) fn finish(self, emptied: bool, warnings: &mut Vec<Warning>, failures: &mut Vec<Failure>) {
-        let Hold { lock, records, own, early } = self;
+        let Hold { lock, mut records, own, early } = self;
         let not_emptied = failures.iter().any(|f| f.0 == Cleanup::Cgroup);
         warnings.extend(early.0);
         failures.extend(early.1);
@@ -760,7 +760,20 @@ impl Hold {
                 // folded before) and removed the files: then this lock is on
                 // a file no one else finds, and there is nothing left to do.
                 match super::lock::still_named(records.lock_dir(), &records.lock_name, &alone) {
-                    Ok(true) => {}
+                    // The records' directory too is the one the name leads
+                    // to now (one removed while its lock file stayed, which
+                    // only a failed unlink leaves, is opened anew).
+                    Ok(true) => {
+                        if let Err(e) = records.refresh() {
+                            failures.push((
+                                Cleanup::GitGuard,
+                                "opening the git-guard records again",
+                                records.path.clone(),
+                                io::Error::other(e.to_string()),
+                            ));
+                            return;
+                        }
+                    }
                     Ok(false) => return,
                     Err(e) => {
                         failures.push((
