@@ -254,6 +254,9 @@ fn r0067_no_command_can_hold_the_workspace_lock() {
     if is_root() {
         eprintln!("r0067: landlock-only part skipped as root (the mode is for unprivileged callers)");
     } else if available("r0067", portcullis::doctor_landlock_abi() >= 6, "landlock-only mode needs Landlock ABI 6") {
+        // The writable run above ended alone and removed the lock file:
+        // made again, as a run going beside this one would have it.
+        make_lock_file(&ws);
         let pid = std::process::id().to_string();
         let mut req = py(&ws, TRY_LOCK, &[&ds, &fs_, &pid]);
         req.degraded = Some(portcullis::sandbox::Mode::LandlockOnly);
