@@ -127,14 +127,18 @@ pub(crate) fn open_private_dir(at: BorrowedFd<'_>, name: &Path) -> Result<OwnedF
 }
 
 /// The lock file's name for a workspace: its device and inode, so that two
-/// spellings of one directory share a lock.
+/// spellings of one directory share a lock. `ws2-`: builds before session
+/// 30 named it `ws-`, never removed it and took it without checking the
+/// name ([`still_named`]); a build that removes the file must not share a
+/// name with one that would then lock a removed file. Each version's
+/// cleanup covers its own runs' records.
 pub(crate) fn file_name(ws: &Path) -> Result<String, SandboxError> {
     let st = nix::sys::stat::stat(ws).map_err(|e| SandboxError::Path {
         what: "workspace to lock",
         path: ws.to_path_buf(),
         source: e.into(),
     })?;
-    Ok(format!("ws-{:x}-{:x}.lock", st.st_dev, st.st_ino))
+    Ok(format!("ws2-{:x}-{:x}.lock", st.st_dev, st.st_ino))
 }
 
 /// The caller's lock directory, opened, and the name of `ws`'s lock file

@@ -591,6 +591,9 @@ impl Records {
     /// Otherwise the last writable run to end does it.
     pub(super) fn clean_if_alone(&mut self, key: super::lock::Key<'_>, uid: u32) -> Result<Early, SandboxError> {
         let mut early: Early = (Vec::new(), Vec::new());
+        // The directory opened may have been removed since (and records of
+        // a killed run written into a new one): count the one named now.
+        self.refresh()?;
         if self.pending() == 0 {
             return Ok(early);
         }
@@ -907,6 +910,38 @@ mod tests {
         assert!(dec("/ws/%zz").is_err());
         assert!(dec("/ws/%4").is_err());
         assert!(dec("relative").is_err());
+    }
+
+    /// Found in review: the early cleanup counted the records of the
+    /// directory it had opened, which a cleanup that left no record may
+    /// have removed since; a killed run's record in the directory made
+    /// anew was then not cleaned before the run (its plan would take the
+    /// plant for the user's). CONTROL: the plant and the record are there
+    /// before, and the removal happened.
+    #[test]
+    fn an_early_cleanup_counts_the_directory_named_now() {
+        let uid = nix::unistd::getuid().as_raw();
+        let ws = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let key = super::super::lock::Key::Workspace(ws.path());
+        let (dir, name) = super::super::lock::open_for_records(ws.path(), uid).unwrap_or_else(|e| panic!("{e}"));
+        let mut r = Records::open(dir, &super::super::lock::dir(uid), &name, uid).unwrap_or_else(|e| panic!("{e}"));
+        // A cleanup that left no record removes both, as `Hold::finish` does.
+        let alone = super::super::lock::try_exclusive(key, uid)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("the lock is free"));
+        assert!(r.remove_unused().unwrap_or_else(|e| panic!("{e}")), "removed");
+        drop(alone);
+        // A killed run's record lands in the directory made anew.
+        let plant = ws.path().join(".git/config.worktree");
+        std::fs::create_dir_all(ws.path().join(".git")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&plant, "[core]\n").unwrap_or_else(|e| panic!("{e}"));
+        let rec = leave_record_for_tests(ws.path(), std::slice::from_ref(&plant)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(rec.is_file() && plant.is_file());
+        let (warnings, failures) = r.clean_if_alone(key, uid).unwrap_or_else(|e| panic!("{e}"));
+        assert!(failures.is_empty(), "{failures:?}");
+        assert!(!plant.exists() && !rec.exists(), "the killed run's plant and record are left: {warnings:?}");
+        assert!(warnings.iter().any(|w| matches!(w, Warning::GitGuardCoveredOthers { runs: 1 })), "{warnings:?}");
+        let _ = r.remove_unused();
     }
 
     #[test]

@@ -163,7 +163,7 @@ fn lock_dir() -> PathBuf {
 
 fn lock_file(ws: &Ws) -> PathBuf {
     let m = fs::metadata(ws.path()).unwrap_or_else(|e| panic!("stat: {e}"));
-    lock_dir().join(format!("ws-{:x}-{:x}.lock", m.dev(), m.ino()))
+    lock_dir().join(format!("ws2-{:x}-{:x}.lock", m.dev(), m.ino()))
 }
 
 /// The workspace's lock file as a run makes it (mode 600, in the caller's

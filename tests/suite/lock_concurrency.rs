@@ -416,7 +416,7 @@ fn lock_entries(ws: &Ws) -> (PathBuf, PathBuf) {
     let uid = nix::unistd::getuid().as_raw();
     let base = if Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" };
     let m = fs::metadata(ws.path()).unwrap_or_else(|e| panic!("stat: {e}"));
-    let stem = format!("{base}/portcullis-{uid}/ws-{:x}-{:x}", m.dev(), m.ino());
+    let stem = format!("{base}/portcullis-{uid}/ws2-{:x}-{:x}", m.dev(), m.ino());
     (PathBuf::from(format!("{stem}.lock")), PathBuf::from(format!("{stem}.runs")))
 }
 
