@@ -109,6 +109,8 @@ pub struct RunOutput {
     pub stderr: String,
     /// Output was cut at the workspace's cap.
     pub truncated: bool,
+    /// Some output was not UTF-8 and is shown with U+FFFD (as `shell_output` and `read_file` say).
+    pub lossy: bool,
     /// Whether the whole workspace was writable to it (decided by the host and the gate, not by the call).
     pub writable: bool,
     /// The paths it could write besides, absolute: the policy's write grants when the workspace was not
@@ -143,6 +145,7 @@ impl RunOutput {
             stdout: String::new(),
             stderr: String::new(),
             truncated: false,
+            lossy: false,
             writable: false,
             write_grants: Vec::new(),
             refused_writes: RefusedWritesOut { state: "off".into(), ..RefusedWritesOut::default() },
@@ -235,6 +238,7 @@ impl RunOutput {
                     stdout: String::from_utf8_lossy(&r.stdout).into_owned(),
                     stderr: String::from_utf8_lossy(&r.stderr).into_owned(),
                     truncated: r.truncated,
+                    lossy: std::str::from_utf8(&r.stdout).is_err() || std::str::from_utf8(&r.stderr).is_err(),
                     writable: r.writable,
                     write_grants: r.write_grants.iter().map(|p| p.display().to_string()).collect(),
                     refused_writes: RefusedWritesOut {

@@ -693,3 +693,18 @@ fn r0616_notes_for_the_host_stay_out_of_the_model_s_results() {
     assert!(notes.contains("GitGuardDeferred"), "the control run was not deferred: {notes}");
     call(&t, "shell_kill", json!({"id": job}));
 }
+
+#[test]
+fn r0617_run_shell_says_when_its_output_was_not_utf8() {
+    // Found in review: shell_output and read_file flag replaced bytes with
+    // `lossy`, run_shell did not, so a model could not tell U+FFFD in the
+    // output from the real character.
+    let (t, m, _) = tools();
+    m.on_command(CommandMatch::program("make"), MockRun::exit(0).stdout(&b"bin\xff\xfeary\n"[..]));
+    let r = ok(&t, "run_shell", json!({"command": "make blob"}));
+    assert_eq!((r["lossy"].as_bool(), r["stdout"].as_str()), (Some(true), Some("bin\u{fffd}\u{fffd}ary\n")), "{r}");
+    // Control: UTF-8 output, U+FFFD included, is not lossy.
+    m.on_command(CommandMatch::program("ls"), MockRun::exit(0).stdout("caf\u{e9} \u{fffd}\n"));
+    let r = ok(&t, "run_shell", json!({"command": "ls x"}));
+    assert_eq!(r["lossy"].as_bool(), Some(false), "{r}");
+}
