@@ -295,6 +295,20 @@ pub struct Refused {
     pub while_busy: bool,
 }
 
+impl Refused {
+    /// The stable name of what refused it, for a model or a tool to branch
+    /// on: `refused-by-policy`, `refused-by-gate`, or `busy` for a refusal
+    /// that lasts only while the workspace is busy ([`Refused::while_busy`]).
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            // Not a verdict on the action: the same start works once a job has ended.
+            _ if self.while_busy => "busy",
+            RefusalKind::RefusedByPolicy => "refused-by-policy",
+            RefusalKind::RefusedByGate => "refused-by-gate",
+        }
+    }
+}
+
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let who = match self.kind {
@@ -896,19 +910,51 @@ impl Runner {
         self.prepare_input(Input::Line(line), opts).await
     }
 
-    /// Whether the policy refuses `line` (or `words`) outright: its checker
-    /// alone, no gate asked, nothing recorded. A background start asks this
-    /// before it waits for room among the jobs (`workspace::jobs`): a
-    /// command that can never run is refused as such, not as "busy".
-    pub fn policy_refuses(&self, line: Option<&str>, words: &[OsString], opts: &ExecOptions) -> Result<bool, RunError> {
+    /// The policy's refusal of `line` (or `words`), as [`Runner::prepare`]
+    /// would answer it (its checker alone, no gate asked, nothing recorded),
+    /// or `None` when the checker accepts it or there is no policy. A
+    /// background start asks this before it waits for room among the jobs
+    /// (`workspace::jobs`): a command that can never run is refused as
+    /// such, not as "busy".
+    pub fn refused_by_policy(
+        &self,
+        line: Option<&str>,
+        words: &[OsString],
+        opts: &ExecOptions,
+    ) -> Result<Option<Prepared>, RunError> {
         if self.policy.is_none() {
-            return Ok(false);
+            return Ok(None);
         }
-        let input = match line {
-            Some(l) => Input::Line(l),
-            None => Input::Words(words),
+        let one;
+        let (input, words) = match line {
+            Some(l) => {
+                one = [OsString::from(l)];
+                (Input::Line(l), &one[..])
+            }
+            None => (Input::Words(words), words),
         };
-        Ok(self.check(input, opts)?.is_err())
+        Ok(self.checked(input, words, opts)?.err())
+    }
+
+    /// The policy checker's verdict on `input` (whose words are `words`):
+    /// its plan, or the refusal as a prepared answer.
+    fn checked(
+        &self,
+        input: Input<'_>,
+        words: &[OsString],
+        opts: &ExecOptions,
+    ) -> Result<Result<LinePlan, Prepared>, RunError> {
+        Ok(self.check(input, opts)?.map_err(|r| {
+            let refused = Refused {
+                kind: RefusalKind::RefusedByPolicy,
+                message: r.message.clone(),
+                command: Some(r.command.clone()),
+                reason: Some(r.reason),
+                rule: None,
+                while_busy: false,
+            };
+            Prepared::Refused { action: Box::new(self.unchecked_action(words, opts)), refused }
+        }))
     }
 
     /// Judge, gate, record and run one line of text (see
@@ -944,20 +990,9 @@ impl Runner {
         };
         let (mut req, checked) = match &self.policy {
             Some(policy) => {
-                let plan = match self.check(input, opts)? {
+                let plan = match self.checked(input, words, opts)? {
                     Ok(plan) => plan,
-                    Err(r) => {
-                        let action = self.unchecked_action(words, opts);
-                        let refused = Refused {
-                            kind: RefusalKind::RefusedByPolicy,
-                            message: r.message.clone(),
-                            command: Some(r.command.clone()),
-                            reason: Some(r.reason),
-                            rule: None,
-                            while_busy: false,
-                        };
-                        return Ok(Prepared::Refused { action: Box::new(action), refused });
-                    }
+                    Err(refused) => return Ok(refused),
                 };
                 let mut req = request::from_policy(policy, &plan, opts.writable, opts.background)?;
                 req.policy_file = self.policy_file.clone();

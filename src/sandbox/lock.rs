@@ -193,8 +193,18 @@ const RETAKES: usize = 1000;
 /// (not removed by [`remove_unused`], nor made anew since).
 pub(crate) fn still_named(dir_fd: BorrowedFd<'_>, name: &str, file: &File) -> nix::Result<bool> {
     let held = fstat(file.as_fd())?;
+    #[allow(clippy::useless_conversion)]
+    let id = (u64::from(held.st_dev), u64::from(held.st_ino));
+    names(dir_fd, name, id)
+}
+
+/// Whether the name `name` in `dir_fd` leads to the file whose device and
+/// inode are `id` (`false` when it is gone): the lock file and the records'
+/// directory are removed and made anew under their names.
+pub(crate) fn names(dir_fd: BorrowedFd<'_>, name: &str, id: (u64, u64)) -> nix::Result<bool> {
     match nix::sys::stat::fstatat(dir_fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(st) => Ok(st.st_dev == held.st_dev && st.st_ino == held.st_ino),
+        #[allow(clippy::useless_conversion)]
+        Ok(st) => Ok((u64::from(st.st_dev), u64::from(st.st_ino)) == id),
         Err(nix::errno::Errno::ENOENT) => Ok(false),
         Err(e) => Err(e),
     }

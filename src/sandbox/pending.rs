@@ -349,8 +349,7 @@ impl Records {
     /// (and perhaps made anew) since it was opened, by a cleanup that left
     /// no record ([`super::lock::remove_unused`]). Under the lock it stays.
     pub(crate) fn refresh(&mut self) -> Result<(), SandboxError> {
-        let now = nix::sys::stat::fstatat(&self.lock_dir, self.name.as_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
-        if now.is_ok_and(|st| (st.st_dev, st.st_ino) == self.dir_id) {
+        if super::lock::names(self.lock_dir.as_fd(), &self.name, self.dir_id).unwrap_or(false) {
             return Ok(());
         }
         let (dir, dir_id, tmpfs) = Self::open_dir(&self.lock_dir, &self.name, &self.path, self.uid)?;

@@ -39,12 +39,7 @@ impl ErrorInfo {
 
     /// A refusal of the policy or the gate.
     pub fn refused(r: &Refused) -> ErrorInfo {
-        let kind = match r.kind {
-            // Not a verdict on the action: the same start works once a job has ended.
-            _ if r.while_busy => "busy",
-            crate::audit::RefusalKind::RefusedByPolicy => "refused-by-policy",
-            crate::audit::RefusalKind::RefusedByGate => "refused-by-gate",
-        };
+        let kind = r.kind_name();
         let reason =
             r.reason.as_ref().and_then(|x| serde_json::to_value(x).ok()).and_then(|v| v.as_str().map(str::to_string));
         let next = if r.while_busy || r.message.to_ascii_lowercase().contains("do not retry") {
@@ -231,14 +226,16 @@ impl RunOutput {
                          what a command may write; running {were} again fails the same way"
                     ));
                 }
+                let (stdout, lossy_out) = crate::workspace::lossy_text(r.stdout.clone());
+                let (stderr, lossy_err) = crate::workspace::lossy_text(r.stderr.clone());
                 RunOutput {
                     outcome,
                     exit_code,
                     signal,
-                    stdout: String::from_utf8_lossy(&r.stdout).into_owned(),
-                    stderr: String::from_utf8_lossy(&r.stderr).into_owned(),
+                    stdout,
+                    stderr,
                     truncated: r.truncated,
-                    lossy: std::str::from_utf8(&r.stdout).is_err() || std::str::from_utf8(&r.stderr).is_err(),
+                    lossy: lossy_out || lossy_err,
                     writable: r.writable,
                     write_grants: r.write_grants.iter().map(|p| p.display().to_string()).collect(),
                     refused_writes: RefusedWritesOut {

@@ -645,14 +645,8 @@ impl Jobs {
         // A command the policy refuses is refused as such, whatever the
         // job table holds: "busy" would have a model end a job for a start
         // that can never run. (The policy's checker alone: no gate asked.)
-        if runner.policy_refuses(line, words, &opts)? {
-            let prepared = match line {
-                Some(l) => runner.prepare_line(l, &opts).await?,
-                None => runner.prepare(words, &opts).await?,
-            };
-            if let Prepared::Refused { action, refused } = prepared {
-                return recorded(&runner, action, refused).await;
-            }
+        if let Some(Prepared::Refused { action, refused }) = runner.refused_by_policy(line, words, &opts)? {
+            return recorded(&runner, action, refused).await;
         }
         // Take a slot before the gate is asked: two starts cannot both get
         // the last one.
@@ -805,11 +799,7 @@ impl Jobs {
 /// an ended job releases its bytes.
 fn read(id: &str, st: &mut JobState, from: u64) -> JobOutput {
     let ([out, err], dropped) = st.ring.read(from);
-    let text = |b: Vec<u8>| match String::from_utf8(b) {
-        Ok(s) => (s, false),
-        Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), true),
-    };
-    let ((stdout, l1), (stderr, l2)) = (text(out), text(err));
+    let ((stdout, l1), (stderr, l2)) = (super::lossy_text(out), super::lossy_text(err));
     let output = JobOutput {
         id: id.to_string(),
         stdout,

@@ -28,6 +28,16 @@ pub mod todos;
 pub mod ws;
 
 pub use backend::{Backend, Local};
+
+/// A command's output as text: bytes that are not UTF-8 become U+FFFD,
+/// and the flag says whether any did (`lossy` in a job's output and in a
+/// command's result).
+pub(crate) fn lossy_text(bytes: Vec<u8>) -> (String, bool) {
+    match String::from_utf8(bytes) {
+        Ok(s) => (s, false),
+        Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), true),
+    }
+}
 pub use mock::{CommandMatch, MockBackend, MockRun};
 pub use ws::{Workspace, WorkspaceBuilder, WorkspaceError};
 

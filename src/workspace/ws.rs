@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::audit::RefusalKind;
 use crate::policy::{ListPolicy, PathAccess, PolicyError, ReadPolicy, WorkspacePolicy};
 use crate::runner::{Exec, ExecOptions, Refused, RunError, Runner, RunnerBuilder};
 use crate::sandbox::{RunOptions, Sandbox};
@@ -116,11 +115,7 @@ impl WorkspaceError {
     /// `disposed`.
     pub fn kind(&self) -> &'static str {
         match self {
-            WorkspaceError::Refused(r) => match r.kind {
-                _ if r.while_busy => "busy",
-                RefusalKind::RefusedByPolicy => "refused-by-policy",
-                RefusalKind::RefusedByGate => "refused-by-gate",
-            },
+            WorkspaceError::Refused(r) => r.kind_name(),
             WorkspaceError::File(f) => match f {
                 FileError::Jail(PolicyError::PathEscape { .. }) => "path-escape",
                 // A name the kernel cannot take (a NUL byte in it): the
